@@ -1,0 +1,1 @@
+"""Integrations of prefixmon with agent frameworks, protocols and benchmarks."""

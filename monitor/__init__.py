@@ -1,0 +1,85 @@
+"""prefixmon: a prefix-executability monitor for tool-using LLM agents.
+
+Before every tool call the monitor decides whether the call can execute in the current
+state, keeps the episode's first-error depth live, reports through observers (OpenTelemetry,
+structlog), can block, replan or escalate, and writes episode records that the analytics
+turn into prefix-executability metrics.
+"""
+
+from .episode import Episode as Episode
+from .episode import PendingCall as PendingCall
+from .episode import current_episode as current_episode
+from .exceptions import PlanError as PlanError
+from .exceptions import PrefixmonError as PrefixmonError
+from .exceptions import RecordError as RecordError
+from .exceptions import SpecError as SpecError
+from .exceptions import ToolBlocked as ToolBlocked
+from .monitor import Monitor as Monitor
+from .monitor import MonitorStats as MonitorStats
+from .observer import Observer as Observer
+from .policies import Approve as Approve
+from .policies import Deny as Deny
+from .policies import Edit as Edit
+from .policies import Policy as Policy
+from .policies import Replan as Replan
+from .predicate import Failure as Failure
+from .predicate import ToolCall as ToolCall
+from .predicate import Undetermined as Undetermined
+from .predicate import Verdict as Verdict
+from .records import ActionRecord as ActionRecord
+from .records import BadLine as BadLine
+from .records import EpisodeRecord as EpisodeRecord
+from .records import FirstFailure as FirstFailure
+from .records import JsonlSink as JsonlSink
+from .records import iter_records as iter_records
+from .records import read_records as read_records
+from .spec import Grounded as Grounded
+from .spec import Precondition as Precondition
+from .spec import Ref as Ref
+from .spec import Toolset as Toolset
+from .spec import ToolSpec as ToolSpec
+from .state import TrackedState as TrackedState
+from .vocabulary import Cause as Cause
+from .vocabulary import Decision as Decision
+from .vocabulary import Outcome as Outcome
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "ActionRecord",
+    "Approve",
+    "BadLine",
+    "Cause",
+    "Decision",
+    "Deny",
+    "Edit",
+    "Episode",
+    "EpisodeRecord",
+    "Failure",
+    "FirstFailure",
+    "Grounded",
+    "JsonlSink",
+    "Monitor",
+    "MonitorStats",
+    "Observer",
+    "PendingCall",
+    "PlanError",
+    "Policy",
+    "Precondition",
+    "PrefixmonError",
+    "RecordError",
+    "Ref",
+    "Replan",
+    "SpecError",
+    "ToolBlocked",
+    "ToolCall",
+    "ToolSpec",
+    "Toolset",
+    "TrackedState",
+    "Undetermined",
+    "Verdict",
+    "__version__",
+    "current_episode",
+    "iter_records",
+    "read_records",
+)

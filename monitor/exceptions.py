@@ -1,0 +1,67 @@
+"""Exceptions raised by prefixmon.
+
+Hierarchy::
+
+    Exception
+    ├── PrefixmonError                 root of every error prefixmon raises on its own
+    │   ├── SpecError (ValueError)     a tool, toolset or monitor was declared wrongly
+    │   ├── RecordError (ValueError)   an episode record file has a bad line
+    │   └── PlanError (ValueError)     a plan cannot be parsed
+    └── ToolBlocked                    a call was not run; a control-flow signal that must
+                                       cross framework boundaries, so not a PrefixmonError
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .predicate import Verdict
+
+
+class PrefixmonError(Exception):
+    """Root of the errors prefixmon raises for misuse or bad input."""
+
+
+class SpecError(PrefixmonError, ValueError):
+    """A tool, toolset, policy or monitor was declared wrongly."""
+
+
+class RecordError(PrefixmonError, ValueError):
+    """An episode record could not be read or written.
+
+    Attributes:
+        path: the file, when known.
+        line: the 1-based line number, when known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        self.path = path
+        self.line = line
+        where = f"{path}:{line}: " if path is not None and line is not None else ""
+        super().__init__(f"{where}{message}")
+
+
+class PlanError(PrefixmonError, ValueError):
+    """A plan could not be parsed; the message names the step and field."""
+
+
+class ToolBlocked(Exception):
+    """The monitor did not run a call.
+
+    ``str()`` is a message written for the model: what was wrong and how to repair it.
+
+    Attributes:
+        verdict: the verdict of the call that was not run.
+        decision: the policy decision (``"block"``, ``"deny"``, ``"replan"``, ``"fail_closed"``).
+        guidance: extra text from a replan or escalation hook, if any.
+    """
+
+    def __init__(self, verdict: Verdict, *, decision: str = "block", guidance: str | None = None) -> None:
+        self.verdict = verdict
+        self.decision = decision
+        self.guidance = guidance
+        message = f"Call to {verdict.tool!r} was not run: {verdict.reason}"
+        if guidance:
+            message = f"{message}\nGuidance: {guidance}"
+        super().__init__(message)

@@ -1,0 +1,189 @@
+"""The monitor: settings shared by every episode, and the episode context manager."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+import structlog
+
+from .episode import Episode, _current
+from .exceptions import SpecError
+from .observer import Observer
+from .policies import EscalateHook, Policy, ReplanHook
+from .records import EpisodeRecord, JsonlSink, Status
+from .spec import Toolset
+
+Sink = Callable[[EpisodeRecord], "Awaitable[None] | None"]
+"""Receives each finished record: a callable (sync, run in a worker thread, or async)."""
+
+FailureMode = Literal["fail_open", "fail_closed"]
+
+
+@dataclass(slots=True, kw_only=True)
+class MonitorStats:
+    """Counters over the monitor's lifetime."""
+
+    episodes: int = 0
+    internal_errors: int = 0
+    """Errors the monitor caught in itself: preconditions, effects, hooks, observers, sinks."""
+    sink_errors: int = 0
+    sink_timeouts: int = 0
+
+
+class Monitor:
+    """Checks every tool call of its episodes against a toolset and applies a policy.
+
+    Args:
+        toolset: the tools and their rules.
+        policy: ``"observe"`` (default: record only), ``"block"``, ``"replan"``,
+            ``"escalate"``, or a :class:`Policy` per tool and cause.
+        replan: ``async (verdict, call, state) -> Replan | ToolCall | str | None``; required
+            when the policy can replan. A hook that raises falls back to block.
+        escalate: ``async (verdict, call) -> Approve | Edit | Deny``; required when the
+            policy can escalate. No answer within ``escalate_timeout`` seconds denies.
+        failure_mode: what a monitor-internal error (a precondition that raises, say) does to
+            the call: ``"fail_open"`` lets it through, ``"fail_closed"`` blocks it. Either
+            way the error is counted and logged.
+        sink: receives each finished :class:`EpisodeRecord`: a path (a JSON Lines file) or
+            a callable. A sink that raises or hangs longer than ``sink_timeout`` is counted
+            and logged; the agent goes on.
+        observers: telemetry and logging hooks (see :class:`Observer`).
+        labels: labels merged into every episode's labels (an episode's own win).
+    """
+
+    def __init__(
+        self,
+        toolset: Toolset,
+        *,
+        policy: Policy | str = "observe",
+        replan: ReplanHook | None = None,
+        escalate: EscalateHook | None = None,
+        escalate_timeout: float = 60.0,
+        failure_mode: FailureMode = "fail_open",
+        sink: Sink | str | os.PathLike[str] | None = None,
+        sink_timeout: float = 10.0,
+        observers: Sequence[Observer] = (),
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        if not isinstance(toolset, Toolset):
+            raise SpecError(f"Monitor needs a Toolset, got {type(toolset).__name__}")
+        self.toolset = toolset
+        self.policy = Policy.coerce(policy)
+        if self.policy.uses("replan") and replan is None:
+            raise SpecError("the policy can replan, but no replan= hook was given")
+        if self.policy.uses("escalate") and escalate is None:
+            raise SpecError("the policy can escalate, but no escalate= hook was given")
+        if failure_mode not in ("fail_open", "fail_closed"):
+            raise SpecError(f"failure_mode must be 'fail_open' or 'fail_closed', got {failure_mode!r}")
+        self.replan = replan
+        self.escalate = escalate
+        self.escalate_timeout = escalate_timeout
+        self.failure_mode: FailureMode = failure_mode
+        self.fail_closed = failure_mode == "fail_closed"
+        self.sink: Sink | None = JsonlSink(sink) if isinstance(sink, (str, os.PathLike)) else sink
+        self.sink_timeout = sink_timeout
+        self.observers: tuple[Observer, ...] = tuple(observers)
+        self.labels: dict[str, str] = {str(k): str(v) for k, v in (labels or {}).items()}
+        self.stats = MonitorStats()
+        self._log = structlog.get_logger("prefixmon")
+
+    @asynccontextmanager
+    async def episode(
+        self,
+        task_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        *,
+        episode_id: str | None = None,
+        env: Any = None,
+        exposed: Iterable[str] | None = None,
+        allows_no_tool: bool = False,
+        facts: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[Episode]:
+        """Open an episode; its record is complete when the block exits, however it exits.
+
+        Args:
+            task_id: the task (several rollouts of one task share it); default: the episode id.
+            labels: e.g. ``{"dataset": ..., "model": ..., "method": ...}``.
+            episode_id: default: a random hex id.
+            env: a live environment object preconditions may read as ``state.env``.
+            exposed: tools available at the start (default: every tool declared exposed).
+            allows_no_tool: the task may be finished without any tool call.
+            facts: initial facts of the tracked state.
+        """
+        ep = Episode(
+            self,
+            task_id=task_id,
+            labels=labels or {},
+            episode_id=episode_id,
+            env=env,
+            exposed=exposed,
+            allows_no_tool=allows_no_tool,
+            facts=facts,
+        )
+        self.stats.episodes += 1
+        for obs in self.observers:
+            try:
+                obs.episode_started(ep)
+            except Exception as e:
+                self._fault(ep, f"observer {type(obs).__name__}.episode_started", e, notify=False)
+        reset = _current.set(ep)
+        status: Status = "finished"
+        error: str | None = None
+        try:
+            yield ep
+        except anyio.get_cancelled_exc_class():
+            status = "cancelled"
+            raise
+        except BaseException as e:
+            status, error = "error", type(e).__name__
+            raise
+        finally:
+            _current.reset(reset)
+            record = ep._close(status, error)
+            for obs in self.observers:
+                try:
+                    obs.episode_finished(ep, record)
+                except Exception as e:
+                    self._fault(ep, f"observer {type(obs).__name__}.episode_finished", e, notify=False)
+            if self.sink is not None:
+                await self._deliver(ep, record)
+
+    async def _deliver(self, ep: Episode, record: EpisodeRecord) -> None:
+        sink = self.sink
+        assert sink is not None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.sink_timeout) as scope:
+            try:
+                if inspect.iscoroutinefunction(sink) or inspect.iscoroutinefunction(getattr(sink, "__call__", None)):  # noqa: B004
+                    await sink(record)  # type: ignore[misc]
+                else:
+                    await anyio.to_thread.run_sync(sink, record, abandon_on_cancel=True)
+            except Exception as e:
+                self.stats.sink_errors += 1
+                self._fault(ep, "sink", e)
+        if scope.cancelled_caught:
+            self.stats.sink_timeouts += 1
+            self._fault(ep, "sink", TimeoutError(f"the sink did not finish within {self.sink_timeout:g} s"))
+
+    def _fault(self, episode: Episode | None, where: str, error: BaseException, *, notify: bool = True) -> None:
+        self.stats.internal_errors += 1
+        with contextlib.suppress(Exception):  # a broken logging setup must not break the agent either
+            self._log.error(
+                "monitor_internal_error",
+                where=where,
+                error_type=type(error).__name__,
+                episode_id=episode.id if episode is not None else None,
+                failure_mode=self.failure_mode,
+            )
+        if notify:
+            for obs in self.observers:
+                try:
+                    obs.internal_error(episode, where, error)
+                except Exception:
+                    self.stats.internal_errors += 1

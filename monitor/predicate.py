@@ -1,0 +1,348 @@
+"""The executability predicate: five checks, read top to bottom in tie-break order.
+
+1. schema            the tool exists and is exposed; the arguments parse and fit the schema
+2. dependency        every reference argument is bound, current and of the declared kind
+3. precondition      every explicit precondition holds in the current state
+4. state_consistency the environment accepts the call (known only after it ran; see
+                     :func:`acceptance`)
+5. information       every grounded argument's value is available information
+
+A schema failure stops the check (the arguments are unusable); otherwise every check runs so
+that the verdict lists every failure, and the primary cause is the first in this order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from .spec import ArgumentError, Precondition, Ref, Toolset, ToolSpec
+from .state import TrackedState
+from .vocabulary import Cause
+
+MAX_VALUE_REPR: Final = 60
+"""Values quoted in reasons are cut to this many characters."""
+MAX_LISTED_TOOLS: Final = 20
+
+
+class Undetermined:
+    """Returned by a precondition when its answer depends on a value only execution reveals.
+
+    At runtime it counts as holding; plan verification reports the step as undetermined.
+    """
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str = "") -> None:
+        self.why = why
+
+    def __repr__(self) -> str:
+        return f"Undetermined({self.why!r})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """A tool call as the agent emitted it (or as a hook replaced it)."""
+
+    name: str
+    args: Mapping[str, Any] | str | bytes | None = None
+    """A dict, raw JSON text, or ``None`` for no arguments."""
+    call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failure:
+    """One failed check."""
+
+    cause: Cause
+    reason: str
+    """Model-readable; may quote argument values (never sent to telemetry by default)."""
+    code: str
+    """Low-cardinality machine code, e.g. ``unknown_tool``, ``stale_reference``,
+    ``precondition:cellular_on``; safe for telemetry."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fault:
+    """An exception raised inside the monitor's own checking (a buggy precondition)."""
+
+    where: str
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """The predicate's answer for one call."""
+
+    tool: str
+    call_id: str | None = None
+    depth: int
+    executable: bool
+    failures: tuple[Failure, ...] = ()
+    """Every failed check, in tie-break order."""
+    args: Mapping[str, Any] | None = None
+    """Validated arguments (``None`` when they did not parse or fit the schema)."""
+    faults: tuple[Fault, ...] = ()
+    """Monitor-internal errors met while checking."""
+    undetermined: tuple[str, ...] = ()
+    """Preconditions that could not be decided (plan verification)."""
+
+    @property
+    def cause(self) -> Cause | None:
+        """The primary cause, or ``None`` when executable."""
+        return self.failures[0].cause if self.failures else None
+
+    @property
+    def reason(self) -> str:
+        """The primary failure's model-readable reason (empty when executable)."""
+        return self.failures[0].reason if self.failures else ""
+
+    @property
+    def code(self) -> str | None:
+        """The primary failure's low-cardinality code."""
+        return self.failures[0].code if self.failures else None
+
+
+def quote(value: Any) -> str:
+    """A short repr of a value for a reason."""
+    text = repr(value)
+    return text if len(text) <= MAX_VALUE_REPR else text[: MAX_VALUE_REPR - 3] + "..."
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, Any] | str:
+    """Parse raw arguments into a dict, or return a reason why they do not parse."""
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return f"arguments are not valid UTF-8 (byte 0x{raw[e.start]:02x} at position {e.start})"
+    if not isinstance(raw, str):
+        return f"arguments must be a JSON object, got {type(raw).__name__}"
+    if not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        return f"arguments are not valid JSON ({e.msg} at position {e.pos}; {len(raw)} characters)"
+    except ValueError as e:
+        return f"arguments are not valid JSON ({e})"
+    except RecursionError:
+        return "arguments are nested too deeply to parse"
+    if not isinstance(parsed, dict):
+        return f"arguments must be a JSON object, got {type(parsed).__name__}"
+    return parsed
+
+
+def _available(toolset: Toolset, state: TrackedState) -> str:
+    names = sorted(state.exposed)
+    if not names:
+        return ""
+    shown = ", ".join(names[:MAX_LISTED_TOOLS])
+    more = f" and {len(names) - MAX_LISTED_TOOLS} more" if len(names) > MAX_LISTED_TOOLS else ""
+    return f"; available tools: {shown}{more}"
+
+
+# 1. schema ---------------------------------------------------------------------------------
+def check_schema(
+    toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
+) -> tuple[ToolSpec | None, dict[str, Any] | None, Failure | None]:
+    """Tool existence and exposure, argument parsing and schema fit."""
+    spec = toolset.get(name)
+    if spec is None:
+        return (
+            None,
+            None,
+            Failure(
+                cause=Cause.SCHEMA,
+                code="unknown_tool",
+                reason=f"there is no tool named {quote(name)}{_available(toolset, state)}",
+            ),
+        )
+    if name not in state.exposed:
+        return (
+            spec,
+            None,
+            Failure(
+                cause=Cause.SCHEMA,
+                code="not_exposed",
+                reason=f"{name} is not available at this point{_available(toolset, state)}",
+            ),
+        )
+    parsed = parse_arguments(raw)
+    if isinstance(parsed, str):
+        return spec, None, Failure(cause=Cause.SCHEMA, code="invalid_json", reason=f"{name}: {parsed}")
+    try:
+        args = spec.validate(parsed)
+    except ArgumentError as e:
+        return spec, None, Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: {e}")
+    except RecursionError:
+        return (
+            spec,
+            None,
+            Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: arguments are nested too deeply"),
+        )
+    return spec, args, None
+
+
+# 2. dependency -----------------------------------------------------------------------------
+def _reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, arg: str, ref: Ref, value: Any) -> Failure | None:
+    binding = state.binding(value, ref.kind)
+    if binding is not None:
+        if binding.current:
+            return None
+        by = f" by {binding.stale_by}" if binding.stale_by else ""
+        return Failure(
+            cause=Cause.DEPENDENCY,
+            code="stale_reference",
+            reason=(
+                f"{spec.name} needs a current {ref.kind} for '{arg}'; {quote(value)} was returned by "
+                f"{binding.tool or 'an earlier call'} but is no longer valid (changed{by} at step {binding.stale_depth})"
+            ),
+        )
+    if ref.user and state.user_said(value):
+        return None
+    producers = toolset.producers_of(ref.kind)
+    source = f" ({', '.join(producers)} {'produces' if len(producers) == 1 else 'produce'} them)" if producers else ""
+    alt = " or given by the user" if ref.user else ""
+    other = state.binding(value)
+    if other is not None:
+        detail = f"{quote(value)} is a {other.kind}, not a {ref.kind}"
+        code = "wrong_kind"
+    else:
+        detail = f"{quote(value)} was never returned by any tool"
+        code = "unbound_reference"
+    return Failure(
+        cause=Cause.DEPENDENCY,
+        code=code,
+        reason=f"{spec.name} needs a {ref.kind} for '{arg}' returned by an earlier call{source}{alt}; {detail}",
+    )
+
+
+def check_dependencies(toolset: Toolset, state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | None:
+    """Every reference argument must be bound, current and of its kind."""
+    for arg, ref in spec.refs:
+        value = args.get(arg)
+        if value is None:
+            continue
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            failure = _reference_failure(toolset, state, spec, arg, ref, v)
+            if failure is not None:
+                return failure
+    return None
+
+
+# 3. precondition ---------------------------------------------------------------------------
+def check_preconditions(
+    state: TrackedState, spec: ToolSpec, args: Mapping[str, Any], faults: list[Fault], undetermined: list[str]
+) -> Failure | None:
+    """Every explicit precondition must hold; an exception is a monitor fault, not a failure."""
+    for pre in spec.requires:
+        try:
+            result = pre.check(state, args)
+        except Exception as e:
+            faults.append(Fault(where=f"precondition {pre.name} of {spec.name}", error=e))
+            continue
+        if result is True or result is None:
+            continue
+        if isinstance(result, Undetermined):
+            undetermined.append(pre.name)
+            continue
+        return Failure(cause=Cause.PRECONDITION, code=f"precondition:{pre.name}", reason=f"{spec.name}: {_message(pre, result)}")
+    return None
+
+
+def _message(pre: Precondition, result: Any) -> str:
+    if isinstance(result, str) and result:
+        return result
+    return pre.message or f"precondition {pre.name} does not hold"
+
+
+# 4. state consistency (after the call) -----------------------------------------------------
+def acceptance(
+    spec: ToolSpec | None, name: str, *, result: Any = None, error: BaseException | str | None = None
+) -> Failure | None:
+    """Whether the environment accepted a call that ran: no exception, no error result."""
+    if error is not None:
+        detail = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        return Failure(
+            cause=Cause.STATE_CONSISTENCY, code="environment_error", reason=f"{name} was rejected by the environment: {detail}"
+        )
+    if spec is not None and spec.error_result is not None:
+        reason = spec.error_result(result)
+        if reason:
+            return Failure(
+                cause=Cause.STATE_CONSISTENCY, code="error_result", reason=f"{name} was rejected by the environment: {reason}"
+            )
+    return None
+
+
+# 5. information ----------------------------------------------------------------------------
+def check_information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | None:
+    """Every grounded argument's value must have appeared in what the agent has seen."""
+    for arg in spec.grounded:
+        value = args.get(arg)
+        if value is None:
+            continue
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, (Mapping, list, tuple)) or state.seen(v):
+                continue
+            return Failure(
+                cause=Cause.INFORMATION,
+                code="ungrounded",
+                reason=f"{spec.name}: {quote(v)} for '{arg}' did not appear in the user's messages or any earlier tool result",
+            )
+    return None
+
+
+@dataclass(slots=True)
+class _Scratch:
+    faults: list[Fault] = field(default_factory=list)
+    undetermined: list[str] = field(default_factory=list)
+
+
+def check(
+    toolset: Toolset,
+    state: TrackedState,
+    name: str,
+    raw_args: Mapping[str, Any] | str | bytes | None,
+    *,
+    depth: int,
+    call_id: str | None = None,
+) -> Verdict:
+    """Judge one call before it runs (checks 1, 2, 3 and 5)."""
+    spec, args, failure = check_schema(toolset, state, name, raw_args)
+    if failure is not None or spec is None or args is None:
+        assert failure is not None
+        return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
+    scratch = _Scratch()
+    failures = tuple(
+        f
+        for f in (
+            check_dependencies(toolset, state, spec, args) if spec.refs else None,
+            check_preconditions(state, spec, args, scratch.faults, scratch.undetermined) if spec.requires else None,
+            check_information(state, spec, args) if spec.grounded else None,
+        )
+        if f is not None
+    )
+    return Verdict(
+        tool=name,
+        call_id=call_id,
+        depth=depth,
+        executable=not failures,
+        failures=failures,
+        args=args,
+        faults=tuple(scratch.faults),
+        undetermined=tuple(scratch.undetermined),
+    )

@@ -1,0 +1,313 @@
+"""Episode records: the versioned JSON Lines format that runtime, replay and analytics share.
+
+One finished episode is one line. Records are frozen dataclasses in memory and are
+validated by pydantic (one module-level ``TypeAdapter``) when read and written, so a file
+that loads is a file the analytics can trust.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any, Final, Literal
+
+from pydantic import TypeAdapter, ValidationError
+
+from .exceptions import RecordError
+from .vocabulary import Cause, Decision, Outcome
+
+SCHEMA: Final = "prefixmon.episode/1"
+"""The value of every record's ``schema`` field."""
+
+Status = Literal["finished", "error", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionRecord:
+    """One action slot of an episode, as the agent emitted it."""
+
+    depth: int
+    """1-based position in the episode."""
+    tool: str | None
+    """Tool name; ``None`` for the terminal no-tool slot of an episode without calls."""
+    call_id: str | None = None
+    """The framework's call id (``gen_ai.tool.call.id``)."""
+    executable: bool
+    """Whether the call was executable in the state induced by the earlier actions."""
+    cause: Cause | None = None
+    """Primary cause when not executable."""
+    reason: str | None = None
+    """Model-readable reason when not executable."""
+    decision: Decision = Decision.ALLOW
+    """What the monitor did with the call."""
+    reached_environment: bool = False
+    """Whether the call (or an edited or replacement call) actually ran."""
+    error: str | None = None
+    """The environment's error (exception or error result), if it rejected the call."""
+    turn: int = 0
+    """0-based turn index (multi-turn benchmarks, conversations)."""
+    replacement: str | None = None
+    """Name of the tool that ran instead (replan or edit), if any."""
+    plan_step: int | None = None
+    """Index of the approved-plan step this call matched, when the episode carries a plan."""
+    deviation: str | None = None
+    """How the call deviated from the approved plan, when it did."""
+
+    def __post_init__(self) -> None:
+        if self.depth < 1:
+            raise ValueError(f"depth must be >= 1, got {self.depth}")
+        if self.executable and self.cause is not None:
+            raise ValueError(f"action at depth {self.depth} is executable but has cause {self.cause}")
+        if not self.executable and self.cause is None:
+            raise ValueError(f"action at depth {self.depth} is not executable but has no cause")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FirstFailure:
+    """The first non-executable action of an episode."""
+
+    depth: int
+    tool: str | None
+    cause: Cause
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpisodeRecord:
+    """A finished episode (DESIGN §6). ``fed == horizon + 1`` iff fully executable."""
+
+    schema: Literal["prefixmon.episode/1"] = SCHEMA
+    episode_id: str
+    task_id: str
+    labels: dict[str, str] = field(default_factory=dict)
+    horizon: int
+    fed: int
+    executable: bool
+    outcome: Outcome | None = None
+    first_failure: FirstFailure | None = None
+    actions: list[ActionRecord] = field(default_factory=list)
+    started_at: datetime
+    ended_at: datetime
+    status: Status = "finished"
+    """``finished`` normally, ``error`` when the agent body raised, ``cancelled`` when cancelled."""
+    error: str | None = None
+    """The agent body's exception, when ``status == "error"``."""
+    invalid_reached_environment: bool = False
+    """Whether any non-executable call actually ran against the environment."""
+    allows_no_tool: bool = False
+    """Whether the task may be finished without any tool call."""
+
+    def __post_init__(self) -> None:
+        where = f"episode {self.episode_id!r}"
+        if self.horizon < 1:
+            raise ValueError(f"{where}: horizon must be >= 1, got {self.horizon}")
+        if not 1 <= self.fed <= self.horizon + 1:
+            raise ValueError(f"{where}: fed {self.fed} outside 1..horizon+1 ({self.horizon + 1})")
+        if self.executable != (self.fed == self.horizon + 1):
+            raise ValueError(f"{where}: executable={self.executable} but fed={self.fed}, horizon={self.horizon}")
+        if self.executable != (self.first_failure is None):
+            raise ValueError(f"{where}: first_failure must be null exactly when executable")
+        if self.first_failure is not None and self.first_failure.depth != self.fed:
+            raise ValueError(f"{where}: first_failure.depth {self.first_failure.depth} != fed {self.fed}")
+        if self.actions and len(self.actions) != self.horizon:
+            raise ValueError(f"{where}: {len(self.actions)} actions but horizon {self.horizon}")
+
+    @property
+    def success(self) -> bool:
+        """Y: 1 only for outcome ``success``."""
+        return self.outcome is Outcome.SUCCESS
+
+
+RECORD_ADAPTER: Final[TypeAdapter[EpisodeRecord]] = TypeAdapter(EpisodeRecord)
+"""Validates and serialises records; the one boundary between records and the outside."""
+
+
+def build_record(
+    *,
+    episode_id: str,
+    task_id: str,
+    labels: Mapping[str, str],
+    actions: list[ActionRecord],
+    outcome: Outcome | None,
+    started_at: datetime,
+    ended_at: datetime,
+    status: Status = "finished",
+    error: str | None = None,
+    allows_no_tool: bool = False,
+) -> EpisodeRecord:
+    """Derive horizon, FED, executability and first failure from the actions.
+
+    An empty action list becomes the terminal no-tool slot (T = 1), executable only when
+    ``allows_no_tool``.
+    """
+    if not actions:
+        if allows_no_tool:
+            actions = [ActionRecord(depth=1, tool=None, executable=True)]
+        else:
+            actions = [
+                ActionRecord(
+                    depth=1,
+                    tool=None,
+                    executable=False,
+                    cause=Cause.PRECONDITION,
+                    reason="the episode ended without any tool call, but the task requires one",
+                )
+            ]
+    horizon = len(actions)
+    first = next((a for a in actions if not a.executable), None)
+    failure = (
+        None
+        if first is None
+        else FirstFailure(depth=first.depth, tool=first.tool, cause=first.cause or Cause.SCHEMA, reason=first.reason or "")
+    )
+    return EpisodeRecord(
+        episode_id=episode_id,
+        task_id=task_id,
+        labels=dict(labels),
+        horizon=horizon,
+        fed=horizon + 1 if first is None else first.depth,
+        executable=first is None,
+        outcome=outcome,
+        first_failure=failure,
+        actions=actions,
+        started_at=started_at,
+        ended_at=ended_at,
+        status=status,
+        error=error,
+        invalid_reached_environment=any(not a.executable and a.reached_environment for a in actions),
+        allows_no_tool=allows_no_tool,
+    )
+
+
+def dumps_record(record: EpisodeRecord) -> str:
+    """One record as one JSON line (no trailing newline)."""
+    return RECORD_ADAPTER.dump_json(record, exclude_none=False).decode()
+
+
+def loads_record(line: str | bytes, *, path: str | None = None, line_no: int | None = None) -> EpisodeRecord:
+    """Parse and validate one JSON line.
+
+    Raises:
+        RecordError: the line is not valid JSON or not a valid ``prefixmon.episode/1`` record.
+    """
+    try:
+        return RECORD_ADAPTER.validate_json(line)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "record"
+        kind = "not valid JSON" if first["type"] == "json_invalid" else "not a valid record"
+        raise RecordError(f"{kind}: {loc}: {first['msg']} ({e.error_count()} error(s))", path=path, line=line_no) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BadLine:
+    """A line the reader skipped, with where and why."""
+
+    path: str
+    line: int
+    message: str
+    truncated: bool = False
+    """True for an unterminated last line (a writer was killed mid-write)."""
+
+
+def iter_records(
+    path: str | os.PathLike[str],
+    *,
+    on_error: Literal["raise", "skip"] = "raise",
+    errors: list[BadLine] | None = None,
+) -> Iterator[EpisodeRecord]:
+    """Yield the records of one JSON Lines file.
+
+    Args:
+        path: the file.
+        on_error: ``"raise"`` stops at the first bad line with a :class:`RecordError`;
+            ``"skip"`` skips it and appends a :class:`BadLine` to ``errors``.
+        errors: where skipped lines are reported.
+
+    An unterminated last line (a writer killed mid-write) is always reported as
+    truncated and skipped: every finished line before it is kept.
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        line_no = 0
+        for raw in f:
+            line_no += 1
+            if not raw.strip():
+                continue
+            truncated = not raw.endswith(b"\n")
+            try:
+                yield loads_record(raw, path=name, line_no=line_no)
+            except RecordError as e:
+                if on_error == "raise" and not truncated:
+                    raise
+                if errors is not None:
+                    msg = "truncated last line (the writer stopped mid-record)" if truncated else str(e)
+                    errors.append(BadLine(path=name, line=line_no, message=msg, truncated=truncated))
+
+
+def read_records(
+    *paths: str | os.PathLike[str],
+    on_error: Literal["raise", "skip"] = "raise",
+    errors: list[BadLine] | None = None,
+) -> list[EpisodeRecord]:
+    """Read every record of one or more JSON Lines files (see :func:`iter_records`)."""
+    return [r for p in paths for r in iter_records(p, on_error=on_error, errors=errors)]
+
+
+class JsonlSink:
+    """Appends finished episodes to a JSON Lines file, one line each, flushed per episode.
+
+    Each record is written with a single ``write`` of a complete line, then flushed and
+    (with ``fsync=True``) synced, so a killed process loses no finished episode.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fsync = fsync
+        self._file: IO[str] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, record: EpisodeRecord) -> None:
+        line = dumps_record(record) + "\n"
+        with self._lock:
+            if self._file is None:
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across episodes
+            self._file.write(line)
+            self._file.flush()
+            if self._fsync:
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Close the file; later records reopen it."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> JsonlSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_records(path: str | os.PathLike[str], records: Iterable[EpisodeRecord]) -> int:
+    """Write records to a new JSON Lines file; returns how many were written."""
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(dumps_record(r) + "\n")
+            n += 1
+    return n
+
+
+def record_to_dict(record: EpisodeRecord) -> dict[str, Any]:
+    """The record as plain JSON-compatible data."""
+    data: dict[str, Any] = json.loads(dumps_record(record))
+    return data

@@ -1,0 +1,453 @@
+"""Tool specs: what a tool accepts, needs, produces and changes.
+
+A :class:`Toolset` holds :class:`ToolSpec` s. Python callables are declared with
+``@toolset.tool`` (the signature gives a pydantic-validated argument schema); tools known only
+by a JSON Schema (OpenAI function definitions, MCP ``inputSchema``) with
+:meth:`Toolset.add_schema` (the validator is compiled once).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Protocol, TypeVar, get_args, get_origin, get_type_hints, overload
+
+import fastjsonschema
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from .exceptions import SpecError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PreconditionResult = bool | str | None
+"""``True`` or ``None``: holds. ``False``: fails with the precondition's message. ``str``: fails with it."""
+
+
+class TrackedStateView(Protocol):
+    """What preconditions and effects may read (see :class:`prefixmon.TrackedState`)."""
+
+    facts: dict[str, Any]
+    env: Any
+    depth: int
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """Marks an argument as a reference of ``kind`` that an earlier result must have produced.
+
+    ``Annotated[str, Ref("person_id")]``. With ``user=True`` a value that appeared in the
+    user's messages is accepted as well (ids the user states, such as a user id).
+    A list-valued argument is checked element by element.
+    """
+
+    kind: str
+    user: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Grounded:
+    """Marks an argument whose value must be available information.
+
+    The value must have appeared in the user's messages or in an earlier tool result (no
+    invented phone numbers, amounts or ids).
+    """
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Precondition:
+    """A named check over the tracked state and the call's arguments.
+
+    Args:
+        check: ``(state, args) -> bool | str | None``; see :data:`PreconditionResult`.
+        message: the reason used when ``check`` returns ``False``.
+        name: for diagnostics; defaults to the function's name.
+    """
+
+    check: Callable[[Any, Mapping[str, Any]], PreconditionResult]
+    message: str = ""
+    name: str = ""
+
+    @classmethod
+    def wrap(cls, obj: Precondition | Callable[..., PreconditionResult]) -> Precondition:
+        """Accept a bare callable where a precondition is expected."""
+        if isinstance(obj, Precondition):
+            return obj
+        if not callable(obj):
+            raise SpecError(f"a precondition must be callable, got {obj!r}")
+        name = getattr(obj, "__name__", type(obj).__name__)
+        doc = inspect.getdoc(obj) or ""
+        message = doc.splitlines()[0] if doc else f"precondition {name} does not hold"
+        return cls(check=obj, message=message, name=name)
+
+    def __call__(self, state: Any, args: Mapping[str, Any]) -> PreconditionResult:
+        return self.check(state, args)
+
+
+Effect = Callable[[Any, Mapping[str, Any], Any], None]
+"""``(state, args, result) -> None``: updates the tracked state after a successful call."""
+
+ErrorResult = Callable[[Any], "str | None"]
+"""``(result) -> reason | None``: recognises a result that means the environment rejected the call."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Produce:
+    """Values under ``key`` anywhere in a result are bound as references of ``kind``."""
+
+    kind: str
+    key: str
+
+
+class ArgumentError(Exception):
+    """Arguments do not fit a tool's schema (internal; becomes a schema verdict)."""
+
+
+Validator = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """Everything the predicate knows about one tool.
+
+    Built by :meth:`Toolset.tool` and :meth:`Toolset.add_schema`; not usually constructed
+    directly.
+    """
+
+    name: str
+    """The tool's name as the agent calls it."""
+    description: str = ""
+    parameters: Mapping[str, Any]
+    """JSON Schema of the arguments."""
+    validate: Validator
+    """Validates and normalises a dict of arguments; raises ``ArgumentError``."""
+    func: Callable[..., Any] | None = None
+    """The implementation, if the toolset runs it; ``None`` when a framework does."""
+    is_async: bool = False
+    requires: tuple[Precondition, ...] = ()
+    effects: tuple[Effect, ...] = ()
+    produces: tuple[Produce, ...] = ()
+    invalidates: frozenset[str] = frozenset()
+    """Reference kinds whose argument values become stale after a successful call."""
+    refs: tuple[tuple[str, Ref], ...] = ()
+    """(argument, Ref) pairs in declaration order."""
+    grounded: tuple[str, ...] = ()
+    error_result: ErrorResult | None = None
+    exposed: bool = True
+    """Whether the tool is available from the start of an episode."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _produce_tuple(produces: str | Sequence[str] | Mapping[str, str] | None) -> tuple[Produce, ...]:
+    if produces is None:
+        return ()
+    if isinstance(produces, str):
+        return (Produce(kind=produces, key=produces),)
+    if isinstance(produces, Mapping):
+        return tuple(Produce(kind=k, key=v) for k, v in produces.items())
+    return tuple(Produce(kind=k, key=k) for k in produces)
+
+
+def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+def _format_pydantic_error(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors(include_url=False)[:3]:
+        loc = ".".join(str(p) for p in err["loc"])
+        kind = err["type"]
+        if kind == "missing":
+            parts.append(f"missing required argument '{loc}'")
+        elif kind == "extra_forbidden":
+            parts.append(f"unknown argument '{loc}'")
+        else:
+            parts.append(f"argument '{loc}': {err['msg']}")
+    more = e.error_count() - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _model_validator(model: type[BaseModel]) -> Validator:
+    validate = model.model_validate
+
+    def run(args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return validate(args).__dict__
+        except ValidationError as e:
+            raise ArgumentError(_format_pydantic_error(e)) from None
+
+    return run
+
+
+def _schema_validator(name: str, schema: Mapping[str, Any], forbid_unknown: bool) -> Validator:
+    prepared = {k: v for k, v in schema.items() if k != "$schema"}
+    prepared.setdefault("type", "object")
+    try:
+        compiled = fastjsonschema.compile(prepared)
+    except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError, KeyError) as e:
+        raise SpecError(f"tool {name!r}: its JSON Schema cannot be compiled: {e}") from e
+    props = schema.get("properties")
+    known = frozenset(props) if isinstance(props, Mapping) else None
+    check_unknown = forbid_unknown and known is not None and "additionalProperties" not in schema
+
+    def run(args: dict[str, Any]) -> dict[str, Any]:
+        if check_unknown:
+            extra = [k for k in args if k not in known]  # type: ignore[operator]
+            if extra:
+                raise ArgumentError(
+                    f"unknown argument '{extra[0]}'" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
+                )
+        try:
+            compiled(args)
+        except fastjsonschema.JsonSchemaValueException as e:
+            path = ".".join(str(p) for p in (e.path or [])[1:])
+            msg = e.message.replace("data.", "", 1) if e.message.startswith("data.") else e.message
+            if msg.startswith("data "):
+                msg = "arguments " + msg[5:]
+            raise ArgumentError(f"argument '{path}': {msg}" if path and not msg.startswith(path) else msg) from None
+        return args
+
+    return run
+
+
+def _signature_model(
+    func: Callable[..., Any], name: str, strict: bool
+) -> tuple[type[BaseModel], tuple[tuple[str, Ref], ...], tuple[str, ...]]:
+    sig = inspect.signature(func)
+    try:
+        hints = get_type_hints(func, include_extras=True)
+    except Exception as e:  # unresolved forward references and the like
+        raise SpecError(f"tool {name!r}: cannot resolve its type hints: {e}") from e
+    fields: dict[str, Any] = {}
+    refs: list[tuple[str, Ref]] = []
+    grounded: list[str] = []
+    for pname, param in sig.parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise SpecError(f"tool {name!r}: *args/**kwargs cannot be described as tool arguments")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise SpecError(f"tool {name!r}: positional-only parameter {pname!r} cannot be passed by name")
+        annotation = hints.get(pname, Any)
+        if get_origin(annotation) is Annotated:
+            for meta in get_args(annotation)[1:]:
+                if isinstance(meta, Ref):
+                    refs.append((pname, meta))
+                elif isinstance(meta, Grounded) or meta is Grounded:
+                    grounded.append(pname)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, default)
+    config = ConfigDict(extra="forbid", strict=strict, arbitrary_types_allowed=True)
+    model = create_model(f"{name}_args", __config__=config, **fields)
+    return model, tuple(refs), tuple(grounded)
+
+
+class Toolset:
+    """A registry of tool specs.
+
+    Example::
+
+        tools = Toolset()
+
+        @tools.tool(produces="person_id")
+        async def search_contacts(name: str) -> list[dict]: ...
+    """
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        self._producers: dict[str, list[str]] = {}
+        for spec in specs:
+            self.add(spec)
+
+    # -- registry -------------------------------------------------------------------------
+    def add(self, spec: ToolSpec, *, replace: bool = False) -> ToolSpec:
+        """Register a spec; a second tool of the same name is an error unless ``replace``."""
+        if spec.name in self._specs and not replace:
+            raise SpecError(f"a tool named {spec.name!r} is already declared")
+        old = self._specs.get(spec.name)
+        if old is not None:
+            for p in old.produces:
+                self._producers[p.kind].remove(old.name)
+        self._specs[spec.name] = spec
+        for p in spec.produces:
+            self._producers.setdefault(p.kind, []).append(spec.name)
+        return spec
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self._specs[name]
+
+    def get(self, name: str) -> ToolSpec | None:
+        """The spec of ``name``, or ``None``."""
+        return self._specs.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    @property
+    def names(self) -> list[str]:
+        """Tool names in declaration order."""
+        return list(self._specs)
+
+    def producers_of(self, kind: str) -> list[str]:
+        """Names of the tools whose results bind references of ``kind``."""
+        return self._producers.get(kind, [])
+
+    # -- declaration ----------------------------------------------------------------------
+    @overload
+    def tool(self, func: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires: Iterable[Precondition | Callable[..., PreconditionResult]] = (),
+        effects: Iterable[Effect] = (),
+        produces: str | Sequence[str] | Mapping[str, str] | None = None,
+        invalidates: str | Iterable[str] | None = None,
+        grounded: str | Iterable[str] | None = None,
+        error_result: ErrorResult | None = None,
+        exposed: bool = True,
+        strict: bool = False,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        func: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires: Iterable[Precondition | Callable[..., PreconditionResult]] = (),
+        effects: Iterable[Effect] = (),
+        produces: str | Sequence[str] | Mapping[str, str] | None = None,
+        invalidates: str | Iterable[str] | None = None,
+        grounded: str | Iterable[str] | None = None,
+        error_result: ErrorResult | None = None,
+        exposed: bool = True,
+        strict: bool = False,
+    ) -> F | Callable[[F], F]:
+        """Declare a Python callable (sync or async) as a tool; usable bare or with options.
+
+        Args:
+            name: tool name (default: the function's name).
+            description: default: the docstring's first paragraph.
+            requires: preconditions, checked in order.
+            effects: state updates run after a successful call.
+            produces: reference kinds the result binds: a kind (the key of the same name),
+                several kinds, or ``{kind: key}``.
+            invalidates: reference kinds whose argument values are stale after success.
+            grounded: arguments whose values must be available information (also
+                ``Annotated[..., Grounded()]``).
+            error_result: recognises results that mean the environment rejected the call.
+            exposed: ``False`` declares a tool that is not available until exposed.
+            strict: pydantic strict mode for the arguments (no coercion of ``"5"`` to 5).
+        """
+
+        def register(f: F) -> F:
+            tool_name = name or getattr(f, "__name__", None)
+            if not tool_name:
+                raise SpecError(f"cannot name tool {f!r}; pass name=")
+            model, refs, grounded_marks = _signature_model(f, tool_name, strict)
+            doc = inspect.getdoc(f) or ""
+            self.add(
+                ToolSpec(
+                    name=tool_name,
+                    description=description if description is not None else doc.split("\n\n")[0],
+                    parameters=model.model_json_schema(),
+                    validate=_model_validator(model),
+                    func=f,
+                    is_async=inspect.iscoroutinefunction(f),
+                    requires=tuple(Precondition.wrap(p) for p in requires),
+                    effects=tuple(effects),
+                    produces=_produce_tuple(produces),
+                    invalidates=frozenset(_names(invalidates)),
+                    refs=refs,
+                    grounded=tuple(dict.fromkeys(grounded_marks + _names(grounded))),
+                    error_result=error_result,
+                    exposed=exposed,
+                )
+            )
+            return f
+
+        if func is not None:
+            return register(func)
+        return register
+
+    def add_schema(
+        self,
+        name: str,
+        json_schema: Mapping[str, Any] | str | None = None,
+        *,
+        description: str = "",
+        func: Callable[..., Any] | None = None,
+        requires: Iterable[Precondition | Callable[..., PreconditionResult]] = (),
+        effects: Iterable[Effect] = (),
+        produces: str | Sequence[str] | Mapping[str, str] | None = None,
+        invalidates: str | Iterable[str] | None = None,
+        refs: Mapping[str, str | Ref] | None = None,
+        grounded: str | Iterable[str] | None = None,
+        error_result: ErrorResult | None = None,
+        exposed: bool = True,
+        forbid_unknown: bool = True,
+        replace: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ToolSpec:
+        """Declare a tool from a JSON Schema of its arguments.
+
+        Args:
+            name: the tool's name.
+            json_schema: the arguments' schema (an OpenAI function's ``parameters``, an MCP
+                tool's ``inputSchema``), as a dict or JSON text; ``None`` for no arguments.
+            func: an implementation called as ``func(**args)`` when the monitor runs the tool.
+            refs: ``{argument: kind}`` (or ``Ref``) for reference arguments.
+            forbid_unknown: reject arguments the schema does not name, unless the schema
+                says ``additionalProperties`` itself.
+            replace: replace an existing tool of the same name.
+
+        The other options are as for :meth:`tool`.
+        """
+        if isinstance(json_schema, str):
+            try:
+                json_schema = json.loads(json_schema)
+            except json.JSONDecodeError as e:
+                raise SpecError(f"tool {name!r}: its schema is not valid JSON: {e}") from e
+        if json_schema is None:
+            json_schema = {"type": "object", "properties": {}}
+        if not isinstance(json_schema, Mapping):
+            raise SpecError(f"tool {name!r}: the schema must be a JSON object, got {type(json_schema).__name__}")
+        schema: Mapping[str, Any] = json_schema
+        ref_pairs = tuple((arg, r if isinstance(r, Ref) else Ref(r)) for arg, r in (refs or {}).items())
+        return self.add(
+            ToolSpec(
+                name=name,
+                description=description,
+                parameters=schema,
+                validate=_schema_validator(name, schema, forbid_unknown),
+                func=func,
+                is_async=func is not None and inspect.iscoroutinefunction(func),
+                requires=tuple(Precondition.wrap(p) for p in requires),
+                effects=tuple(effects),
+                produces=_produce_tuple(produces),
+                invalidates=frozenset(_names(invalidates)),
+                refs=ref_pairs,
+                grounded=_names(grounded),
+                error_result=error_result,
+                exposed=exposed,
+                metadata=dict(metadata or {}),
+            ),
+            replace=replace,
+        )

@@ -1,0 +1,197 @@
+"""Tracked state of one episode: facts, reference bindings and the information pool.
+
+Every lookup is a dict or set access, so a check costs O(what it reads) whatever the size
+of the state. Tool results are walked once, when they arrive, never per check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+MAX_WALK_DEPTH: Final = 64
+"""Nesting below this depth in a tool result is not indexed."""
+MAX_WALK_ITEMS: Final = 200_000
+"""At most this many leaves of one tool result are indexed."""
+MAX_TOKENISED_LENGTH: Final = 2_000
+"""Strings up to this length are also indexed word by word."""
+
+_STRIP = ".,;:!?()[]{}<>\"'`"
+
+
+@dataclass(slots=True, kw_only=True)
+class Binding:
+    """A reference value produced by a tool result."""
+
+    kind: str
+    depth: int
+    """Depth of the action whose result produced it (0: given before the episode)."""
+    tool: str | None
+    current: bool = True
+    stale_depth: int | None = None
+    stale_by: str | None = None
+
+
+def _key(value: Any) -> Hashable | None:
+    """A hashable lookup key for a scalar, or ``None`` for values that are not ids."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (str, int)):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    return None
+
+
+class TrackedState:
+    """The state a predicate reads: facts, bindings, information, and a live environment.
+
+    Attributes:
+        facts: key/value facts, updated by tool effects.
+        env: the live environment object given to the episode, or ``None``.
+        depth: number of actions emitted so far.
+        turn: current turn (0-based).
+    """
+
+    __slots__ = ("_bindings", "_pool", "_texts", "depth", "env", "exposed", "facts", "turn")
+
+    def __init__(self, *, facts: Mapping[str, Any] | None = None, env: Any = None, exposed: Iterable[str] | None = None) -> None:
+        self.facts: dict[str, Any] = dict(facts or {})
+        self.env = env
+        self.depth = 0
+        self.turn = 0
+        self.exposed: set[str] = set(exposed or ())
+        self._bindings: dict[Hashable, dict[str, Binding]] = {}
+        self._pool: set[Hashable] = set()
+        self._texts: list[str] = []
+
+    # -- references -----------------------------------------------------------------------
+    def bind(self, kind: str, value: Any, *, tool: str | None = None, depth: int | None = None) -> None:
+        """Bind ``value`` as a current reference of ``kind`` (re-binding makes it current again)."""
+        key = _key(value)
+        if key is None:
+            return
+        kinds = self._bindings.get(key)
+        if kinds is None:
+            kinds = self._bindings[key] = {}
+        kinds[kind] = Binding(kind=kind, depth=self.depth if depth is None else depth, tool=tool)
+
+    def invalidate(self, kind: str, value: Any, *, by: str | None = None) -> None:
+        """Mark the binding of ``value`` as ``kind`` stale (e.g. the record was deleted)."""
+        key = _key(value)
+        binding = self._bindings.get(key, {}).get(kind) if key is not None else None
+        if binding is not None and binding.current:
+            binding.current = False
+            binding.stale_depth = self.depth
+            binding.stale_by = by
+
+    def binding(self, value: Any, kind: str | None = None) -> Binding | None:
+        """The binding of ``value`` (as ``kind``, or as any kind), if one exists."""
+        key = _key(value)
+        kinds = self._bindings.get(key) if key is not None else None
+        if not kinds:
+            return None
+        if kind is not None:
+            return kinds.get(kind)
+        return next(iter(kinds.values()))
+
+    def is_bound(self, kind: str, value: Any) -> bool:
+        """Whether ``value`` is a current reference of ``kind``."""
+        b = self.binding(value, kind)
+        return b is not None and b.current
+
+    @property
+    def binding_count(self) -> int:
+        """Number of distinct bound values."""
+        return len(self._bindings)
+
+    # -- information pool -----------------------------------------------------------------
+    def inform(self, value: Any) -> None:
+        """Add information the agent has seen: text (searched by substring) or data (indexed)."""
+        if isinstance(value, str):
+            self._texts.append(value.casefold())
+            self._add_words(value)
+        else:
+            self.ingest(value)
+
+    def ingest(self, result: Any, *, produce: Mapping[str, str] | None = None, tool: str | None = None) -> None:
+        """Index a tool result's leaves into the pool, binding values under ``produce`` keys.
+
+        Args:
+            result: the result (JSON text is parsed when it looks like an object or array).
+            produce: ``{key: kind}``: values found under ``key`` are bound as ``kind``.
+            tool: the producing tool, for messages.
+        """
+        if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
+            with contextlib.suppress(ValueError, RecursionError):
+                result = json.loads(result)
+        budget = [MAX_WALK_ITEMS]
+        self._walk(result, None, produce or {}, tool, 0, budget)
+
+    def _walk(
+        self, obj: Any, key: str | None, produce: Mapping[str, str], tool: str | None, level: int, budget: list[int]
+    ) -> None:
+        if level > MAX_WALK_DEPTH or budget[0] <= 0:
+            return
+        if isinstance(obj, Mapping):
+            for k, v in obj.items():
+                self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
+            return
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            for v in obj:
+                self._walk(v, key, produce, tool, level + 1, budget)
+            return
+        if hasattr(obj, "model_dump"):
+            self._walk(obj.model_dump(), key, produce, tool, level + 1, budget)
+            return
+        budget[0] -= 1
+        k = _key(obj)
+        if k is None:
+            return
+        self._pool.add(k)
+        if isinstance(obj, str):
+            self._add_words(obj)
+        else:
+            self._pool.add(str(obj))
+        if key is not None and key in produce:
+            self.bind(produce[key], obj, tool=tool)
+
+    def _add_words(self, text: str) -> None:
+        if len(text) > MAX_TOKENISED_LENGTH:
+            return
+        pool = self._pool
+        pool.add(text)
+        if " " in text or "\n" in text:
+            for word in text.split():
+                pool.add(word)
+                stripped = word.strip(_STRIP)
+                if stripped:
+                    pool.add(stripped)
+
+    def seen(self, value: Any) -> bool:
+        """Whether ``value`` appeared in a user message or an earlier tool result."""
+        key = _key(value)
+        if key is None:
+            return False
+        if key in self._pool:
+            return True
+        if isinstance(value, str):
+            needle = value.casefold()
+            return bool(needle) and any(needle in text for text in self._texts)
+        if isinstance(value, float) and value.is_integer() and int(value) in self._pool:
+            return True
+        text_forms = {str(value)}
+        if isinstance(value, float) and value.is_integer():
+            text_forms.add(str(int(value)))
+        return any(form in self._pool or any(form in t for t in self._texts) for form in text_forms)
+
+    def user_said(self, value: Any) -> bool:
+        """Whether ``value`` appears in the user's messages (or other text given via :meth:`inform`)."""
+        if value is None or isinstance(value, bool):
+            return False
+        needle = str(value).casefold()
+        return bool(needle) and any(needle in text for text in self._texts)
