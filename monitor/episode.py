@@ -22,6 +22,7 @@ from .exceptions import SpecError, ToolBlocked
 from .policies import Approve, Deny, Edit, Replan
 from .predicate import Failure, ToolCall, Verdict
 from .records import ActionRecord, EpisodeRecord, Status, build_record
+from .spec import ToolSpec, values_at
 from .state import TrackedState
 from .vocabulary import Cause, Decision, Outcome
 
@@ -411,7 +412,7 @@ class Episode:
             replacement=call.name if replaced else None,
         )
 
-    def _absorb(self, spec: Any, pending: PendingCall, result: Any, *, accepted: bool) -> None:
+    def _absorb(self, spec: ToolSpec, pending: PendingCall, result: Any, *, accepted: bool) -> None:
         state = self.state
         try:
             produce = {p.key: p.kind for p in spec.produces} if accepted and spec.produces else None
@@ -420,12 +421,10 @@ class Episode:
             if not accepted:
                 return
             args = pending.args
-            for kind in spec.invalidates:
-                for arg, ref in spec.refs:
-                    if ref.kind == kind and args.get(arg) is not None:
-                        value = args[arg]
-                        for v in value if isinstance(value, (list, tuple)) else (value,):
-                            state.invalidate(kind, v, by=spec.name)
+            for path, ref in spec.refs:
+                if ref.kind in spec.invalidates:
+                    for _, value in values_at(args, path):
+                        state.invalidate(ref.kind, value, by=spec.name)
         except Exception as e:
             self._fault(f"tracking the result of {spec.name}", e)
         for effect in spec.effects:

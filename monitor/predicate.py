@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .spec import ArgumentError, Precondition, Ref, Toolset, ToolSpec
+from .spec import ArgumentError, Precondition, Ref, Toolset, ToolSpec, values_at
 from .state import TrackedState
 from .vocabulary import Cause
 
@@ -207,7 +207,7 @@ def _reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, ar
             cause=Cause.DEPENDENCY,
             code="stale_reference",
             reason=(
-                f"{spec.name} needs a current {ref.kind} for '{arg}'; {quote(value)} was returned by "
+                f"{spec.name} needs a current {ref.kind}{_for(arg, ref)}; {quote(value)} was returned by "
                 f"{binding.tool or 'an earlier call'} but is no longer valid (changed{by} at step {binding.stale_depth})"
             ),
         )
@@ -226,18 +226,19 @@ def _reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, ar
     return Failure(
         cause=Cause.DEPENDENCY,
         code=code,
-        reason=f"{spec.name} needs a {ref.kind} for '{arg}' returned by an earlier call{source}{alt}; {detail}",
+        reason=f"{spec.name} needs a {ref.kind}{_for(arg, ref)} returned by an earlier call{source}{alt}; {detail}",
     )
+
+
+def _for(arg: str, ref: Ref) -> str:
+    return "" if arg == ref.kind else f" for '{arg}'"
 
 
 def check_dependencies(toolset: Toolset, state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | None:
     """Every reference argument must be bound, current and of its kind."""
-    for arg, ref in spec.refs:
-        value = args.get(arg)
-        if value is None:
-            continue
-        for v in value if isinstance(value, (list, tuple)) else (value,):
-            failure = _reference_failure(toolset, state, spec, arg, ref, v)
+    for path, ref in spec.refs:
+        for loc, value in values_at(args, path):
+            failure = _reference_failure(toolset, state, spec, loc, ref, value)
             if failure is not None:
                 return failure
     return None
@@ -291,17 +292,17 @@ def acceptance(
 # 5. information ----------------------------------------------------------------------------
 def check_information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | None:
     """Every grounded argument's value must have appeared in what the agent has seen."""
-    for arg in spec.grounded:
-        value = args.get(arg)
-        if value is None:
-            continue
-        for v in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(v, (Mapping, list, tuple)) or state.seen(v):
+    for path in spec.grounded:
+        for loc, value in values_at(args, path):
+            if isinstance(value, (Mapping, list, tuple)) or state.seen(value):
                 continue
             return Failure(
                 cause=Cause.INFORMATION,
                 code="ungrounded",
-                reason=f"{spec.name}: {quote(v)} for '{arg}' did not appear in the user's messages or any earlier tool result",
+                reason=(
+                    f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages "
+                    "or any earlier tool result"
+                ),
             )
     return None
 

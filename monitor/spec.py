@@ -140,14 +140,60 @@ class ToolSpec:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _produce_tuple(produces: str | Sequence[str] | Mapping[str, str] | None) -> tuple[Produce, ...]:
+Produces = str | Sequence[str | tuple[str, str]] | Mapping[str, str] | None
+"""A kind (bound from the key of the same name), several kinds or ``(kind, key)`` pairs, or
+``{kind: key}``."""
+
+
+def _produce_tuple(produces: Produces) -> tuple[Produce, ...]:
     if produces is None:
         return ()
     if isinstance(produces, str):
         return (Produce(kind=produces, key=produces),)
     if isinstance(produces, Mapping):
         return tuple(Produce(kind=k, key=v) for k, v in produces.items())
-    return tuple(Produce(kind=k, key=k) for k in produces)
+    return tuple(Produce(kind=p, key=p) if isinstance(p, str) else Produce(kind=p[0], key=p[1]) for p in produces)
+
+
+def values_at(args: Mapping[str, Any], path: str) -> Iterator[tuple[str, Any]]:
+    """Yield ``(location, value)`` for an argument path.
+
+    A plain name is one argument; ``a.b`` descends into a dict key and ``a[]`` iterates a
+    list, e.g. ``payment_methods[].payment_id``. A list-valued plain argument yields each
+    element. Missing parts and ``None`` values yield nothing.
+    """
+    if "." not in path and "[]" not in path:
+        value = args.get(path)
+        if value is None:
+            return
+        if isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                if v is not None:
+                    yield f"{path}[{i}]", v
+        else:
+            yield path, value
+        return
+    yield from _descend(args, path.split("."), "")
+
+
+def _descend(obj: Any, parts: list[str], loc: str) -> Iterator[tuple[str, Any]]:
+    if not parts:
+        if obj is not None:
+            yield loc, obj
+        return
+    head, rest = parts[0], parts[1:]
+    many = head.endswith("[]")
+    key = head[:-2] if many else head
+    if not isinstance(obj, Mapping):
+        return
+    value = obj.get(key)
+    where = f"{loc}.{key}" if loc else key
+    if many:
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                yield from _descend(item, rest, f"{where}[{i}]")
+    else:
+        yield from _descend(value, rest, where)
 
 
 def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -316,7 +362,7 @@ class Toolset:
         description: str | None = None,
         requires: Iterable[Precondition | Callable[..., PreconditionResult]] = (),
         effects: Iterable[Effect] = (),
-        produces: str | Sequence[str] | Mapping[str, str] | None = None,
+        produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
         grounded: str | Iterable[str] | None = None,
         error_result: ErrorResult | None = None,
@@ -333,7 +379,7 @@ class Toolset:
         description: str | None = None,
         requires: Iterable[Precondition | Callable[..., PreconditionResult]] = (),
         effects: Iterable[Effect] = (),
-        produces: str | Sequence[str] | Mapping[str, str] | None = None,
+        produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
         grounded: str | Iterable[str] | None = None,
         error_result: ErrorResult | None = None,
@@ -348,7 +394,7 @@ class Toolset:
             requires: preconditions, checked in order.
             effects: state updates run after a successful call.
             produces: reference kinds the result binds: a kind (the key of the same name),
-                several kinds, or ``{kind: key}``.
+                several kinds or ``(kind, key)`` pairs, or ``{kind: key}``.
             invalidates: reference kinds whose argument values are stale after success.
             grounded: arguments whose values must be available information (also
                 ``Annotated[..., Grounded()]``).
@@ -396,7 +442,7 @@ class Toolset:
         func: Callable[..., Any] | None = None,
         requires: Iterable[Precondition | Callable[..., PreconditionResult]] = (),
         effects: Iterable[Effect] = (),
-        produces: str | Sequence[str] | Mapping[str, str] | None = None,
+        produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
         refs: Mapping[str, str | Ref] | None = None,
         grounded: str | Iterable[str] | None = None,
@@ -413,7 +459,9 @@ class Toolset:
             json_schema: the arguments' schema (an OpenAI function's ``parameters``, an MCP
                 tool's ``inputSchema``), as a dict or JSON text; ``None`` for no arguments.
             func: an implementation called as ``func(**args)`` when the monitor runs the tool.
-            refs: ``{argument: kind}`` (or ``Ref``) for reference arguments.
+            refs: ``{argument: kind}`` (or ``Ref``) for reference arguments; the key may be
+                a path into nested arguments (``payment_methods[].payment_id``, see
+                :func:`values_at`). ``grounded`` names accept paths too.
             forbid_unknown: reject arguments the schema does not name, unless the schema
                 says ``additionalProperties`` itself.
             replace: replace an existing tool of the same name.
