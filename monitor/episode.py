@@ -8,6 +8,7 @@ split the same work in two for frameworks that run the tool themselves.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -47,27 +48,29 @@ class PendingCall:
     :attr:`args`, then report the outcome with :meth:`done` or :meth:`failed`.
     """
 
-    __slots__ = ("_closed", "_episode", "_token", "args", "call", "decision", "emitted", "verdict")
+    __slots__ = ("_closed", "_episode", "_raw", "_replacement", "_token", "args", "decision", "spec", "verdict")
 
     def __init__(
         self,
         episode: Episode,
         verdict: Verdict,
-        emitted: ToolCall,
-        call: ToolCall,
+        raw: Mapping[str, Any] | str | bytes | None,
         args: dict[str, Any],
         decision: Decision,
         token: Any,
+        spec: ToolSpec | None,
+        replacement: ToolCall | None = None,
     ) -> None:
         self._episode = episode
         self.verdict = verdict
         """The verdict of the call the agent emitted."""
-        self.emitted = emitted
-        self.call = call
-        """The call to run: the emitted one, or a replacement."""
         self.args = args
-        """Arguments to run it with (validated when the call was executable)."""
+        """Arguments to run the call with (validated when it was executable)."""
         self.decision = decision
+        self.spec = spec
+        """The spec of the call to run."""
+        self._raw = raw
+        self._replacement = replacement
         self._token = token
         self._closed = False
 
@@ -76,40 +79,80 @@ class PendingCall:
         """Depth of the emitted call."""
         return self.verdict.depth
 
+    @property
+    def emitted(self) -> ToolCall:
+        """The call as the agent emitted it."""
+        return ToolCall(name=self.verdict.tool, args=self._raw, call_id=self.verdict.call_id)
+
+    @property
+    def call(self) -> ToolCall:
+        """The call to run: the emitted one, or a replacement."""
+        return self._replacement or self.emitted
+
     async def run(self, execute: Executor | None = None) -> Any:
         """Run the call with ``execute`` or the tool's own function (does not report the outcome)."""
-        if execute is not None:
-            result = execute(self.args)
-        else:
-            spec = self._episode.monitor.toolset.get(self.call.name)
-            func = spec.func if spec is not None else None
+        func: Callable[..., Any] | None = None
+        if execute is None:
+            func = self.spec.func if self.spec is not None else None
             if func is None:
                 raise SpecError(f"tool {self.call.name!r} has no implementation; pass execute= to run it")
-            result = func(**self.args)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        if self._token is None:
+            result = func(**self.args) if func is not None else execute(self.args)  # type: ignore[misc]
+            return (await result) if inspect.isawaitable(result) else result
+        with contextlib.ExitStack() as stack:
+            self._episode._enter_execution(stack, self.call, self._token)
+            result = func(**self.args) if func is not None else execute(self.args)  # type: ignore[misc]
+            return (await result) if inspect.isawaitable(result) else result
 
     def done(self, result: Any = None) -> None:
         """The call ran and returned ``result``; judge acceptance and update the state."""
-        if self._closed:
-            return
-        self._closed = True
-        self._episode._finish_call(self, result=result, error=None)
+        if not self._closed:
+            self._closed = True
+            self._episode._finish_call(self, result, None, None)
 
     def failed(self, error: BaseException | str) -> None:
         """The call ran and the environment rejected it (an exception or an error message)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._episode._finish_call(self, result=None, error=error)
+        if not self._closed:
+            self._closed = True
+            self._episode._finish_call(self, None, error, None)
 
-    def abandon(self, why: str = "cancelled") -> None:
+    def abandon(self, why: str = "cancelled before the call finished") -> None:
         """The call's outcome will never be known (cancelled mid-call)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._episode._finish_call(self, result=None, error=None, abandoned=why)
+        if not self._closed:
+            self._closed = True
+            self._episode._finish_call(self, None, None, why)
+
+
+class _Slot:
+    """Internal bookkeeping of one recorded action; turned into an ActionRecord on demand."""
+
+    __slots__ = ("decision", "error", "reached", "replacement", "turn", "verdict")
+
+    def __init__(
+        self, verdict: Verdict, decision: Decision, reached: bool, error: str | None, turn: int, replacement: str | None
+    ) -> None:
+        self.verdict = verdict
+        self.decision = decision
+        self.reached = reached
+        self.error = error
+        self.turn = turn
+        self.replacement = replacement
+
+    def action(self) -> ActionRecord:
+        v = self.verdict
+        return ActionRecord(
+            depth=v.depth,
+            tool=v.tool,
+            call_id=v.call_id,
+            executable=v.executable,
+            cause=v.cause,
+            reason=v.reason or None,
+            decision=self.decision,
+            reached_environment=self.reached,
+            error=self.error,
+            turn=self.turn,
+            replacement=self.replacement,
+        )
 
 
 class Episode:
@@ -143,8 +186,8 @@ class Episode:
         self.record: EpisodeRecord | None = None
         """The finished record (set when the episode closes)."""
         self.started_at = datetime.now(timezone.utc)
-        self._actions: list[ActionRecord | None] = []
-        self._pending: dict[int, PendingCall] = {}
+        self._slots: list[_Slot | None] = []
+        self._open: dict[int, PendingCall] = {}
         self._fed: int | None = None
         self._closed = False
 
@@ -167,7 +210,7 @@ class Episode:
     @property
     def actions(self) -> list[ActionRecord]:
         """Recorded actions so far, in depth order."""
-        return [a for a in self._actions if a is not None]
+        return [s.action() for s in self._slots if s is not None]
 
     # -- information and exposure ------------------------------------------------------------
     def user(self, message: Any) -> None:
@@ -244,26 +287,30 @@ class Episode:
         state = self.state
         state.depth += 1
         depth = state.depth
-        self._actions.append(None)
-        emitted = ToolCall(name=name, args=args, call_id=call_id)
-        token = self._notify_start(name, call_id, depth) if self.monitor.observers else None
+        self._slots.append(None)
+        monitor = self.monitor
+        token = self._notify_start(name, call_id, depth) if monitor.observers else None
         verdict = self._judge(name, args, depth, call_id)
         if verdict.executable:
-            assert verdict.args is not None
-            return self._pending_for(PendingCall(self, verdict, emitted, emitted, dict(verdict.args), Decision.ALLOW, token))
+            return self._pending(verdict, args, verdict.args, Decision.ALLOW, token)  # type: ignore[arg-type]
         if verdict.code == "monitor_fault":
             self._refuse(verdict, token, Decision.FAIL_CLOSED, None)
-        action = self.monitor.policy(verdict)
+        action = monitor.policy(verdict)
         if action == "observe":
             runnable = self._runnable_args(verdict, args)
             if runnable is None:
                 self._refuse(verdict, token, Decision.OBSERVE, None)
-            return self._pending_for(PendingCall(self, verdict, emitted, emitted, runnable, Decision.OBSERVE, token))
-        if action == "replan":
-            return await self._replan(verdict, emitted, token)
-        if action == "escalate":
-            return await self._escalate(verdict, emitted, token)
-        self._refuse(verdict, token, Decision.BLOCK, None)
+            return self._pending(verdict, args, runnable, Decision.OBSERVE, token)
+        if action == "block":
+            self._refuse(verdict, token, Decision.BLOCK, None)
+        try:
+            if action == "replan":
+                return await self._replan(verdict, args, token)
+            return await self._escalate(verdict, args, token)
+        except BaseException:
+            if self._slots[depth - 1] is None:  # interrupted while a hook ran
+                self._record(verdict, Decision.BLOCK, False, "interrupted while the policy hook ran", token, None)
+            raise
 
     async def call(
         self,
@@ -301,8 +348,18 @@ class Episode:
         return result
 
     # -- policy decisions --------------------------------------------------------------------
-    def _pending_for(self, pending: PendingCall) -> PendingCall:
-        self._pending[pending.depth] = pending
+    def _pending(
+        self,
+        verdict: Verdict,
+        raw: Mapping[str, Any] | str | bytes | None,
+        args: dict[str, Any],
+        decision: Decision,
+        token: Any,
+        replacement: ToolCall | None = None,
+    ) -> PendingCall:
+        spec = self.monitor.toolset.get(replacement.name if replacement is not None else verdict.tool)
+        pending = PendingCall(self, verdict, raw, args, decision, token, spec, replacement)
+        self._open[verdict.depth] = pending
         return pending
 
     @staticmethod
@@ -315,12 +372,13 @@ class Episode:
         return parsed if isinstance(parsed, dict) else None
 
     def _refuse(self, verdict: Verdict, token: Any, decision: Decision, guidance: str | None) -> NoReturn:
-        self._record(verdict, decision=decision, reached=False, error=None, token=token)
+        self._record(verdict, decision, False, None, token, None)
         raise ToolBlocked(verdict, decision=decision.value, guidance=guidance)
 
-    async def _replan(self, verdict: Verdict, emitted: ToolCall, token: Any) -> PendingCall:
+    async def _replan(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
         hook = self.monitor.replan
         answer: Replan | ToolCall | str | None = None
+        emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
         if hook is not None:
             try:
                 answer = await hook(verdict, emitted, self.state)
@@ -331,23 +389,21 @@ class Episode:
             answer = Replan(guidance=answer)
         elif isinstance(answer, ToolCall):
             answer = Replan(call=answer)
-        if answer is None:
+        if not isinstance(answer, Replan):
             self._refuse(verdict, token, Decision.BLOCK, None)
-        assert isinstance(answer, Replan)
         if answer.call is None:
             self._refuse(verdict, token, Decision.REPLAN, answer.guidance)
-        assert answer.call is not None
-        replacement = self._judge(answer.call.name, answer.call.args, verdict.depth, answer.call.call_id or emitted.call_id)
-        if not replacement.executable:
-            note = f"the suggested replacement was not executable either: {replacement.reason}"
-            self._refuse(verdict, token, Decision.REPLAN, f"{answer.guidance}; {note}" if answer.guidance else note)
-        assert replacement.args is not None
         call = ToolCall(name=answer.call.name, args=answer.call.args, call_id=answer.call.call_id or emitted.call_id)
-        return self._pending_for(PendingCall(self, verdict, emitted, call, dict(replacement.args), Decision.REPLAN, token))
+        checked = self._judge(call.name, call.args, verdict.depth, call.call_id)
+        if not checked.executable or checked.args is None:
+            note = f"the suggested replacement was not executable either: {checked.reason}"
+            self._refuse(verdict, token, Decision.REPLAN, f"{answer.guidance}; {note}" if answer.guidance else note)
+        return self._pending(verdict, raw, dict(checked.args), Decision.REPLAN, token, call)
 
-    async def _escalate(self, verdict: Verdict, emitted: ToolCall, token: Any) -> PendingCall:
+    async def _escalate(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
         hook = self.monitor.escalate
         answer: Approve | Edit | Deny | None = None
+        emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
         if hook is not None:
             try:
                 with anyio.move_on_after(self.monitor.escalate_timeout):
@@ -360,39 +416,37 @@ class Episode:
         if isinstance(answer, Deny):
             self._refuse(verdict, token, Decision.DENY, answer.reason)
         if isinstance(answer, Approve):
-            runnable = self._runnable_args(verdict, emitted.args)
+            runnable = self._runnable_args(verdict, raw)
             if runnable is None:
                 self._refuse(verdict, token, Decision.DENY, "the call cannot run as emitted")
-            assert runnable is not None
-            return self._pending_for(PendingCall(self, verdict, emitted, emitted, runnable, Decision.APPROVE, token))
+            return self._pending(verdict, raw, runnable, Decision.APPROVE, token)
         if isinstance(answer, Edit):
-            edited = self._judge(emitted.name, answer.args, verdict.depth, emitted.call_id)
-            if not edited.executable:
+            edited = self._judge(verdict.tool, answer.args, verdict.depth, verdict.call_id)
+            if not edited.executable or edited.args is None:
                 self._refuse(verdict, token, Decision.DENY, f"the edited call is not executable either: {edited.reason}")
-            assert edited.args is not None
-            call = ToolCall(name=emitted.name, args=answer.args, call_id=emitted.call_id)
-            return self._pending_for(PendingCall(self, verdict, emitted, call, dict(edited.args), Decision.EDIT, token))
+            call = ToolCall(name=verdict.tool, args=answer.args, call_id=verdict.call_id)
+            return self._pending(verdict, raw, dict(edited.args), Decision.EDIT, token, call)
         self._fault("escalation hook", TypeError(f"escalation hook returned {type(answer).__name__}, not Approve/Edit/Deny"))
         self._refuse(verdict, token, Decision.BLOCK, None)
 
     # -- outcomes ----------------------------------------------------------------------------
-    def _finish_call(
-        self, pending: PendingCall, *, result: Any, error: BaseException | str | None, abandoned: str | None = None
-    ) -> None:
-        self._pending.pop(pending.depth, None)
+    def _finish_call(self, pending: PendingCall, result: Any, error: BaseException | str | None, abandoned: str | None) -> None:
+        self._open.pop(pending.verdict.depth, None)
         verdict = pending.verdict
-        call = pending.call
-        toolset = self.monitor.toolset
-        spec = toolset.get(call.name)
+        spec = pending.spec
+        decision = pending.decision
+        replaced = pending._replacement is not None
+        name = pending._replacement.name if pending._replacement is not None else verdict.tool
         rejection: Failure | None = None
         if abandoned is None:
-            try:
-                rejection = predicate.acceptance(spec, call.name, result=result, error=error)
-            except Exception as e:
-                self._fault(f"error_result of {call.name}", e)
+            if error is not None or (spec is not None and spec.error_result is not None):
+                try:
+                    rejection = predicate.acceptance(spec, name, result=result, error=error)
+                except Exception as e:
+                    self._fault(f"error_result of {name}", e)
             if spec is not None:
-                self._absorb(spec, pending, result, accepted=rejection is None and error is None)
-        if verdict.executable and rejection is not None and pending.decision is Decision.ALLOW:
+                self._absorb(spec, pending.args, result, rejection is None)
+        if rejection is not None and verdict.executable and decision is Decision.ALLOW:
             verdict = Verdict(
                 tool=verdict.tool,
                 call_id=verdict.call_id,
@@ -402,70 +456,59 @@ class Episode:
                 args=verdict.args,
             )
         error_text = abandoned or (rejection.reason if rejection is not None else None)
-        replaced = pending.decision in (Decision.REPLAN, Decision.EDIT)
-        self._record(
-            verdict,
-            decision=pending.decision,
-            reached=not replaced,
-            error=error_text,
-            token=pending._token,
-            replacement=call.name if replaced else None,
-        )
+        token = pending._token
+        if token is not None and abandoned is None:
+            for obs, tok in zip(self.monitor.observers, token, strict=True):
+                try:
+                    obs.call_result(self, verdict.depth, result, tok)
+                except Exception as e:
+                    self._fault(f"observer {type(obs).__name__}.call_result", e, notify=False)
+        self._record(verdict, decision, not replaced, error_text, pending._token, name if replaced else None)
 
-    def _absorb(self, spec: ToolSpec, pending: PendingCall, result: Any, *, accepted: bool) -> None:
+    def _absorb(self, spec: ToolSpec, args: Mapping[str, Any], result: Any, accepted: bool) -> None:
         state = self.state
         try:
-            produce = {p.key: p.kind for p in spec.produces} if accepted and spec.produces else None
             if result is not None:
+                produce = {p.key: p.kind for p in spec.produces} if accepted and spec.produces else None
                 state.ingest(result, produce=produce, tool=spec.name)
-            if not accepted:
-                return
-            args = pending.args
-            for path, ref in spec.refs:
-                if ref.kind in spec.invalidates:
-                    for _, value in values_at(args, path):
-                        state.invalidate(ref.kind, value, by=spec.name)
+            if accepted and spec.invalidates:
+                for path, ref in spec.refs:
+                    if ref.kind in spec.invalidates:
+                        for _, value in values_at(args, path):
+                            state.invalidate(ref.kind, value, by=spec.name)
         except Exception as e:
             self._fault(f"tracking the result of {spec.name}", e)
-        for effect in spec.effects:
-            try:
-                effect(state, pending.args, result)
-            except Exception as e:
-                self._fault(f"effect {getattr(effect, '__name__', effect)!s} of {spec.name}", e)
+        if accepted:
+            for effect in spec.effects:
+                try:
+                    effect(state, args, result)
+                except Exception as e:
+                    self._fault(f"effect {getattr(effect, '__name__', effect)!s} of {spec.name}", e)
 
     def _record(
-        self,
-        verdict: Verdict,
-        *,
-        decision: Decision,
-        reached: bool,
-        error: str | None,
-        token: Any,
-        replacement: str | None = None,
+        self, verdict: Verdict, decision: Decision, reached: bool, error: str | None, token: Any, replacement: str | None
     ) -> None:
         depth = verdict.depth
-        action = ActionRecord(
-            depth=depth,
-            tool=verdict.tool,
-            call_id=verdict.call_id,
-            executable=verdict.executable,
-            cause=verdict.cause,
-            reason=verdict.reason or None,
-            decision=decision,
-            reached_environment=reached,
-            error=error,
-            turn=self.state.turn,
-            replacement=replacement,
-        )
-        self._actions[depth - 1] = action
+        slot = _Slot(verdict, decision, reached, error, self.state.turn, replacement)
+        self._slots[depth - 1] = slot
         if not verdict.executable and (self._fed is None or depth < self._fed):
             self._fed = depth
         if token is not None:
+            action = slot.action()
             for obs, tok in zip(self.monitor.observers, token, strict=True):
                 try:
                     obs.call_finished(self, action, verdict, tok)
                 except Exception as e:
                     self._fault(f"observer {type(obs).__name__}.call_finished", e, notify=False)
+
+    def _enter_execution(self, stack: contextlib.ExitStack, call: ToolCall, token: tuple[Any, ...]) -> None:
+        for obs, tok in zip(self.monitor.observers, token, strict=True):
+            try:
+                cm = obs.execution_context(self, call, tok)
+                if cm is not None:
+                    stack.enter_context(cm)
+            except Exception as e:
+                self._fault(f"observer {type(obs).__name__}.execution_context", e, notify=False)
 
     def _notify_start(self, name: str, call_id: str | None, depth: int) -> tuple[Any, ...]:
         tokens = []
@@ -482,13 +525,25 @@ class Episode:
         self.monitor._fault(self, where, error, notify=notify)
 
     # -- closing -----------------------------------------------------------------------------
+    async def aclose(self, status: Status = "finished", error: str | None = None) -> EpisodeRecord:
+        """Close an episode opened with :meth:`Monitor.open_episode`; idempotent.
+
+        Abandons calls still open, builds the record, notifies observers and delivers the
+        record to the sink (shielded from cancellation, bounded by the sink timeout).
+        """
+        if self.record is not None:
+            return self.record
+        record = self._close(status, error)
+        await self.monitor._finished(self, record)
+        return record
+
     def _close(self, status: Status, error: str | None) -> EpisodeRecord:
-        for pending in list(self._pending.values()):
+        for pending in list(self._open.values()):
             pending.abandon(
                 "cancelled before the call finished" if status == "cancelled" else "the episode ended before the call finished"
             )
         self._closed = True
-        actions = [a for a in self._actions if a is not None]
+        actions = self.actions
         record = build_record(
             episode_id=self.id,
             task_id=self.task_id,

@@ -94,6 +94,40 @@ class Monitor:
         self.stats = MonitorStats()
         self._log = structlog.get_logger("prefixmon")
 
+    def open_episode(
+        self,
+        task_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        *,
+        episode_id: str | None = None,
+        env: Any = None,
+        exposed: Iterable[str] | None = None,
+        allows_no_tool: bool = False,
+        facts: Mapping[str, Any] | None = None,
+    ) -> Episode:
+        """Open an episode that is closed explicitly with ``await episode.aclose()``.
+
+        For lifetimes that no ``async with`` block can span (a protocol server's connection,
+        a framework's run hooks). Arguments as for :meth:`episode`.
+        """
+        ep = Episode(
+            self,
+            task_id=task_id,
+            labels=labels or {},
+            episode_id=episode_id,
+            env=env,
+            exposed=exposed,
+            allows_no_tool=allows_no_tool,
+            facts=facts,
+        )
+        self.stats.episodes += 1
+        for obs in self.observers:
+            try:
+                obs.episode_started(ep)
+            except Exception as e:
+                self._fault(ep, f"observer {type(obs).__name__}.episode_started", e, notify=False)
+        return ep
+
     @asynccontextmanager
     async def episode(
         self,
@@ -117,22 +151,15 @@ class Monitor:
             allows_no_tool: the task may be finished without any tool call.
             facts: initial facts of the tracked state.
         """
-        ep = Episode(
-            self,
-            task_id=task_id,
-            labels=labels or {},
+        ep = self.open_episode(
+            task_id,
+            labels,
             episode_id=episode_id,
             env=env,
             exposed=exposed,
             allows_no_tool=allows_no_tool,
             facts=facts,
         )
-        self.stats.episodes += 1
-        for obs in self.observers:
-            try:
-                obs.episode_started(ep)
-            except Exception as e:
-                self._fault(ep, f"observer {type(obs).__name__}.episode_started", e, notify=False)
         reset = _current.set(ep)
         status: Status = "finished"
         error: str | None = None
@@ -146,14 +173,16 @@ class Monitor:
             raise
         finally:
             _current.reset(reset)
-            record = ep._close(status, error)
-            for obs in self.observers:
-                try:
-                    obs.episode_finished(ep, record)
-                except Exception as e:
-                    self._fault(ep, f"observer {type(obs).__name__}.episode_finished", e, notify=False)
-            if self.sink is not None:
-                await self._deliver(ep, record)
+            await ep.aclose(status, error)
+
+    async def _finished(self, ep: Episode, record: EpisodeRecord) -> None:
+        for obs in self.observers:
+            try:
+                obs.episode_finished(ep, record)
+            except Exception as e:
+                self._fault(ep, f"observer {type(obs).__name__}.episode_finished", e, notify=False)
+        if self.sink is not None:
+            await self._deliver(ep, record)
 
     async def _deliver(self, ep: Episode, record: EpisodeRecord) -> None:
         sink = self.sink

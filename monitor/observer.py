@@ -8,11 +8,12 @@ never break the agent. With no observers the monitor does no observer work at al
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .episode import Episode
-    from .predicate import Verdict
+    from .predicate import ToolCall, Verdict
     from .records import ActionRecord, EpisodeRecord
 
 
@@ -25,6 +26,13 @@ class Observer:
     def call_started(self, episode: Episode, tool: str, call_id: str | None, depth: int) -> Any:
         """A call was emitted, before it is checked; the return value comes back as ``token``."""
         return None
+
+    def execution_context(self, episode: Episode, call: ToolCall, token: Any) -> contextlib.AbstractContextManager[Any] | None:
+        """A context entered around the tool's execution (e.g. make the tool span current)."""
+        return None
+
+    def call_result(self, episode: Episode, depth: int, result: Any, token: Any) -> None:
+        """The raw result of the call at ``depth`` (for opt-in content capture)."""
 
     def call_finished(self, episode: Episode, action: ActionRecord, verdict: Verdict, token: Any) -> None:
         """The call's action was recorded: it was blocked, or it ran and its outcome is known."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from .spec import ArgumentError, Precondition, Ref, Toolset, ToolSpec, values_at
@@ -300,17 +300,10 @@ def check_information(state: TrackedState, spec: ToolSpec, args: Mapping[str, An
                 cause=Cause.INFORMATION,
                 code="ungrounded",
                 reason=(
-                    f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages "
-                    "or any earlier tool result"
+                    f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages or any earlier tool result"
                 ),
             )
     return None
-
-
-@dataclass(slots=True)
-class _Scratch:
-    faults: list[Fault] = field(default_factory=list)
-    undetermined: list[str] = field(default_factory=list)
 
 
 def check(
@@ -324,26 +317,25 @@ def check(
 ) -> Verdict:
     """Judge one call before it runs (checks 1, 2, 3 and 5)."""
     spec, args, failure = check_schema(toolset, state, name, raw_args)
-    if failure is not None or spec is None or args is None:
+    if spec is None or args is None:
         assert failure is not None
         return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
-    scratch = _Scratch()
-    failures = tuple(
-        f
-        for f in (
-            check_dependencies(toolset, state, spec, args) if spec.refs else None,
-            check_preconditions(state, spec, args, scratch.faults, scratch.undetermined) if spec.requires else None,
-            check_information(state, spec, args) if spec.grounded else None,
-        )
-        if f is not None
-    )
+    failures: list[Failure] = []
+    faults: list[Fault] = []
+    undetermined: list[str] = []
+    if spec.refs and (failure := check_dependencies(toolset, state, spec, args)) is not None:
+        failures.append(failure)
+    if spec.requires and (failure := check_preconditions(state, spec, args, faults, undetermined)) is not None:
+        failures.append(failure)
+    if spec.grounded and (failure := check_information(state, spec, args)) is not None:
+        failures.append(failure)
     return Verdict(
         tool=name,
         call_id=call_id,
         depth=depth,
         executable=not failures,
-        failures=failures,
+        failures=tuple(failures),
         args=args,
-        faults=tuple(scratch.faults),
-        undetermined=tuple(scratch.undetermined),
+        faults=tuple(faults),
+        undetermined=tuple(undetermined),
     )

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -260,41 +260,29 @@ def read_records(
 
 
 class JsonlSink:
-    """Appends finished episodes to a JSON Lines file, one line each, flushed per episode.
+    """Appends finished episodes to a JSON Lines file, one line each.
 
-    Each record is written with a single ``write`` of a complete line, then flushed and
-    (with ``fsync=True``) synced, so a killed process loses no finished episode.
+    Each record is one ``write`` of a complete line to a file opened for appending, then
+    flushed (and with ``fsync=True`` synced) and closed, so a killed process loses no
+    finished episode and no file handle outlives the write.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        self._file: IO[str] | None = None
         self._lock = threading.Lock()
 
     def __call__(self, record: EpisodeRecord) -> None:
         line = dumps_record(record) + "\n"
-        with self._lock:
-            if self._file is None:
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across episodes
-            self._file.write(line)
-            self._file.flush()
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
             if self._fsync:
-                os.fsync(self._file.fileno())
+                os.fsync(f.fileno())
 
-    def close(self) -> None:
-        """Close the file; later records reopen it."""
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-
-    def __enter__(self) -> JsonlSink:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __repr__(self) -> str:
+        return f"JsonlSink({str(self.path)!r})"
 
 
 def write_records(path: str | os.PathLike[str], records: Iterable[EpisodeRecord]) -> int:

@@ -91,7 +91,7 @@ class TrackedState:
 
     def binding(self, value: Any, kind: str | None = None) -> Binding | None:
         """The binding of ``value`` (as ``kind``, or as any kind), if one exists."""
-        key = _key(value)
+        key = value if type(value) is str else _key(value)
         kinds = self._bindings.get(key) if key is not None else None
         if not kinds:
             return None

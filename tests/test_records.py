@@ -1,0 +1,123 @@
+"""Episode records: derivation, validation, the JSONL sink and the reader."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from prefixmon import ActionRecord, BadLine, Cause, Decision, JsonlSink, Outcome, RecordError, iter_records, read_records
+from prefixmon.records import build_record, dumps_record, loads_record
+
+NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
+
+
+def make(actions: list[ActionRecord], **kw: object) -> object:
+    return build_record(episode_id="e", task_id="t", labels={"model": "m"}, actions=actions, outcome=Outcome.SUCCESS, started_at=NOW, ended_at=NOW, **kw)  # type: ignore[arg-type]
+
+
+class TestBuild:
+    def test_fed_and_first_failure(self) -> None:
+        """FED is the first non-executable depth; later actions stay in the record."""
+        rec = make(
+            [
+                ActionRecord(depth=1, tool="a", executable=True),
+                ActionRecord(depth=2, tool="b", executable=False, cause=Cause.PRECONDITION, reason="r", decision=Decision.BLOCK),
+                ActionRecord(depth=3, tool="c", executable=False, cause=Cause.SCHEMA, reason="s"),
+            ]
+        )
+        assert (rec.horizon, rec.fed, rec.executable) == (3, 2, False)  # type: ignore[attr-defined]
+        assert rec.first_failure.cause is Cause.PRECONDITION  # type: ignore[attr-defined]
+
+    def test_fully_executable(self) -> None:
+        """A fully executable episode has FED = T + 1 and no first failure."""
+        rec = make([ActionRecord(depth=1, tool="a", executable=True)])
+        assert (rec.fed, rec.executable, rec.first_failure) == (2, True, None)  # type: ignore[attr-defined]
+
+    def test_round_trip(self) -> None:
+        """dumps/loads is lossless and carries the schema version."""
+        rec = make([ActionRecord(depth=1, tool="a", executable=True, call_id="c1")])
+        line = dumps_record(rec)  # type: ignore[arg-type]
+        assert '"schema":"prefixmon.episode/1"' in line
+        assert loads_record(line) == rec
+
+    @pytest.mark.parametrize(
+        ("patch", "message"),
+        [
+            (('"fed":2', '"fed":5'), "fed 5 outside"),
+            (('"schema":"prefixmon.episode/1"', '"schema":"prefixmon.episode/9"'), "schema"),
+            (('"horizon":1', '"horizon":"many"'), "horizon"),
+        ],
+    )
+    def test_invalid_records_are_rejected(self, patch: tuple[str, str], message: str) -> None:
+        """Inconsistent or wrongly typed records fail validation with a pointed message."""
+        line = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)])).replace(*patch)  # type: ignore[arg-type]
+        with pytest.raises(RecordError, match=message):
+            loads_record(line)
+
+
+class TestReader:
+    def test_bad_lines_name_file_and_line(self, tmp_path: Path) -> None:
+        """The reader reports a bad line with file and line number, or skips it when asked."""
+        good = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)]))  # type: ignore[arg-type]
+        path = tmp_path / "r.jsonl"
+        path.write_text(f"{good}\n{{not json\n\n{good}\n")
+        with pytest.raises(RecordError, match=r"r\.jsonl:2: not valid JSON"):
+            read_records(path)
+        errors: list[BadLine] = []
+        assert len(read_records(path, on_error="skip", errors=errors)) == 2
+        assert [(e.line, e.truncated) for e in errors] == [(2, False)]
+
+    def test_truncated_last_line_is_reported_and_skipped(self, tmp_path: Path) -> None:
+        """An unterminated last line (killed writer) is reported as truncated; the rest is kept."""
+        good = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)]))  # type: ignore[arg-type]
+        path = tmp_path / "r.jsonl"
+        path.write_text(f"{good}\n{good[:40]}")
+        errors: list[BadLine] = []
+        assert len(list(iter_records(path, errors=errors))) == 1
+        assert errors[0].truncated and errors[0].line == 2
+
+    def test_sigkill_loses_no_finished_episode(self, tmp_path: Path) -> None:
+        """A process killed while writing records keeps every episode it finished."""
+        path = tmp_path / "r.jsonl"
+        script = textwrap.dedent(
+            f"""
+            import anyio, os, sys
+            from prefixmon import Monitor, Toolset
+            tools = Toolset()
+            @tools.tool
+            def ping(n: int) -> int:
+                return n
+            async def main():
+                monitor = Monitor(tools, sink={str(path)!r})
+                for i in range(10_000):
+                    async with monitor.episode(task_id=str(i)) as ep:
+                        await ep.call("ping", {{"n": i}})
+                    if i == 50:
+                        print("ready", flush=True)
+            anyio.run(main)
+            """
+        )
+        with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) as proc:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        errors: list[BadLine] = []
+        records = list(iter_records(path, errors=errors))
+        assert len(records) >= 51
+        assert [r.task_id for r in records] == [str(i) for i in range(len(records))]
+        assert all(e.truncated for e in errors) and len(errors) <= 1
+
+    def test_sink_appends_one_line_per_episode(self, tmp_path: Path) -> None:
+        """JsonlSink appends complete lines."""
+        sink = JsonlSink(tmp_path / "sub" / "r.jsonl")
+        rec = make([ActionRecord(depth=1, tool="a", executable=True)])
+        sink(rec)  # type: ignore[arg-type]
+        sink(rec)  # type: ignore[arg-type]
+        assert len(read_records(sink.path)) == 2
