@@ -6,6 +6,7 @@ structlog), can block, replan or escalate, and writes episode records that the a
 turn into prefix-executability metrics.
 """
 
+from .dry_run import dry_run as dry_run
 from .episode import Episode as Episode
 from .episode import PendingCall as PendingCall
 from .episode import current_episode as current_episode
@@ -80,6 +81,7 @@ __all__ = (
     "Verdict",
     "__version__",
     "current_episode",
+    "dry_run",
     "iter_records",
     "read_records",
 )

@@ -169,6 +169,7 @@ class Episode:
         exposed: Iterable[str] | None,
         allows_no_tool: bool,
         facts: Mapping[str, Any] | None,
+        bindings: Mapping[str, Iterable[Any]] | None = None,
     ) -> None:
         self.monitor = monitor
         self.id = episode_id or uuid.uuid4().hex
@@ -181,6 +182,9 @@ class Episode:
             if n not in toolset:
                 raise SpecError(f"cannot expose unknown tool {n!r}")
         self.state = TrackedState(facts=facts, env=env, exposed=names)
+        for kind, values in (bindings or {}).items():
+            for value in values:
+                self.state.bind(kind, value, depth=0)
         self.outcome: Outcome | None = None
         self.internal_errors = 0
         self.record: EpisodeRecord | None = None

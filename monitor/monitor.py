@@ -104,6 +104,7 @@ class Monitor:
         exposed: Iterable[str] | None = None,
         allows_no_tool: bool = False,
         facts: Mapping[str, Any] | None = None,
+        bindings: Mapping[str, Iterable[Any]] | None = None,
     ) -> Episode:
         """Open an episode that is closed explicitly with ``await episode.aclose()``.
 
@@ -119,6 +120,7 @@ class Monitor:
             exposed=exposed,
             allows_no_tool=allows_no_tool,
             facts=facts,
+            bindings=bindings,
         )
         self.stats.episodes += 1
         for obs in self.observers:
@@ -139,6 +141,7 @@ class Monitor:
         exposed: Iterable[str] | None = None,
         allows_no_tool: bool = False,
         facts: Mapping[str, Any] | None = None,
+        bindings: Mapping[str, Iterable[Any]] | None = None,
     ) -> AsyncIterator[Episode]:
         """Open an episode; its record is complete when the block exits, however it exits.
 
@@ -150,6 +153,8 @@ class Monitor:
             exposed: tools available at the start (default: every tool declared exposed).
             allows_no_tool: the task may be finished without any tool call.
             facts: initial facts of the tracked state.
+            bindings: references known before the episode starts, ``{kind: values}`` (ids
+                the environment already holds), bound at depth 0.
         """
         ep = self.open_episode(
             task_id,
@@ -159,6 +164,7 @@ class Monitor:
             exposed=exposed,
             allows_no_tool=allows_no_tool,
             facts=facts,
+            bindings=bindings,
         )
         reset = _current.set(ep)
         status: Status = "finished"

@@ -235,7 +235,7 @@ def _schema_validator(name: str, schema: Mapping[str, Any], forbid_unknown: bool
     prepared = {k: v for k, v in schema.items() if k != "$schema"}
     prepared.setdefault("type", "object")
     try:
-        compiled = fastjsonschema.compile(prepared)
+        compiled = fastjsonschema.compile(prepared, use_default=False)
     except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError, KeyError) as e:
         raise SpecError(f"tool {name!r}: its JSON Schema cannot be compiled: {e}") from e
     props = schema.get("properties")

@@ -12,7 +12,7 @@ EXPECTED = {
     "Failure", "FirstFailure", "Grounded", "JsonlSink", "Monitor", "MonitorStats", "Observer", "PendingCall",
     "PlanError", "Policy", "Precondition", "PrefixmonError", "RecordError", "Ref", "Replan", "SpecError",
     "ToolBlocked", "ToolCall", "ToolSpec", "Toolset", "TrackedState", "Undetermined", "Verdict",
-    "__version__", "current_episode", "iter_records", "read_records",
+    "__version__", "current_episode", "dry_run", "iter_records", "read_records",
 }  # fmt: skip
 
 

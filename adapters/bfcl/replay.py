@@ -1,0 +1,244 @@
+"""Replay of BFCL multi-turn result files: ``prefixmon replay --bfcl RESULT_FILE...``.
+
+A result file has one JSON object per line, ``{"id": ..., "result": [...], ...}``, where
+``result`` is a list of turns, each a list of steps, each a list of calls given either as
+``{name: arguments}`` objects (arguments as an object or as JSON text) or as Python-call
+strings (a step may also be one string such as ``"[f(a=1), g()]"``). Each task's calls are
+replayed turn by turn on the task's own environment through the monitor (policy
+``observe``: every prefix judged, the rollout kept after the first failure), and one
+episode record is written per task, ``task_id`` = BFCL's id, labelled with the dataset,
+model and category (inferred from the path, overridable with ``--label``), ``outcome`` from
+BFCL's own state and response checkers.
+
+Malformed entries (not JSON, no id, an unknown id, a result that is not a list of turns of
+steps) are reported with file, line and task id, and skipped. Steps that do not decode to
+calls are skipped as BFCL does (the model answered in text), and reported as notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+from prefixmon import EpisodeRecord, Monitor, SpecError
+from prefixmon.records import write_records
+
+from .checker import TurnChecker
+from .data import CATEGORIES, BfclTask, category_of, task_index
+from .env import BfclCall, CallParseError, calls_from_object, parse_calls
+from .specs import MODES, Mode, TaskRun, build_toolset, run_task
+
+_CATEGORY_RE: Final = re.compile(r"multi_turn_(" + "|".join(sorted(CATEGORIES, key=len, reverse=True)) + r")")
+_NOT_MODEL_DIRS: Final = frozenset(
+    {"multi_turn", "non_live", "live", "agentic", "result", "results", "score", "format_sensitivity"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """A malformed entry or a skipped step, with where it was found."""
+
+    path: str
+    line: int
+    task_id: str | None
+    message: str
+    skipped: bool
+    """``True``: the whole entry was skipped; ``False``: a note, the entry was replayed."""
+
+    def __str__(self) -> str:
+        task = f" [{self.task_id}]" if self.task_id else ""
+        return f"{self.path}:{self.line}{task}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultEntry:
+    """One decoded line of a result file."""
+
+    path: str
+    line: int
+    task: BfclTask
+    turns: tuple[tuple[BfclCall, ...], ...]
+    """Per turn, the decoded calls of all its steps, in order."""
+
+
+def infer_labels(path: str | Path) -> dict[str, str]:
+    """``model`` and ``category`` from a result file's path, where they can be told.
+
+    BFCL writes ``result/<model>/multi_turn/BFCL_v4_multi_turn_<category>_result.json``
+    (older releases: ``result/<model>/BFCL_v3_multi_turn_<category>_result.json``).
+    """
+    p = Path(path)
+    labels: dict[str, str] = {}
+    m = _CATEGORY_RE.search(p.name)
+    if m:
+        labels["category"] = m.group(1)
+    for parent in p.parents:
+        name = parent.name
+        if name and name not in _NOT_MODEL_DIRS and name not in (".", ".."):
+            labels["model"] = name
+            break
+    return labels
+
+
+def _decode_step(step: Any, where: str) -> list[BfclCall]:
+    if isinstance(step, str):
+        return parse_calls(step, where=where)
+    if isinstance(step, Mapping):
+        return calls_from_object(step, where=where)
+    if isinstance(step, list):
+        calls: list[BfclCall] = []
+        for item in step:
+            if isinstance(item, str):
+                calls.extend(parse_calls(item, where=where))
+            elif isinstance(item, Mapping):
+                calls.extend(calls_from_object(item, where=where))
+            else:
+                raise CallParseError(f"{where}: a call must be an object or a string, got {type(item).__name__}")
+        return calls
+    raise CallParseError(f"{where}: a step must be a list of calls, got {type(step).__name__}")
+
+
+def read_results(path: str | Path, problems: list[Problem]) -> Iterator[ResultEntry]:
+    """Decode a result file; malformed entries and undecodable steps go to ``problems``."""
+    name = str(path)
+    tasks = task_index()
+    with open(path, encoding="utf-8") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+
+            def bad(message: str, task_id: str | None = None, *, line: int = n) -> None:
+                problems.append(Problem(path=name, line=line, task_id=task_id, message=message, skipped=True))
+
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as e:
+                bad(f"not JSON ({e.msg} at column {e.colno})")
+                continue
+            if not isinstance(obj, dict):
+                bad(f"an entry must be a JSON object, got {type(obj).__name__}")
+                continue
+            task_id = obj.get("id")
+            if not isinstance(task_id, str):
+                bad("the entry has no string 'id'")
+                continue
+            task = tasks.get(task_id)
+            if task is None:
+                bad(f"unknown task id (not a BFCL multi-turn task of {', '.join(CATEGORIES)})", task_id)
+                continue
+            result = obj.get("result")
+            if not isinstance(result, list) or not all(isinstance(t, list) for t in result):
+                bad("'result' must be a list of turns, each a list of steps"
+                    + (f" (got {str(result)[:60]!r})" if isinstance(result, str) else ""), task_id)
+                continue
+            turns: list[tuple[BfclCall, ...]] = []
+            for t, turn in enumerate(result):
+                calls: list[BfclCall] = []
+                for s, step in enumerate(turn):
+                    where = f"turn {t} step {s}"
+                    try:
+                        calls.extend(_decode_step(step, where))
+                    except (CallParseError, RecursionError) as e:
+                        problems.append(Problem(path=name, line=n, task_id=task_id, skipped=False,
+                                                message=f"{e}; step skipped, as BFCL does"))
+                turns.append(tuple(calls))
+            yield ResultEntry(path=name, line=n, task=task, turns=tuple(turns))
+
+
+@dataclass(slots=True)
+class ReplaySummary:
+    """What a replay did."""
+
+    records: list[EpisodeRecord] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+async def replay_files(
+    paths: Sequence[str | Path],
+    *,
+    labels: Mapping[str, str] | None = None,
+    mode: Mode = "declared",
+) -> ReplaySummary:
+    """Replay result files through a monitor; one record per task entry.
+
+    Args:
+        labels: override the inferred labels (``dataset=bfcl``, ``model``, ``category``).
+        mode: precondition mode of the specs (``declared``, ``dry_run``, ``none``).
+    """
+    monitor = Monitor(build_toolset(mode))
+    summary = ReplaySummary()
+    for path in paths:
+        inferred = infer_labels(path)
+        for entry in read_results(path, summary.problems):
+            entry_labels = {"dataset": "bfcl", "method": "replay", **inferred, "category": category_of(entry.task.id)}
+            if "category" in inferred and inferred["category"] != entry_labels["category"]:
+                entry_labels["category"] = category_of(entry.task.id)
+            entry_labels.update(labels or {})
+            checker = TurnChecker.for_task(entry.task)
+            turns = entry.turns
+
+            Turns = Sequence[Sequence[BfclCall]]
+
+            def after_turn(t: int, run: TaskRun, checker: TurnChecker = checker, turns: Turns = turns) -> None:
+                checker.turn(t, run.env, run.results[t], len(turns[t]))
+
+            def finish(run: TaskRun, checker: TurnChecker = checker, turns: Turns = turns) -> str:
+                checker.force_terminated(len(turns))
+                return "success" if checker.valid else "failure"
+
+            run = await run_task(monitor, entry.task, turns, labels=entry_labels, after_turn=after_turn, finish=finish)
+            assert run.episode.record is not None
+            summary.records.append(run.episode.record)
+    return summary
+
+
+def _label_pairs(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--label must be KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``prefixmon replay --bfcl``."""
+    parser.add_argument("files", nargs="+", metavar="RESULT_FILE", help="BFCL multi-turn result files")
+    parser.add_argument("--out", required=True, metavar="RECORDS.jsonl", help="episode records are written here")
+    parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a label on every record (overrides the inferred model/category)")
+    parser.add_argument("--mode", choices=MODES, default="declared",
+                        help="precondition mode: declared rules, dry run on a copy, or none")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay; print problems to stderr and a one-line summary. 0 if every entry replayed, 1 otherwise."""
+    try:
+        labels = _label_pairs(args.label)
+    except SpecError as e:
+        print(f"prefixmon replay: {e}", file=sys.stderr)
+        return 2
+    for path in args.files:
+        if not Path(path).is_file():
+            print(f"prefixmon replay: {path}: no such file", file=sys.stderr)
+            return 2
+    summary = anyio.run(lambda: replay_files(args.files, labels=labels, mode=args.mode))
+    write_records(args.out, summary.records)
+    for problem in summary.problems:
+        print(f"{'skipped' if problem.skipped else 'note'}: {problem}", file=sys.stderr)
+    records = summary.records
+    skipped = sum(p.skipped for p in summary.problems)
+    n = len(records)
+    ter = sum(r.executable for r in records) / n if n else 0.0
+    success = sum(r.success for r in records) / n if n else 0.0
+    print(f"replayed {n} task(s) to {args.out}; skipped {skipped} malformed entr{'y' if skipped == 1 else 'ies'}; "
+          f"TER {ter:.3f}, BFCL success {success:.3f}")
+    return 1 if skipped else 0

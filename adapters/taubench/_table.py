@@ -1,0 +1,83 @@
+"""Copy-on-write database tables shared by the sandbox tools."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+
+class Table(Mapping[str, Any]):
+    """One database table (id → record) as a copy-on-write overlay over shared base data.
+
+    Reading gives the current record; callers must not mutate it. Writers call
+    :meth:`for_write` (copies the record into the overlay once) or :meth:`insert`.
+    """
+
+    __slots__ = ("_base", "_deleted", "_new", "_over")
+
+    def __init__(self, base: Mapping[str, Any]) -> None:
+        self._base = base
+        self._over: dict[str, Any] = {}
+        self._new: list[str] = []
+        self._deleted: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._over:
+            return self._over[key]
+        if key in self._deleted:
+            raise KeyError(key)
+        return self._base[key]
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._over:
+            return True
+        return key not in self._deleted and key in self._base
+
+    def __iter__(self) -> Iterator[str]:
+        for key in self._base:
+            if key not in self._deleted:
+                yield key
+        yield from self._new
+
+    def __len__(self) -> int:
+        return len(self._base) - len(self._deleted) + len(self._new)
+
+    def for_write(self, key: str) -> Any:
+        """The record under ``key``, copied into this table's overlay so it may be mutated."""
+        if key in self._over:
+            return self._over[key]
+        if key in self._deleted:
+            raise KeyError(key)
+        record = copy.deepcopy(self._base[key])
+        self._over[key] = record
+        return record
+
+    def insert(self, key: str, record: Any) -> None:
+        """Add or replace a record."""
+        if key not in self:
+            self._new.append(key)
+        self._deleted.discard(key)
+        self._over[key] = record
+
+    def fork(self) -> Table:
+        """An independent copy: shares the base, copies only the records written so far."""
+        twin = Table(self._base)
+        twin._over = copy.deepcopy(self._over)
+        twin._new = list(self._new)
+        twin._deleted = set(self._deleted)
+        return twin
+
+    @property
+    def base(self) -> Mapping[str, Any]:
+        """The shared read-only base data."""
+        return self._base
+
+    @property
+    def written(self) -> frozenset[str]:
+        """Ids of the records this table copied, inserted or replaced."""
+        return frozenset(self._over)
+
+
+Db = Mapping[str, Table]
+"""A domain database: table name → :class:`Table`."""

@@ -1,0 +1,160 @@
+"""Loading the τ-bench v1 data: databases, tool schemas, policies and tasks.
+
+The data folder is found, in order, from an explicit argument, the environment variable
+``PREFIXMON_TAU_DATA``, or ``<repo>/../shared/data/tau_bench_v1`` next to this checkout.
+Databases are read once per process and shared read-only; sandboxes never write to them
+(they write to their own copy-on-write overlay, see :mod:`.sandbox`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+ENV_VAR: Final = "PREFIXMON_TAU_DATA"
+"""Environment variable that overrides where the τ-bench data folder is."""
+
+Domain = Literal["airline", "retail"]
+DOMAINS: Final[tuple[Domain, ...]] = ("airline", "retail")
+
+TABLES: Final[Mapping[Domain, tuple[str, ...]]] = {
+    "airline": ("flights", "reservations", "users"),
+    "retail": ("orders", "products", "users"),
+}
+"""The database tables of each domain (file ``<domain>/<table>.json``)."""
+
+SPLITS: Final[Mapping[str, Domain]] = {
+    "airline_test": "airline",
+    "retail_test": "retail",
+    "retail_dev": "retail",
+    "retail_train": "retail",
+}
+"""Task files and the domain each belongs to."""
+
+
+class DataNotFoundError(FileNotFoundError):
+    """The τ-bench data folder (or a file in it) is missing."""
+
+
+class GoldAction(BaseModel):
+    """One gold action of a task: a tool name and its keyword arguments."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    kwargs: dict[str, Any]
+
+
+class TauTask(BaseModel):
+    """One τ-bench task: the user, their instruction and the gold action sequence."""
+
+    model_config = ConfigDict(frozen=True)
+
+    user_id: str
+    instruction: str
+    actions: list[GoldAction]
+    outputs: list[str] = Field(default_factory=list)
+    task_index: int
+    annotator: str | int | None = None
+
+
+_TASKS_ADAPTER: Final = TypeAdapter(list[TauTask])
+
+
+def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
+    """Resolve the τ-bench data folder.
+
+    Args:
+        path: an explicit folder; otherwise ``$PREFIXMON_TAU_DATA``; otherwise
+            ``<repo>/../shared/data/tau_bench_v1``.
+
+    Raises:
+        DataNotFoundError: the folder does not exist (the message says where it looked).
+    """
+    if path is not None:
+        candidates = [Path(path)]
+    elif os.environ.get(ENV_VAR):
+        candidates = [Path(os.environ[ENV_VAR])]
+    else:
+        repo = Path(__file__).resolve().parents[2]
+        candidates = [repo.parent / "shared" / "data" / "tau_bench_v1"]
+    for candidate in candidates:
+        if (candidate / "tool_schemas").is_dir():
+            return candidate.resolve()
+    looked = ", ".join(str(c) for c in candidates)
+    raise DataNotFoundError(f"τ-bench v1 data folder not found (looked in {looked}); pass a path or set {ENV_VAR}")
+
+
+def _read_json(file: Path) -> Any:
+    try:
+        with file.open(encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError as e:
+        raise DataNotFoundError(f"τ-bench data file missing: {file}") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{file}: not valid JSON: {e}") from e
+
+
+@functools.cache
+def _tables(domain: Domain, root: Path) -> Mapping[str, Mapping[str, Any]]:
+    return {name: _read_json(root / domain / f"{name}.json") for name in TABLES[domain]}
+
+
+def load_tables(domain: Domain, path: str | os.PathLike[str] | None = None) -> Mapping[str, Any]:
+    """The domain's database tables, read once per process. Treat them as read-only."""
+    _check_domain(domain)
+    return _tables(domain, data_dir(path))
+
+
+def load_schemas(domain: Domain, path: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """The domain's tools as OpenAI function definitions (``{"type": "function", ...}``)."""
+    _check_domain(domain)
+    file = data_dir(path) / "tool_schemas" / f"{domain}_tools.json"
+    schemas = _read_json(file)
+    if not isinstance(schemas, list):
+        raise ValueError(f"{file}: expected a list of tool definitions")
+    return schemas
+
+
+def load_policy(domain: Domain, path: str | os.PathLike[str] | None = None) -> str:
+    """The policy text the agent is told to follow (``<domain>/policy_wiki.md``)."""
+    _check_domain(domain)
+    file = data_dir(path) / domain / "policy_wiki.md"
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise DataNotFoundError(f"τ-bench data file missing: {file}") from e
+
+
+def load_tasks(split: str, path: str | os.PathLike[str] | None = None) -> list[TauTask]:
+    """The tasks of a split (``airline_test``, ``retail_test``, ``retail_dev``, ``retail_train``).
+
+    Raises:
+        ValueError: unknown split, or a task that does not fit the task format.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown τ-bench split {split!r}; expected one of {sorted(SPLITS)}")
+    file = data_dir(path) / "tasks" / f"{split}.json"
+    try:
+        return _TASKS_ADAPTER.validate_python(_read_json(file))
+    except ValidationError as e:
+        raise ValueError(f"{file}: not a τ-bench task list: {e}") from e
+
+
+def split_domain(split: str) -> Domain:
+    """The domain a task split belongs to."""
+    try:
+        return SPLITS[split]
+    except KeyError:
+        raise ValueError(f"unknown τ-bench split {split!r}; expected one of {sorted(SPLITS)}") from None
+
+
+def _check_domain(domain: str) -> None:
+    if domain not in TABLES:
+        raise ValueError(f"unknown τ-bench domain {domain!r}; expected one of {list(DOMAINS)}")
