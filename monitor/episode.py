@@ -9,11 +9,13 @@ split the same work in two for frameworks that run the tool themselves.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from datetime import datetime, timezone
+from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
@@ -23,7 +25,7 @@ from .exceptions import SpecError, ToolBlocked
 from .policies import Approve, Deny, Edit, Replan
 from .predicate import Failure, ToolCall, Verdict
 from .records import ActionRecord, EpisodeRecord, Status, build_record
-from .spec import ToolSpec, values_at
+from .spec import Produce, ToolSpec, values_at
 from .state import TrackedState
 from .vocabulary import Cause, Decision, Outcome
 
@@ -98,7 +100,7 @@ class PendingCall:
                 raise SpecError(f"tool {self.call.name!r} has no implementation; pass execute= to run it")
         if self._token is None:
             result = func(**self.args) if func is not None else execute(self.args)  # type: ignore[misc]
-            return (await result) if inspect.isawaitable(result) else result
+            return (await result) if type(result) is CoroutineType or inspect.isawaitable(result) else result
         with contextlib.ExitStack() as stack:
             self._episode._enter_execution(stack, self.call, self._token)
             result = func(**self.args) if func is not None else execute(self.args)  # type: ignore[misc]
@@ -192,6 +194,7 @@ class Episode:
         self.started_at = datetime.now(timezone.utc)
         self._slots: list[_Slot | None] = []
         self._open: dict[int, PendingCall] = {}
+        self._depth_of: dict[str, int] = {}
         self._fed: int | None = None
         self._closed = False
 
@@ -215,6 +218,17 @@ class Episode:
     def actions(self) -> list[ActionRecord]:
         """Recorded actions so far, in depth order."""
         return [s.action() for s in self._slots if s is not None]
+
+    def action_for(self, call_id: str) -> ActionRecord | None:
+        """The recorded action of the call emitted with ``call_id``, if it is recorded yet."""
+        depth = self._depth_of.get(call_id)
+        slot = self._slots[depth - 1] if depth is not None else None
+        return slot.action() if slot is not None else None
+
+    def pending(self, call_id: str) -> PendingCall | None:
+        """The open (let through, not yet finished) call emitted with ``call_id``, if any."""
+        depth = self._depth_of.get(call_id)
+        return self._open.get(depth) if depth is not None else None
 
     # -- information and exposure ------------------------------------------------------------
     def user(self, message: Any) -> None:
@@ -292,6 +306,8 @@ class Episode:
         state.depth += 1
         depth = state.depth
         self._slots.append(None)
+        if call_id is not None:
+            self._depth_of[call_id] = depth
         monitor = self.monitor
         token = self._notify_start(name, call_id, depth) if monitor.observers else None
         verdict = self._judge(name, args, depth, call_id)
@@ -473,7 +489,7 @@ class Episode:
         state = self.state
         try:
             if result is not None:
-                produce = {p.key: p.kind for p in spec.produces} if accepted and spec.produces else None
+                produce = _produce_map(spec.produces) if accepted and spec.produces else None
                 state.ingest(result, produce=produce, tool=spec.name)
             if accepted and spec.invalidates:
                 for path, ref in spec.refs:
@@ -562,6 +578,12 @@ class Episode:
         )
         self.record = record
         return record
+
+
+@functools.lru_cache(maxsize=1024)
+def _produce_map(produces: tuple[Produce, ...]) -> Mapping[str, str]:
+    """``{result key: kind}`` of a spec's ``produces`` (cached: built once per spec, not per call)."""
+    return MappingProxyType({p.key: p.kind for p in produces})
 
 
 def _fault_failure(name: str) -> Failure:

@@ -337,3 +337,31 @@ class TestConcurrency:
             else:
                 assert (rec.fed, rec.first_failure.cause) == (1, Cause.DEPENDENCY)
         assert len(records) == 200
+
+
+class TestExplicitLifetime:
+    async def test_open_episode_and_aclose_across_tasks(self, tools: Toolset, tmp_path: Path) -> None:
+        """An episode opened without `async with` can be used and closed from other tasks; aclose is idempotent."""
+        monitor = Monitor(tools, sink=tmp_path / "r.jsonl")
+        ep = monitor.open_episode("t", {"method": "m"})
+
+        async def use() -> None:
+            await ep.call("set_cellular", {"on": True}, call_id="c1")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(use)
+        first = await ep.aclose()
+        assert await ep.aclose() is first
+        (rec,) = read_records(tmp_path / "r.jsonl")
+        assert rec.horizon == 1 and rec.actions[0].call_id == "c1"
+
+    async def test_lookup_by_call_id(self, tools: Toolset) -> None:
+        """action_for and pending find a call by its framework id."""
+        async with Monitor(tools).episode("t") as ep:
+            pending = await ep.begin("set_cellular", {"on": True}, call_id="c1")
+            assert ep.pending("c1") is pending and ep.action_for("c1") is None
+            pending.done({"cellular": True})
+            assert ep.pending("c1") is None
+            action = ep.action_for("c1")
+            assert action is not None and action.executable and action.depth == 1
+            assert ep.action_for("nope") is None
