@@ -15,6 +15,7 @@ from .exceptions import PrefixmonError as PrefixmonError
 from .exceptions import RecordError as RecordError
 from .exceptions import SpecError as SpecError
 from .exceptions import ToolBlocked as ToolBlocked
+from .logging import LiveLog as LiveLog
 from .monitor import Monitor as Monitor
 from .monitor import MonitorStats as MonitorStats
 from .observer import Observer as Observer
@@ -40,6 +41,7 @@ from .spec import Ref as Ref
 from .spec import Toolset as Toolset
 from .spec import ToolSpec as ToolSpec
 from .state import TrackedState as TrackedState
+from .telemetry import Telemetry as Telemetry
 from .vocabulary import Cause as Cause
 from .vocabulary import Decision as Decision
 from .vocabulary import Outcome as Outcome
@@ -60,6 +62,7 @@ __all__ = (
     "FirstFailure",
     "Grounded",
     "JsonlSink",
+    "LiveLog",
     "Monitor",
     "MonitorStats",
     "Observer",
@@ -72,6 +75,7 @@ __all__ = (
     "Ref",
     "Replan",
     "SpecError",
+    "Telemetry",
     "ToolBlocked",
     "ToolCall",
     "ToolSpec",

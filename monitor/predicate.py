@@ -135,7 +135,7 @@ def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, An
     try:
         parsed = json.loads(raw, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
-        return f"arguments are not valid JSON ({e.msg} at position {e.pos}; {len(raw)} characters)"
+        return f"arguments are not valid JSON: {e} ({len(raw)} characters in all)"
     except ValueError as e:
         return f"arguments are not valid JSON ({e})"
     except RecursionError:
@@ -237,6 +237,11 @@ def _for(arg: str, ref: Ref) -> str:
 def check_dependencies(toolset: Toolset, state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | None:
     """Every reference argument must be bound, current and of its kind."""
     for path, ref in spec.refs:
+        value = args.get(path) if "." not in path and "[]" not in path else None
+        if type(value) is str:  # fast path: a plain argument holding one current reference
+            binding = state.binding(value, ref.kind)
+            if binding is not None and binding.current:
+                continue
         for loc, value in values_at(args, path):
             failure = _reference_failure(toolset, state, spec, loc, ref, value)
             if failure is not None:
@@ -293,6 +298,9 @@ def acceptance(
 def check_information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | None:
     """Every grounded argument's value must have appeared in what the agent has seen."""
     for path in spec.grounded:
+        value = args.get(path) if "." not in path and "[]" not in path else None
+        if value is not None and state.seen(value):  # fast path: a plain argument seen as is
+            continue
         for loc, value in values_at(args, path):
             if isinstance(value, (Mapping, list, tuple)) or state.seen(value):
                 continue
@@ -329,6 +337,8 @@ def check(
         failures.append(failure)
     if spec.grounded and (failure := check_information(state, spec, args)) is not None:
         failures.append(failure)
+    if not failures and not faults and not undetermined:  # the common case, with fewer fields to set
+        return Verdict(tool=name, call_id=call_id, depth=depth, executable=True, args=args)
     return Verdict(
         tool=name,
         call_id=call_id,

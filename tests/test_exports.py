@@ -9,8 +9,8 @@ import prefixmon
 
 EXPECTED = {
     "ActionRecord", "Approve", "BadLine", "Cause", "Decision", "Deny", "Edit", "Episode", "EpisodeRecord",
-    "Failure", "FirstFailure", "Grounded", "JsonlSink", "Monitor", "MonitorStats", "Observer", "PendingCall",
-    "PlanError", "Policy", "Precondition", "PrefixmonError", "RecordError", "Ref", "Replan", "SpecError",
+    "Failure", "FirstFailure", "Grounded", "JsonlSink", "LiveLog", "Monitor", "MonitorStats", "Observer", "PendingCall",
+    "PlanError", "Policy", "Precondition", "PrefixmonError", "RecordError", "Ref", "Replan", "SpecError", "Telemetry",
     "ToolBlocked", "ToolCall", "ToolSpec", "Toolset", "TrackedState", "Undetermined", "Verdict",
     "__version__", "current_episode", "dry_run", "iter_records", "read_records",
 }  # fmt: skip

@@ -1,0 +1,520 @@
+"""LangChain 1.x integration: an agent middleware that checks every tool call.
+
+Add :class:`PrefixmonMiddleware` to ``create_agent``; each invocation of the agent (from
+``before_agent`` to ``after_agent``) is one episode::
+
+    from langchain.agents import create_agent
+    from prefixmon import Monitor, Toolset
+    from prefixmon.adapters.langchain import PrefixmonMiddleware
+
+    monitor = Monitor(Toolset(), policy="block", sink="episodes.jsonl")
+    agent = create_agent(model, tools=[...], middleware=[PrefixmonMiddleware(monitor)])
+
+How the monitor acts through the middleware hooks:
+
+- ``wrap_tool_call`` / ``awrap_tool_call`` judge each call before the tool runs (sync and
+  async agents alike). A blocked call is answered with an error ``ToolMessage`` carrying the
+  monitor's model-readable reason; the tool does not run.
+- Tools the toolset does not declare are declared from the agent's own tools (their JSON
+  schemas, seen in ``wrap_model_call``), so zero configuration gives schema checks; the tools
+  offered to the model are the exposed ones. Calls to unknown tools are recorded too.
+- **Escalation** through LangGraph interrupts: give the monitor
+  ``escalate=interrupt_escalation`` (and the agent a checkpointer). An escalated call calls
+  ``interrupt()`` with a request describing the call; resume with ``Command(resume=...)``
+  given ``"approve"``, ``"deny"``, ``{"decision": "edit", "args": {...}}`` (or an
+  :class:`~prefixmon.Approve` / :class:`~prefixmon.Edit` / :class:`~prefixmon.Deny`).
+  Nothing is recorded before the interrupt, and a call id already admitted is never admitted
+  again, so the code LangGraph re-runs on resume (the wrapper up to the interrupt, or a tool
+  that interrupts itself) does not record anything twice.
+- A tool that raises is recorded as a state-consistency failure and answered with an error
+  ``ToolMessage`` (``tool_errors="raise"`` re-raises instead, as LangChain does by default).
+- The conversation's human messages and earlier tool messages go into the information pool
+  when the episode starts; every tool result when it arrives. The call id is the tool call's
+  ``id``.
+
+The episode lives in the middleware instance while the graph is paused, keyed by an id kept
+in the agent state; resuming in another process starts over with a new episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypeVar
+
+from prefixmon import (
+    Approve,
+    Deny,
+    Edit,
+    Episode,
+    EpisodeRecord,
+    Monitor,
+    Outcome,
+    PendingCall,
+    ToolBlocked,
+    ToolCall,
+    Verdict,
+)
+from typing_extensions import NotRequired
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ToolCallRequest
+    from langchain.agents.middleware.types import ModelCallResult, ModelResponse, PrivateStateAttr
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import BaseTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.errors import GraphBubbleUp
+    from langgraph.runtime import Runtime
+    from langgraph.types import Command, interrupt
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError('pip install "prefixmon[langchain]"') from e
+
+__all__ = ("PrefixmonMiddleware", "PrefixmonState", "interrupt_escalation", "parse_answer")
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    raise ImportError("prefixmon.adapters.langchain needs Python 3.11+ (asyncio.Runner, Task contexts)")
+
+T = TypeVar("T")
+
+STATE_KEY = "prefixmon_episode"
+"""The agent-state key holding the id of the invocation's episode."""
+
+_ANSWER: contextvars.ContextVar[Approve | Edit | Deny | None] = contextvars.ContextVar(
+    "prefixmon_langchain_answer", default=None
+)
+
+
+class PrefixmonState(AgentState[Any]):
+    """Agent state with the (private) id of the open episode."""
+
+    prefixmon_episode: NotRequired[Annotated[str | None, PrivateStateAttr]]
+
+
+async def interrupt_escalation(verdict: Verdict, call: ToolCall) -> Approve | Edit | Deny:
+    """Escalation hook that routes escalations through LangGraph ``interrupt``.
+
+    Pass it as ``Monitor(..., escalate=interrupt_escalation)``. Inside an agent with
+    :class:`PrefixmonMiddleware` it returns the answer the graph was resumed with; anywhere
+    else (or for a call whose arguments do not even fit the schema) it denies.
+    """
+    answer = _ANSWER.get()
+    if answer is not None:
+        return answer
+    if verdict.cause is not None and verdict.cause.value == "schema":
+        return Deny(f"nothing to approve: {verdict.reason}")
+    return Deny("this call needs approval, which only a LangGraph agent with PrefixmonMiddleware can ask for")
+
+
+def parse_answer(value: Any) -> Approve | Edit | Deny:
+    """Turn a ``Command(resume=...)`` value into an escalation answer.
+
+    Accepted: an ``Approve`` / ``Edit`` / ``Deny``; ``True`` / ``"approve"``; ``False`` /
+    ``"deny"``; or a mapping ``{"decision": "approve" | "edit" | "deny", "args": {...},
+    "reason": "..."}``. Anything else denies, saying what was received.
+    """
+    if isinstance(value, (Approve, Edit, Deny)):
+        return value
+    if value is True or value == "approve":
+        return Approve()
+    if value is False or value == "deny":
+        return Deny()
+    if isinstance(value, Mapping):
+        decision = value.get("decision", value.get("type"))
+        if decision == "approve":
+            return Approve()
+        if decision == "edit" and isinstance(value.get("args"), Mapping):
+            return Edit(dict(value["args"]))
+        if decision in ("deny", "reject"):
+            reason = value.get("reason", value.get("message"))
+            return Deny(str(reason)) if reason else Deny()
+    return Deny(f"unrecognised escalation answer {value!r}; expected approve, edit or deny")
+
+
+class _Held:
+    """An episode opened by one node and closed by another (each runs in its own Context).
+
+    ``Monitor.episode()`` sets and resets a context variable, so its enter and exit run in one
+    pinned ``contextvars.Context``: as asyncio tasks, or on a private event loop for sync agents.
+    """
+
+    def __init__(self, monitor: Monitor, **options: Any) -> None:
+        self._cm = monitor.episode(**options)
+        self._ctx = contextvars.copy_context()
+        self._runner: Any = None  # asyncio.Runner (3.11+)
+        self._closed = False
+        self.episode: Episode | None = None
+
+    async def open(self) -> Episode:
+        self.episode = await self._pinned(self._cm.__aenter__())
+        return self.episode
+
+    def open_sync(self) -> Episode:
+        self.episode = self.run_sync(self._cm.__aenter__(), pinned=True)
+        return self.episode
+
+    async def close(self, error: BaseException | None = None) -> EpisodeRecord | None:
+        if self._closed or self.episode is None:
+            return None
+        self._closed = True
+        await self._pinned(self._exit(error))
+        return self.episode.record
+
+    def close_sync(self, error: BaseException | None = None) -> EpisodeRecord | None:
+        if self._closed or self.episode is None:
+            return None
+        self._closed = True
+        try:
+            self.run_sync(self._exit(error), pinned=True)
+        finally:
+            if self._runner is not None:
+                self._runner.close()
+                self._runner = None
+        return self.episode.record
+
+    async def _exit(self, error: BaseException | None) -> None:
+        tb = error.__traceback__ if error is not None else None
+        await self._cm.__aexit__(type(error) if error is not None else None, error, tb)
+
+    def run_sync(self, coro: Coroutine[Any, Any, T], *, pinned: bool = False) -> T:
+        """Run monitor work from a sync agent (no event loop runs in this thread)."""
+        if sys.version_info >= (3, 11):
+            if self._runner is None:
+                self._runner = asyncio.Runner()
+            result: T = self._runner.run(coro, context=self._ctx if pinned else None)
+            return result
+        raise RuntimeError("sync LangChain agents need Python 3.11+")  # pragma: no cover
+
+    async def _pinned(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.get_running_loop().create_task(coro, context=self._ctx)
+
+
+@dataclass(eq=False)
+class _Live:
+    """One open episode and the calls in flight, across the graph's nodes and interrupts."""
+
+    held: _Held
+    episode: Episode
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Serialises monitor work of a sync agent, whose tool calls run in threads."""
+    open_calls: dict[str, PendingCall] = field(default_factory=dict)
+    """Admitted calls whose tool has not returned (it may have interrupted), by call id."""
+    finished: set[str] = field(default_factory=set)
+    """Call ids already recorded."""
+    tools: dict[str, BaseTool] = field(default_factory=dict)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(c if isinstance(c, str) else str(c.get("text", "")) if isinstance(c, Mapping) else "" for c in content)
+    return str(content)
+
+
+def _tool_message_for(result: ToolMessage | Command[Any], call_id: str) -> ToolMessage | None:
+    if isinstance(result, ToolMessage):
+        return result
+    update = result.update
+    messages = update.get("messages", []) if isinstance(update, Mapping) else []
+    for m in messages:
+        if isinstance(m, ToolMessage) and m.tool_call_id == call_id:
+            return m
+    return None
+
+
+def _result_value(message: ToolMessage) -> Any:
+    content = message.content
+    if isinstance(content, str) and content[:1] in ("{", "["):
+        try:
+            return json.loads(content)
+        except ValueError:
+            return content
+    return _text(content) if not isinstance(content, str) else content
+
+
+class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
+    """Checks every tool call of each agent invocation against a :class:`prefixmon.Monitor`.
+
+    Args:
+        monitor: the monitor (toolset, policy, sink, observers).
+        task_id: the task of each invocation: a string or ``(state, runtime) -> str``;
+            default: the episode id.
+        labels: episode labels.
+        outcome: ``(state) -> "success" | "partial" | "failure" | None``, called in
+            ``after_agent``; default: no outcome.
+        register_tools: declare the agent's tools that the toolset lacks from their JSON
+            schemas (zero configuration); ``False`` makes such calls unknown tools.
+        tool_errors: ``"return"`` (default) answers a tool's exception with an error
+            ``ToolMessage`` so the run goes on; ``"raise"`` re-raises it after recording.
+    """
+
+    state_schema = PrefixmonState
+
+    def __init__(
+        self,
+        monitor: Monitor,
+        *,
+        task_id: str | Callable[[Any, Runtime[Any]], str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        outcome: Callable[[Any], Outcome | str | None] | None = None,
+        register_tools: bool = True,
+        tool_errors: Literal["return", "raise"] = "return",
+    ) -> None:
+        super().__init__()
+        if tool_errors not in ("return", "raise"):
+            raise ValueError(f"PrefixmonMiddleware: tool_errors must be 'return' or 'raise', got {tool_errors!r}")
+        self.monitor = monitor
+        self.task_id = task_id
+        self.labels = dict(labels or {})
+        self.outcome = outcome
+        self.register_tools = register_tools
+        self.tool_errors = tool_errors
+        self._live: dict[str, _Live] = {}
+
+    @property
+    def open_episodes(self) -> list[Episode]:
+        """Episodes currently open (running, or paused at an interrupt)."""
+        return [live.episode for live in self._live.values()]
+
+    def _uses_interrupts(self) -> bool:
+        return self.monitor.escalate is interrupt_escalation
+
+    # -- episode boundaries ------------------------------------------------------------------
+    def _new(self, state: Any, runtime: Runtime[Any]) -> _Held:
+        task_id = self.task_id(state, runtime) if callable(self.task_id) else self.task_id
+        return _Held(self.monitor, task_id=task_id, labels=self.labels)
+
+    def _start(self, episode: Episode, held: _Held, state: Any) -> dict[str, Any]:
+        for message in state.get("messages", ()):
+            if isinstance(message, HumanMessage):
+                episode.user(_text(message.content))
+            elif isinstance(message, ToolMessage):
+                episode.inform(_result_value(message))
+        self._live[episode.id] = _Live(held=held, episode=episode)
+        return {STATE_KEY: episode.id}
+
+    def _stale(self, state: Any) -> _Live | None:
+        return self._live.pop(state.get(STATE_KEY) or "", None)
+
+    async def abefore_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        stale = self._stale(state)
+        if stale is not None:  # the previous invocation never reached after_agent
+            await stale.held.close(RuntimeError("the agent invocation did not finish"))
+        held = self._new(state, runtime)
+        return self._start(await held.open(), held, state)
+
+    def before_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        stale = self._stale(state)
+        if stale is not None:
+            stale.held.close_sync(RuntimeError("the agent invocation did not finish"))
+        held = self._new(state, runtime)
+        return self._start(held.open_sync(), held, state)
+
+    def _finishing(self, state: Any) -> _Live | None:
+        live = self._live.pop(state.get(STATE_KEY) or "", None)
+        if live is not None and self.outcome is not None:
+            outcome = self.outcome(state)
+            if outcome is not None:
+                live.episode.finish(outcome)
+        return live
+
+    async def aafter_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        live = self._finishing(state)
+        if live is not None:
+            await live.held.close()
+        return {STATE_KEY: None}
+
+    def after_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        live = self._finishing(state)
+        if live is not None:
+            live.held.close_sync()
+        return {STATE_KEY: None}
+
+    def _live_for(self, state: Any) -> _Live | None:
+        key = state.get(STATE_KEY) if isinstance(state, Mapping) else getattr(state, STATE_KEY, None)
+        return self._live.get(key) if key else None
+
+    # -- tools the model is offered ----------------------------------------------------------
+    def _declare(self, request: ModelRequest[Any]) -> None:
+        live = self._live_for(request.state)
+        if live is None:
+            return
+        toolset = self.monitor.toolset
+        for tool in request.tools:
+            if not isinstance(tool, BaseTool):
+                continue
+            name = tool.name
+            live.tools[name] = tool
+            if name not in toolset:
+                if not self.register_tools:
+                    continue
+                function = convert_to_openai_tool(tool)["function"]
+                toolset.add_schema(name, function.get("parameters"), description=function.get("description", ""))
+            if name not in live.episode.state.exposed:
+                live.episode.expose(name)
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelCallResult[Any]:
+        with self._lock_of(request.state):
+            self._declare(request)
+        return handler(request)
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+    ) -> ModelCallResult[Any]:
+        self._declare(request)
+        return await handler(request)
+
+    def _lock_of(self, state: Any) -> threading.Lock:
+        live = self._live_for(state)
+        return live.lock if live is not None else threading.Lock()
+
+    # -- tool calls --------------------------------------------------------------------------
+    def _escalation_answer(self, live: _Live, name: str, args: Any, call_id: str) -> Approve | Edit | Deny | None:
+        """Ask a human through ``interrupt()`` when the policy escalates this call.
+
+        Nothing is recorded before ``interrupt()``: it raises the first time, and returns the
+        resume value when LangGraph re-runs this code on resume.
+        """
+        if not self._uses_interrupts():
+            return None
+        verdict = live.episode.check(name, args, call_id=call_id)
+        if verdict.executable or verdict.cause is None or verdict.cause.value == "schema":
+            return None
+        if self.monitor.policy(verdict) != "escalate":
+            return None
+        request = {
+            "type": "prefixmon.escalation",
+            "tool": name,
+            "call_id": call_id,
+            "args": args,
+            "cause": verdict.cause.value,
+            "reason": verdict.reason,
+            "decisions": ["approve", "edit", "deny"],
+        }
+        return parse_answer(interrupt(request))
+
+    def _blocked(self, live: _Live, blocked: ToolBlocked, name: str, call_id: str) -> ToolMessage:
+        live.finished.add(call_id)
+        return ToolMessage(content=str(blocked), tool_call_id=call_id, name=name, status="error")
+
+    def _request_for(self, live: _Live, request: ToolCallRequest, pending: PendingCall) -> ToolCallRequest:
+        if pending.call is pending.emitted:
+            return request
+        call = {**request.tool_call, "name": pending.call.name, "args": dict(pending.args)}
+        return request.override(tool_call=call, tool=live.tools.get(pending.call.name, request.tool))
+
+    def _settle(self, live: _Live, pending: PendingCall, call_id: str, result: ToolMessage | Command[Any]) -> None:
+        live.open_calls.pop(call_id, None)
+        live.finished.add(call_id)
+        message = _tool_message_for(result, call_id)
+        if message is None:
+            pending.done(None)
+        elif message.status == "error":
+            pending.failed(_text(message.content))
+        else:
+            pending.done(_result_value(message))
+
+    def _failed(self, live: _Live, pending: PendingCall, call_id: str, name: str, error: Exception) -> ToolMessage:
+        live.open_calls.pop(call_id, None)
+        live.finished.add(call_id)
+        pending.failed(error)
+        if self.tool_errors == "raise":
+            raise error
+        return ToolMessage(
+            content=f"{name} failed: {type(error).__name__}: {error}", tool_call_id=call_id, name=name, status="error"
+        )
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        live = self._live_for(request.state)
+        if live is None:
+            return await handler(request)
+        call = request.tool_call
+        call_id, name, args = call.get("id") or "", call["name"], call.get("args")
+        pending = live.open_calls.get(call_id)
+        if pending is None:
+            if call_id in live.finished:  # re-run of a recorded call: not a new action
+                return await handler(request)
+            answer = self._escalation_answer(live, name, args, call_id)
+            token = _ANSWER.set(answer)
+            try:
+                pending = await live.episode.begin(name, args, call_id=call_id)
+            except ToolBlocked as blocked:
+                return self._blocked(live, blocked, name, call_id)
+            finally:
+                _ANSWER.reset(token)
+            live.open_calls[call_id] = pending
+        try:
+            result = await handler(self._request_for(live, request, pending))
+        except GraphBubbleUp:
+            raise  # an interrupt inside the tool: the call stays open until the graph resumes
+        except Exception as e:
+            return self._failed(live, pending, call_id, name, e)
+        except BaseException:
+            live.open_calls.pop(call_id, None)
+            live.finished.add(call_id)
+            pending.abandon()
+            raise
+        self._settle(live, pending, call_id, result)
+        return result
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        live = self._live_for(request.state)
+        if live is None:
+            return handler(request)
+        call = request.tool_call
+        call_id, name, args = call.get("id") or "", call["name"], call.get("args")
+        with live.lock:
+            pending = live.open_calls.get(call_id)
+            rerun = pending is None and call_id in live.finished
+        if rerun:  # re-run of a recorded call: not a new action
+            return handler(request)
+        if pending is None:
+            answer = self._escalation_answer(live, name, args, call_id)
+            with live.lock:
+                try:
+                    pending = live.held.run_sync(self._begin(live.episode, name, args, call_id, answer))
+                except ToolBlocked as blocked:
+                    return self._blocked(live, blocked, name, call_id)
+                live.open_calls[call_id] = pending
+        try:
+            result = handler(self._request_for(live, request, pending))
+        except GraphBubbleUp:
+            raise  # an interrupt inside the tool: the call stays open until the graph resumes
+        except Exception as e:
+            with live.lock:
+                return self._failed(live, pending, call_id, name, e)
+        except BaseException:
+            with live.lock:
+                live.open_calls.pop(call_id, None)
+                live.finished.add(call_id)
+                pending.abandon()
+            raise
+        with live.lock:
+            self._settle(live, pending, call_id, result)
+        return result
+
+    @staticmethod
+    async def _begin(
+        episode: Episode, name: str, args: Any, call_id: str, answer: Approve | Edit | Deny | None
+    ) -> PendingCall:
+        token = _ANSWER.set(answer)  # the private loop's task copies the context at creation
+        try:
+            return await episode.begin(name, args, call_id=call_id)
+        finally:
+            _ANSWER.reset(token)
+

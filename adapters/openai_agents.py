@@ -1,0 +1,344 @@
+"""OpenAI Agents SDK integration: tool input guardrails plus a tool wrapper.
+
+Protect an agent's function tools and run it through :class:`AgentsMonitor`; each run is one
+episode::
+
+    from agents import Agent
+    from prefixmon import Monitor, Toolset
+    from prefixmon.adapters.openai_agents import AgentsMonitor
+
+    guard = AgentsMonitor(Monitor(Toolset(), policy="block", sink="episodes.jsonl"))
+    agent = guard.protect(Agent(name="assistant", tools=[...]))
+    result = await guard.run(agent, "Remove Fredrik from my contacts")
+
+How the monitor acts through the SDK's own mechanisms:
+
+- Every protected function tool gets a **tool input guardrail** that judges the call before
+  the tool runs (raw JSON arguments, so malformed JSON is a schema failure). A blocked call
+  is answered with ``reject_content`` carrying the monitor's model-readable reason; the run
+  goes on and the model may repair the call.
+- A **tool wrapper** around ``on_invoke_tool`` reports the outcome (post-call acceptance):
+  a result, or an exception the tool's failure handler turned into an error message (seen
+  through ``RunConfig.tool_error_formatter``), which is a state-consistency failure.
+- **Unknown tools** are returned to the model (``tool_not_found_behavior=
+  "return_error_to_model"``) with the monitor's reason, and recorded as schema failures.
+- Tools the toolset does not declare are declared from the tools' JSON schemas (zero
+  configuration); the agent's tools are the exposed ones.
+- The run's user input goes into the information pool, and every tool result. The call id is
+  the function call's ``call_id``.
+
+``guard.run`` wraps ``Runner.run``; to drive the runner yourself, open
+``async with guard.episode(...)`` and pass ``run_config=guard.run_config()`` and
+``hooks=guard.hooks()`` (without the hooks, unknown-tool calls are recorded after the other
+calls of the same model response).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefixmon import Episode, Monitor, Outcome, PendingCall, ToolBlocked
+
+try:
+    from agents import (
+        Agent,
+        FunctionTool,
+        Handoff,
+        ModelResponse,
+        RunConfig,
+        RunContextWrapper,
+        RunHooks,
+        Runner,
+        RunResult,
+        Tool,
+        ToolGuardrailFunctionOutput,
+        ToolInputGuardrail,
+        ToolInputGuardrailData,
+    )
+    from agents.run_config import ToolErrorFormatterArgs
+    from agents.tool_context import ToolContext
+    from openai.types.responses import ResponseFunctionToolCall
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError('pip install "prefixmon[openai-agents]"') from e
+
+__all__ = ("AgentsMonitor",)
+
+GUARDRAIL_NAME = "prefixmon"
+
+
+@dataclass(eq=False)
+class _RunState:
+    episode: Episode
+    pending: dict[str, PendingCall] = field(default_factory=dict)
+    """Admitted calls awaiting their tool's outcome, by call id."""
+    errors: dict[str, Exception] = field(default_factory=dict)
+    """Exceptions the tools' failure handlers turned into messages, by call id."""
+    order: list[tuple[str, str, str, bool]] = field(default_factory=list)
+    """The last model response's function calls: (call id, name, arguments, unknown)."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Unknown-tool calls already recorded: call id -> the model-readable reason."""
+
+    async def record_unknown(self, call_id: str, *, including: bool = False) -> None:
+        """Record, in message order, the unknown-tool calls before (or up to) ``call_id``."""
+        for cid, name, arguments, unknown in self.order:
+            if cid == call_id and not including:
+                return
+            if unknown and cid not in self.refused:
+                await self.refuse(cid, name, arguments)
+            if cid == call_id:
+                return
+
+    async def refuse(self, call_id: str, name: str, arguments: str | None) -> None:
+        self.refused[call_id] = f"Tool {name!r} not found."
+        try:
+            pending = await self.episode.begin(name, arguments, call_id=call_id)
+        except ToolBlocked as blocked:
+            self.refused[call_id] = str(blocked)
+        else:
+            pending.abandon("the Agents SDK has no such tool")
+
+
+class _OrderHooks(RunHooks[Any]):
+    """Notes each model response's function calls, so unknown tools are recorded in message order."""
+
+    def __init__(self, inner: RunHooks[Any] | None) -> None:
+        self.inner = inner
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse) -> None:
+        run = _RUN.get()
+        if run is not None:
+            known = {t.name for t in agent.tools}
+            known.update(h.tool_name if isinstance(h, Handoff) else Handoff.default_tool_name(h) for h in agent.handoffs)
+            run.order = [
+                (item.call_id, item.name, item.arguments, item.name not in known)
+                for item in response.output
+                if isinstance(item, ResponseFunctionToolCall)
+            ]
+        if self.inner is not None:
+            await self.inner.on_llm_end(context, agent, response)
+
+    async def on_llm_start(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], system_prompt: str | None, input_items: list[Any]
+    ) -> None:
+        if self.inner is not None:
+            await self.inner.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_agent_start(self, context: Any, agent: Agent[Any]) -> None:
+        if self.inner is not None:
+            await self.inner.on_agent_start(context, agent)
+
+    async def on_agent_end(self, context: Any, agent: Agent[Any], output: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_agent_end(context, agent, output)
+
+    async def on_handoff(self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]) -> None:
+        if self.inner is not None:
+            await self.inner.on_handoff(context, from_agent, to_agent)
+
+    async def on_tool_start(self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool) -> None:
+        if self.inner is not None:
+            await self.inner.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object) -> None:
+        if self.inner is not None:
+            await self.inner.on_tool_end(context, agent, tool, result)
+
+
+_RUN: contextvars.ContextVar[_RunState | None] = contextvars.ContextVar("prefixmon_openai_agents_run", default=None)
+
+
+def _user_texts(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    texts: list[str] = []
+    if isinstance(value, Sequence):
+        for item in value:
+            if isinstance(item, Mapping) and item.get("role") == "user":
+                texts.extend(_user_texts(item.get("content")))
+            elif isinstance(item, Mapping) and item.get("type") == "input_text":
+                texts.append(str(item.get("text", "")))
+    return texts
+
+
+def _result_value(result: Any) -> Any:
+    if isinstance(result, str) and result[:1] in ("{", "["):
+        try:
+            return json.loads(result)
+        except ValueError:
+            return result
+    return result
+
+
+class AgentsMonitor:
+    """Checks every function-tool call of OpenAI Agents SDK runs against a :class:`prefixmon.Monitor`.
+
+    Args:
+        monitor: the monitor (toolset, policy, sink, observers).
+        register_tools: declare protected tools that the toolset lacks from their JSON
+            schemas (zero configuration).
+    """
+
+    def __init__(self, monitor: Monitor, *, register_tools: bool = True) -> None:
+        self.monitor = monitor
+        self.register_tools = register_tools
+        self.guardrail: ToolInputGuardrail[Any] = ToolInputGuardrail(guardrail_function=self._check, name=GUARDRAIL_NAME)
+        self._tools: set[str] = set()
+
+    # -- protecting agents ------------------------------------------------------------------
+    def protect(self, agent: Agent[Any]) -> Agent[Any]:
+        """A copy of ``agent`` whose function tools are checked (handoff agents too)."""
+        tools = [self.protect_tool(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
+        handoffs = [self.protect(h) if isinstance(h, Agent) else h for h in agent.handoffs]
+        return agent.clone(tools=tools, handoffs=handoffs)
+
+    def protect_tool(self, tool: FunctionTool) -> FunctionTool:
+        """A copy of ``tool`` with the input guardrail and the outcome wrapper."""
+        toolset = self.monitor.toolset
+        if tool.name not in toolset and self.register_tools:
+            toolset.add_schema(tool.name, tool.params_json_schema, description=tool.description)
+        self._tools.add(tool.name)
+        guards = [g for g in tool.tool_input_guardrails or () if g is not self.guardrail]
+        return dataclasses.replace(
+            tool,
+            on_invoke_tool=self._wrap(tool.on_invoke_tool),
+            tool_input_guardrails=[*guards, self.guardrail],
+        )
+
+    # -- runs -------------------------------------------------------------------------------
+    @asynccontextmanager
+    async def episode(
+        self,
+        task_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        *,
+        user: Any = None,
+        **options: Any,
+    ) -> AsyncIterator[Episode]:
+        """Open an episode for the runs inside the block (``options`` as for ``Monitor.episode``).
+
+        Args:
+            user: the run's input (a string or input items); its user text goes into the pool.
+        """
+        async with self.monitor.episode(task_id, labels, **options) as ep:
+            if options.get("exposed") is None:
+                ep.expose(*(name for name in self._tools if name in self.monitor.toolset))
+            for text in _user_texts(user):
+                ep.user(text)
+            token = _RUN.set(_RunState(episode=ep))
+            try:
+                yield ep
+            finally:
+                _RUN.reset(token)
+
+    def run_config(self, base: RunConfig | None = None) -> RunConfig:
+        """``base`` (or a default) set to return unknown tools to the model and report tool errors."""
+        config = base or RunConfig()
+        user_formatter = config.tool_error_formatter
+
+        async def formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
+            message = await self._format_error(args)
+            if message is None and user_formatter is not None:
+                answer = user_formatter(args)
+                return await answer if hasattr(answer, "__await__") else answer  # type: ignore[misc]
+            return message
+
+        return dataclasses.replace(config, tool_not_found_behavior="return_error_to_model", tool_error_formatter=formatter)
+
+    def hooks(self, inner: RunHooks[Any] | None = None) -> RunHooks[Any]:
+        """Run hooks that keep unknown-tool calls in message order (``inner`` is called too)."""
+        return _OrderHooks(inner)
+
+    async def run(
+        self,
+        agent: Agent[Any],
+        input: Any,
+        *,
+        task_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        outcome: Callable[[RunResult], Outcome | str | None] | None = None,
+        run_config: RunConfig | None = None,
+        **kwargs: Any,
+    ) -> RunResult:
+        """``Runner.run`` inside one episode.
+
+        Args:
+            agent: a protected agent (see :meth:`protect`).
+            input: the run's input.
+            outcome: ``(result) -> "success" | "partial" | "failure" | None`` for the record.
+            kwargs: passed to ``Runner.run``.
+        """
+        async with self.episode(task_id, labels, user=input) as ep:
+            hooks = _OrderHooks(kwargs.pop("hooks", None))
+            result = await Runner.run(agent, input, run_config=self.run_config(run_config), hooks=hooks, **kwargs)
+            if outcome is not None:
+                answer = outcome(result)
+                if answer is not None:
+                    ep.finish(answer)
+        return result
+
+    # -- the hooks --------------------------------------------------------------------------
+    async def _check(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        run = _RUN.get()
+        if run is None:
+            return ToolGuardrailFunctionOutput.allow()
+        context = data.context
+        await run.record_unknown(context.tool_call_id)
+        try:
+            pending = await run.episode.begin(context.tool_name, context.tool_arguments, call_id=context.tool_call_id)
+        except ToolBlocked as blocked:
+            verdict = blocked.verdict
+            info = {"cause": verdict.cause.value if verdict.cause else None, "decision": blocked.decision}
+            return ToolGuardrailFunctionOutput.reject_content(str(blocked), output_info=info)
+        run.pending[context.tool_call_id] = pending
+        return ToolGuardrailFunctionOutput.allow()
+
+    def _wrap(self, invoke: Callable[[ToolContext[Any], str], Any]) -> Callable[[ToolContext[Any], str], Any]:
+        async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
+            run = _RUN.get()
+            pending = run.pending.pop(context.tool_call_id, None) if run is not None else None
+            if run is None or pending is None:
+                return await invoke(context, arguments)
+            if pending.call is not pending.emitted:
+                if pending.call.name != context.tool_name:
+                    pending.abandon(f"the Agents SDK cannot run {pending.call.name} in place of {context.tool_name}")
+                    return (
+                        f"Call to {context.tool_name!r} was not run: {pending.verdict.reason}\n"
+                        f"Guidance: call {pending.call.name} with {json.dumps(pending.args)} instead."
+                    )
+                arguments = json.dumps(pending.args)
+            try:
+                result = await invoke(context, arguments)
+            except Exception as e:
+                pending.failed(e)
+                raise
+            except BaseException:
+                pending.abandon()
+                raise
+            error = run.errors.pop(context.tool_call_id, None)
+            if error is not None:
+                pending.failed(error)
+            else:
+                pending.done(_result_value(result))
+            return result
+
+        return on_invoke_tool
+
+    async def _format_error(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
+        run = _RUN.get()
+        if run is None:
+            return None
+        if args.kind == "tool_exception" and args.error is not None:
+            run.errors[args.call_id] = args.error
+            return f"{args.tool_name} failed: {type(args.error).__name__}: {args.error}"
+        if args.kind == "tool_not_found":
+            await run.record_unknown(args.call_id, including=True)
+            if args.call_id not in run.refused:  # not in the noted response: hooks were not installed
+                await run.refuse(args.call_id, args.tool_name, None)
+            return run.refused[args.call_id]
+        return None

@@ -1,0 +1,500 @@
+"""pydantic-ai integration: a capability that checks every tool call of an agent run.
+
+Add :class:`PrefixmonCapability` to an agent; each ``agent.run`` is one episode::
+
+    from pydantic_ai import Agent
+    from prefixmon import Monitor, Toolset
+    from prefixmon.adapters.pydantic_ai import PrefixmonCapability
+
+    monitor = Monitor(Toolset(), policy="block", sink="episodes.jsonl")
+    agent = Agent(model, tools=[...], capabilities=[PrefixmonCapability(monitor)])
+
+How the monitor acts through pydantic-ai's own hooks:
+
+- **Checks** run in ``wrap_tool_validate``, in the order the model emitted the calls, before
+  pydantic-ai validates the arguments. Tools the toolset does not declare are declared from the
+  agent's own tool definitions (their JSON schemas), so zero configuration gives schema
+  checks; rules the toolset declares for a tool win.
+- **Blocked** calls raise :class:`~pydantic_ai.ModelRetry`: the model gets the monitor's
+  reason as a retry prompt and may repair the call (within the tool's retry budget).
+- **Escalation** uses deferred tool approval. Give the monitor ``escalate=deferred_approval``:
+  a call the policy escalates raises :class:`~pydantic_ai.ApprovalRequired`, so it is resolved
+  inline by a ``HandleDeferredToolCalls`` capability or ends the run with
+  :class:`~pydantic_ai.DeferredToolRequests`. The episode then stays open and continues in the
+  run that passes ``deferred_tool_results``: an approval records ``approve`` (``edit`` when it
+  overrides the arguments), a denial ``deny``. Any other ``escalate=`` hook is awaited in-process.
+- **Tool exceptions** are recorded as state-consistency failures and reach the model as
+  :class:`~pydantic_ai.ToolFailed` results instead of aborting the run.
+- Calls to tools the agent does not have never reach pydantic-ai's hooks; they are recorded
+  (schema failures) from the message history, in message order.
+- The run's prompt, earlier user prompts and tool returns in the message history, and every
+  tool result go into the information pool. The call id is pydantic-ai's ``tool_call_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from prefixmon import (
+    Approve,
+    Deny,
+    Edit,
+    Episode,
+    EpisodeRecord,
+    Monitor,
+    Outcome,
+    PendingCall,
+    ToolBlocked,
+    ToolCall,
+    Verdict,
+)
+
+try:
+    from pydantic_ai import (
+        AgentRunResult,
+        ApprovalRequired,
+        CallDeferred,
+        DeferredToolRequests,
+        ModelResponse,
+        ModelRetry,
+        RunContext,
+        ToolCallPart,
+        ToolFailed,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.capabilities.abstract import (
+        RawToolArgs,
+        ValidatedToolArgs,
+        WrapRunHandler,
+        WrapToolExecuteHandler,
+        WrapToolValidateHandler,
+    )
+    from pydantic_ai.exceptions import SkipToolExecution, ToolFailedError, ToolRetryError
+    from pydantic_ai.messages import ModelMessage, ModelRequest
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.tools import ToolDefinition
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError('pip install "prefixmon[pydantic-ai]"') from e
+
+__all__ = ("PrefixmonCapability", "deferred_approval")
+
+T = TypeVar("T")
+
+_ANSWER: contextvars.ContextVar[Approve | Edit | Deny | None] = contextvars.ContextVar(
+    "prefixmon_pydantic_ai_answer", default=None
+)
+
+
+async def deferred_approval(verdict: Verdict, call: ToolCall) -> Approve | Edit | Deny:
+    """Escalation hook that routes escalations through pydantic-ai's deferred tool approval.
+
+    Pass it as ``Monitor(..., escalate=deferred_approval)``. Inside a run monitored by
+    :class:`PrefixmonCapability` it returns the approval the application gave through
+    ``DeferredToolResults`` (or a ``HandleDeferredToolCalls`` handler); anywhere else it denies.
+    """
+    answer = _ANSWER.get()
+    if answer is not None:
+        return answer
+    if verdict.cause is not None and verdict.cause.value == "schema":
+        return Deny(f"nothing to approve: {verdict.reason}")
+    return Deny("this call needs approval, which only a pydantic-ai run with PrefixmonCapability can ask for")
+
+
+class _Held:
+    """An episode opened by one hook and closed by another, possibly in another task.
+
+    ``Monitor.episode()`` is an async context manager that sets and resets a context
+    variable, so its enter and exit must run in one ``contextvars.Context``; both are run as
+    tasks pinned to the Context captured here.
+    """
+
+    def __init__(self, monitor: Monitor, **options: Any) -> None:
+        self._cm = monitor.episode(**options)
+        self._ctx = contextvars.copy_context()
+        self._closed = False
+        self.episode: Episode | None = None
+
+    async def open(self) -> Episode:
+        self.episode = await self._pinned(self._cm.__aenter__())
+        return self.episode
+
+    async def close(self, error: BaseException | None = None) -> EpisodeRecord | None:
+        if self._closed or self.episode is None:
+            return None if self.episode is None else self.episode.record
+        self._closed = True
+        tb = error.__traceback__ if error is not None else None
+        await self._pinned(self._cm.__aexit__(type(error) if error is not None else None, error, tb))
+        return self.episode.record
+
+    async def _pinned(self, coro: Coroutine[Any, Any, T]) -> T:
+        if sys.version_info >= (3, 11):
+            return await asyncio.get_running_loop().create_task(coro, context=self._ctx)
+        return await self._ctx.run(asyncio.ensure_future, coro)  # pragma: no cover
+
+
+@dataclass(eq=False)
+class _RunState:
+    """What one episode needs across the hooks (and runs) that make it up."""
+
+    held: _Held
+    episode: Episode
+    pending: dict[str, PendingCall] = field(default_factory=dict)
+    """Admitted calls awaiting execution, by call id."""
+    seen: set[str] = field(default_factory=set)
+    """Call ids already handled (recorded, admitted, or escalated)."""
+    escalations: dict[str, RawToolArgs] = field(default_factory=dict)
+    """Calls waiting for a deferred approval: call id -> the arguments the model emitted."""
+    tools: dict[str, str] = field(default_factory=dict)
+    """Tool names of escalated calls, by call id."""
+
+
+@dataclass(eq=False)
+class _Shared:
+    parked: dict[str, _RunState] = field(default_factory=dict)
+    """Episodes waiting for a deferred approval, by the call ids they wait for."""
+
+
+def _text_of(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, Sequence):
+        return [c for c in content if isinstance(c, str)]
+    return []
+
+
+def _last_response(messages: Sequence[ModelMessage]) -> ModelResponse | None:
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            return message
+    return None
+
+
+def _same_args(a: RawToolArgs | None, b: RawToolArgs | None) -> bool:
+    import json
+
+    def norm(x: RawToolArgs | None) -> Any:
+        if isinstance(x, str):
+            try:
+                return json.loads(x) if x.strip() else {}
+            except ValueError:
+                return x
+        return x or {}
+
+    return bool(norm(a) == norm(b))
+
+
+def _as_dict(args: RawToolArgs) -> dict[str, Any]:
+    import json
+
+    if isinstance(args, dict):
+        return args
+    parsed = json.loads(args) if args.strip() else {}
+    if not isinstance(parsed, dict):
+        raise ValueError("tool arguments must be a JSON object")
+    return parsed
+
+
+@dataclass
+class PrefixmonCapability(AbstractCapability[Any]):
+    """Checks every tool call of each agent run against a :class:`prefixmon.Monitor`.
+
+    Args:
+        monitor: the monitor (toolset, policy, sink, observers).
+        task_id: the task of each run: a string, or ``(ctx) -> str``; default: the episode id.
+        labels: episode labels (``model`` defaults to the agent's model name).
+        outcome: ``(result) -> "success" | "partial" | "failure" | None``, called when a run
+            ends; default: no outcome.
+        register_tools: declare the agent's tools that the toolset lacks from their JSON
+            schemas (zero configuration); ``False`` makes such calls unknown tools.
+    """
+
+    monitor: Monitor
+    task_id: str | Callable[[RunContext[Any]], str] | None = None
+    labels: Mapping[str, str] | None = None
+    outcome: Callable[[AgentRunResult[Any]], Outcome | str | None] | None = None
+    register_tools: bool = True
+    _shared: _Shared = field(default_factory=_Shared, repr=False, compare=False)
+    _state: _RunState | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    @property
+    def episode(self) -> Episode | None:
+        """The episode of the run this (per-run) instance serves, if any."""
+        return self._state.episode if self._state is not None else None
+
+    async def for_run(self, ctx: RunContext[Any]) -> PrefixmonCapability:
+        return replace(self, _state=None)
+
+    async def close_parked(self) -> list[EpisodeRecord]:
+        """Close every episode still waiting for a deferred approval (its calls are denied).
+
+        Returns:
+            the records of the episodes closed.
+        """
+        states = list({id(s): s for s in self._shared.parked.values()}.values())
+        self._shared.parked.clear()
+        records: list[EpisodeRecord] = []
+        for state in states:
+            await self._deny_open_escalations(state, "the approval was never given")
+            record = await state.held.close()
+            if record is not None:
+                records.append(record)
+        return records
+
+    # -- run boundaries ---------------------------------------------------------------------
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        state = self._resume(ctx) or await self._open(ctx)
+        self._state = state
+        try:
+            result = await handler()
+        except BaseException as e:
+            await state.held.close(e)
+            raise
+        await self._reconcile(ctx, state, result.all_messages())
+        output = result.output
+        waiting = (
+            [c.tool_call_id for c in output.approvals if c.tool_call_id in state.escalations]
+            if isinstance(output, DeferredToolRequests)
+            else []
+        )
+        if waiting:
+            for call_id in waiting:
+                self._shared.parked[call_id] = state
+            return result
+        await self._deny_open_escalations(state, "the call was not approved")
+        if self.outcome is not None:
+            try:
+                outcome = self.outcome(result)
+            except Exception as e:
+                await state.held.close(e)
+                raise
+            if outcome is not None:
+                state.episode.finish(outcome)
+        await state.held.close()
+        return result
+
+    def _resume(self, ctx: RunContext[Any]) -> _RunState | None:
+        parked = self._shared.parked
+        if not parked:
+            return None
+        response = _last_response(ctx.messages)
+        if response is None:
+            return None
+        for part in response.parts:
+            if isinstance(part, ToolCallPart) and part.tool_call_id in parked:
+                state = parked[part.tool_call_id]
+                for call_id in [k for k, v in parked.items() if v is state]:
+                    del parked[call_id]
+                return state
+        return None
+
+    async def _open(self, ctx: RunContext[Any]) -> _RunState:
+        labels = dict(self.labels or {})
+        if "model" not in labels and "model" not in self.monitor.labels:
+            labels["model"] = ctx.model.model_name
+        task_id = self.task_id(ctx) if callable(self.task_id) else self.task_id
+        held = _Held(self.monitor, task_id=task_id, labels=labels)
+        episode = await held.open()
+        for message in ctx.messages:
+            if not isinstance(message, ModelRequest):
+                continue
+            for part in message.parts:
+                if isinstance(part, UserPromptPart):
+                    for text in _text_of(part.content):
+                        episode.user(text)
+                elif isinstance(part, ToolReturnPart):
+                    episode.inform(part.content)
+        if ctx.prompt is not None:
+            for text in _text_of(ctx.prompt):
+                episode.user(text)
+        return _RunState(held=held, episode=episode)
+
+    # -- calls the hooks never see -----------------------------------------------------------
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        state = self._state
+        if state is not None:
+            await self._reconcile(ctx, state, ctx.messages)
+            await self._deny_open_escalations(state, None, messages=ctx.messages)
+        return request_context
+
+    async def _reconcile(
+        self, ctx: RunContext[Any], state: _RunState, messages: Sequence[ModelMessage], upto: str | None = None
+    ) -> None:
+        """Record, in message order, calls pydantic-ai refused before any hook (unknown tools)."""
+        response = _last_response(messages)
+        manager = ctx.tool_manager
+        if response is None:
+            return
+        for part in response.parts:
+            if not isinstance(part, ToolCallPart):
+                continue
+            call_id = part.tool_call_id
+            if call_id == upto:
+                return
+            if call_id in state.seen:
+                continue
+            if manager is None or manager.get_tool_def(part.tool_name) is not None:
+                continue
+            state.seen.add(call_id)
+            try:
+                pending = await state.episode.begin(part.tool_name, part.args, call_id=call_id)
+            except ToolBlocked:
+                continue
+            pending.abandon("pydantic-ai refused the call before it could run")
+
+    async def _deny_open_escalations(
+        self, state: _RunState, why: str | None, *, messages: Sequence[ModelMessage] | None = None
+    ) -> None:
+        """Record escalated calls that were answered with a denial (or never answered)."""
+        if not state.escalations:
+            return
+        denials: dict[str, str] = {}
+        if messages is not None:
+            for message in messages:
+                if isinstance(message, ModelRequest):
+                    for part in message.parts:
+                        if isinstance(part, ToolReturnPart) and part.tool_call_id in state.escalations:
+                            denials[part.tool_call_id] = str(part.content)
+        for call_id in list(state.escalations):
+            reason = denials.get(call_id, why)
+            if reason is None:
+                continue
+            args = state.escalations.pop(call_id)
+            token = _ANSWER.set(Deny(reason))
+            try:
+                pending = await state.episode.begin(state.tools.pop(call_id, ""), args, call_id=call_id)
+            except ToolBlocked:
+                continue
+            finally:
+                _ANSWER.reset(token)
+            pending.abandon("the call was denied")  # pragma: no cover - Deny never admits a call
+
+    # -- tool calls --------------------------------------------------------------------------
+    def _declare(self, state: _RunState, tool_def: ToolDefinition) -> None:
+        name = tool_def.name
+        toolset = self.monitor.toolset
+        if name not in toolset:
+            if not self.register_tools:
+                return
+            toolset.add_schema(name, tool_def.parameters_json_schema, description=tool_def.description or "")
+        if name not in state.episode.state.exposed:
+            state.episode.expose(name)
+
+    async def wrap_tool_validate(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: RawToolArgs,
+        handler: WrapToolValidateHandler,
+    ) -> ValidatedToolArgs:
+        state = self._state
+        if state is None or tool_def.kind == "output":
+            return await handler(args)
+        call_id = call.tool_call_id
+        await self._reconcile(ctx, state, ctx.messages, upto=call_id)
+        if call_id in state.pending:  # an admitted call validated again (approved after a deferral)
+            return await handler(args)
+        state.seen.add(call_id)
+        self._declare(state, tool_def)
+        episode = state.episode
+        name = call.tool_name
+        emitted = state.escalations.pop(call_id, None) if ctx.tool_call_approved else None
+        answer: Approve | Edit | Deny | None = None
+        if emitted is not None:
+            state.tools.pop(call_id, None)
+            answer = Approve() if _same_args(emitted, args) else Edit(_as_dict(args))
+            args = emitted
+        elif self.monitor.escalate is deferred_approval and not ctx.tool_call_approved:
+            verdict = episode.check(name, args, call_id=call_id)
+            if (
+                not verdict.executable
+                and verdict.cause is not None
+                and verdict.cause.value != "schema"
+                and self.monitor.policy(verdict) == "escalate"
+            ):
+                await handler(args)
+                state.escalations[call_id] = args
+                state.tools[call_id] = name
+                raise ApprovalRequired(
+                    metadata={"prefixmon": {"cause": verdict.cause.value, "reason": verdict.reason}}
+                )
+        token = _ANSWER.set(answer)
+        try:
+            pending = await episode.begin(name, args, call_id=call_id)
+        except ToolBlocked as blocked:
+            raise ModelRetry(str(blocked)) from None
+        finally:
+            _ANSWER.reset(token)
+        if pending.call.name != name:
+            pending.abandon(f"pydantic-ai cannot run {pending.call.name} in place of {name}")
+            raise ModelRetry(
+                f"Call to {name!r} was not run: {pending.verdict.reason}\n"
+                f"Guidance: call {pending.call.name} with {pending.args} instead."
+            )
+        run_args: RawToolArgs = pending.args if pending.call is not pending.emitted else args
+        try:
+            validated = await handler(run_args)
+        except (ApprovalRequired, CallDeferred):
+            state.pending[call_id] = pending
+            raise
+        except ModelRetry as e:
+            pending.failed(e.message)
+            raise
+        except Exception as e:
+            pending.failed(e)
+            raise
+        state.pending[call_id] = pending
+        return validated
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        state = self._state
+        pending = state.pending.pop(call.tool_call_id, None) if state is not None else None
+        if state is None or pending is None:
+            return await handler(args)
+        try:
+            result = await handler(args)
+        except (ApprovalRequired, CallDeferred):
+            state.pending[call.tool_call_id] = pending
+            raise
+        except SkipToolExecution:
+            pending.abandon("a capability skipped the execution")
+            raise
+        except ModelRetry as e:
+            pending.failed(e.message)
+            raise
+        except ToolFailed as e:
+            pending.failed(e.message)
+            raise
+        except (ToolRetryError, ToolFailedError) as e:
+            pending.failed(str(e) or type(e).__name__)
+            raise
+        except Exception as e:
+            pending.failed(e)
+            raise ToolFailed(f"{call.tool_name} failed: {type(e).__name__}: {e}") from e
+        except BaseException:
+            pending.abandon()
+            raise
+        pending.done(result)
+        return result

@@ -1,0 +1,146 @@
+"""Live structlog events for monitored episodes.
+
+:class:`LiveLog` is an :class:`~prefixmon.Observer` that logs what an operator wants to see
+while agents run, and stays quiet on the per-call success path:
+
+=====================  =========  ==========================================================
+event                  level      when
+=====================  =========  ==========================================================
+``first_failure``      warning    an episode's first non-executable call (its FED is known)
+``call_blocked``       warning    a call was not run (block, fail_closed)
+``call_replanned``     info       a replan hook supplied guidance or a replacement
+``call_escalated``     info       a human hook approved, edited or denied a call
+``call``               debug      every other call (only with ``log_calls=True``)
+``episode_finished``   info       FED, horizon, executable, outcome, status
+=====================  =========  ==========================================================
+
+Monitor-internal errors are logged by the monitor itself (``monitor_internal_error``, error
+level) through the same ``prefixmon`` logger, so this observer does not repeat them.
+
+Reasons and error messages may quote argument values; they are logged only with
+``include_reasons=True``. :func:`configure_json_logging` sets up fast JSON Lines output
+for applications and scripts (a library never configures logging).
+"""
+
+from __future__ import annotations
+
+import json
+import logging as std_logging
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+import structlog
+
+from .observer import Observer
+from .vocabulary import Decision
+
+if TYPE_CHECKING:
+    from .episode import Episode
+    from .predicate import Verdict
+    from .records import ActionRecord, EpisodeRecord
+
+__all__ = ["LiveLog", "configure_json_logging"]
+
+_BLOCKED = frozenset({Decision.BLOCK, Decision.FAIL_CLOSED})
+_ESCALATED = frozenset({Decision.APPROVE, Decision.EDIT, Decision.DENY})
+
+
+class LiveLog(Observer):
+    """Logs first failures, interventions and episode ends through structlog.
+
+    Args:
+        logger: a structlog logger; default ``structlog.get_logger("prefixmon")``.
+        log_calls: also log every other call at debug level.
+        include_reasons: add the model-readable reason (may quote argument values).
+    """
+
+    def __init__(self, logger: Any = None, *, log_calls: bool = False, include_reasons: bool = False) -> None:
+        self._log = logger if logger is not None else structlog.get_logger("prefixmon")
+        self.log_calls = log_calls
+        self.include_reasons = include_reasons
+
+    def call_finished(self, episode: Episode, action: ActionRecord, verdict: Verdict, token: Any) -> None:
+        """Log the call if it is worth a line."""
+        decision = action.decision
+        if action.executable and decision is Decision.ALLOW and action.error is None and not self.log_calls:
+            return  # the per-call success path stays quiet
+        fields: dict[str, Any] = {
+            "episode_id": episode.id,
+            "task_id": episode.task_id,
+            "depth": action.depth,
+            "tool": action.tool,
+            "decision": decision.value,
+        }
+        if action.cause is not None:
+            fields["cause"] = action.cause.value
+            fields["code"] = verdict.code
+        if action.replacement is not None:
+            fields["replacement"] = action.replacement
+        if self.include_reasons:
+            if action.reason is not None:
+                fields["reason"] = action.reason
+            if action.error is not None:
+                fields["error"] = action.error
+        log = self._log
+        if not action.executable and episode.fed == action.depth:
+            log.warning("first_failure", **fields)
+        if decision in _BLOCKED:
+            log.warning("call_blocked", **fields)
+        elif decision is Decision.REPLAN:
+            log.info("call_replanned", **fields)
+        elif decision in _ESCALATED:
+            log.info("call_escalated", **fields)
+        elif self.log_calls:
+            log.debug("call", executable=action.executable, **fields)
+
+    def episode_finished(self, episode: Episode, record: EpisodeRecord) -> None:
+        """Log the episode's FED, horizon and outcome."""
+        fields: dict[str, Any] = {
+            "episode_id": record.episode_id,
+            "task_id": record.task_id,
+            "labels": record.labels,
+            "fed": record.fed,
+            "horizon": record.horizon,
+            "executable": record.executable,
+            "outcome": None if record.outcome is None else record.outcome.value,
+            "status": record.status,
+        }
+        if record.first_failure is not None:
+            fields["first_failure_cause"] = record.first_failure.cause.value
+            fields["first_failure_tool"] = record.first_failure.tool
+        if record.error is not None:
+            fields["error_type"] = record.error
+        self._log.info("episode_finished", **fields)
+
+
+def configure_json_logging(*, level: int | str = "info", stream: TextIO | None = None) -> None:
+    """Configure structlog for fast JSON Lines output (for applications, scripts, the CLI).
+
+    Filtering happens in the bound logger class (below-level calls are no-ops), loggers are
+    cached on first use, and each event is one JSON object per line with ``timestamp``
+    (ISO 8601, UTC) and ``level``.
+
+    Args:
+        level: the minimum level, a name (``"warning"``) or a :mod:`logging` number.
+        stream: where lines go; default ``sys.stderr``.
+    """
+    if isinstance(level, str):
+        number = std_logging.getLevelName(level.upper())
+        if not isinstance(number, int):
+            raise ValueError(f"unknown log level {level!r}")
+        level = number
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.dict_tracebacks,
+            structlog.processors.JSONRenderer(serializer=_dumps),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.WriteLoggerFactory(file=stream if stream is not None else sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def _dumps(obj: Any, **kw: Any) -> str:
+    return json.dumps(obj, default=str, ensure_ascii=False, separators=(",", ":"))

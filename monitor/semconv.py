@@ -1,0 +1,121 @@
+"""Names prefixmon uses in OpenTelemetry: span and event names, attribute keys, metrics.
+
+The GenAI keys follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``,
+``error.type``); project keys live under ``prefixmon.*``. Query backends with these
+constants instead of string literals. Keys marked *content* are only written when content
+capture is enabled (they may quote argument values).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- span names and operations -------------------------------------------------------
+
+EXECUTE_TOOL: Final = "execute_tool"
+"""``gen_ai.operation.name`` of a tool call span (span name ``execute_tool {tool}``)."""
+INVOKE_AGENT: Final = "invoke_agent"
+"""``gen_ai.operation.name`` of the episode span (span name ``invoke_agent {agent}``)."""
+
+# --- GenAI semantic-convention keys ---------------------------------------------------
+
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+"""*Content*: the call's arguments as JSON, redacted and size-capped."""
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+"""*Content*: the tool's result as JSON, redacted and size-capped."""
+ERROR_TYPE: Final = "error.type"
+"""``prefixmon.<cause>`` on a non-executable call; the exception class on a monitor error."""
+
+# --- the verdict as a guardrail event --------------------------------------------------
+
+GEN_AI_GUARDRAIL_RESULT: Final = "gen_ai.guardrail.result"
+"""Event name: the monitor's verdict on one call, on that call's span."""
+GEN_AI_GUARDRAIL_COMPONENT_NAME: Final = "gen_ai.guardrail.component.name"
+"""Always ``"prefixmon"``."""
+GEN_AI_GUARDRAIL_SOURCE: Final = "gen_ai.guardrail.source"
+"""Always ``"tool_input"``: the check runs on the call before it executes."""
+GEN_AI_GUARDRAIL_RESULT_TYPE: Final = "gen_ai.guardrail.result.type"
+"""What the guardrail did: ``pass`` (executable), ``observe`` (not executable, ran anyway),
+``block`` (not run), ``modify`` (replaced or edited), ``escalate`` (a human approved)."""
+GEN_AI_GUARDRAIL_RESULT_VALUE: Final = "gen_ai.guardrail.result.value"
+"""Boolean: whether the call was executable."""
+GEN_AI_GUARDRAIL_RESULT_REASON: Final = "gen_ai.guardrail.result.reason"
+"""Low-cardinality reason: the failure code (``stale_reference``, ``precondition:x``) or
+``executable``."""
+GUARDRAIL_COMPONENT: Final = "prefixmon"
+GUARDRAIL_SOURCE_TOOL_INPUT: Final = "tool_input"
+
+# --- prefixmon keys ---------------------------------------------------------------------
+
+PREFIXMON_EPISODE_ID: Final = "prefixmon.episode.id"
+PREFIXMON_TASK_ID: Final = "prefixmon.task.id"
+PREFIXMON_LABEL_PREFIX: Final = "prefixmon.label."
+"""One attribute per episode label: ``prefixmon.label.model = "m"``."""
+PREFIXMON_DEPTH: Final = "prefixmon.depth"
+"""1-based position of the call in its episode."""
+PREFIXMON_TURN: Final = "prefixmon.turn"
+PREFIXMON_EXECUTABLE: Final = "prefixmon.executable"
+PREFIXMON_CAUSE: Final = "prefixmon.cause"
+"""Primary cause when not executable (``schema`` ... ``information``)."""
+PREFIXMON_CODE: Final = "prefixmon.code"
+"""Low-cardinality failure code of the primary cause."""
+PREFIXMON_DECISION: Final = "prefixmon.decision"
+PREFIXMON_REACHED_ENVIRONMENT: Final = "prefixmon.reached_environment"
+PREFIXMON_REPLACEMENT: Final = "prefixmon.replacement"
+PREFIXMON_PLAN_STEP: Final = "prefixmon.plan_step"
+PREFIXMON_DEVIATION: Final = "prefixmon.deviation"
+PREFIXMON_FED: Final = "prefixmon.fed"
+"""First-error depth: on the episode span the final FED (T+1 when fully executable); on a
+call span the episode's FED so far, present from the first failure on."""
+PREFIXMON_HORIZON: Final = "prefixmon.horizon"
+PREFIXMON_OUTCOME: Final = "prefixmon.outcome"
+PREFIXMON_STATUS: Final = "prefixmon.status"
+"""``finished``, ``error`` or ``cancelled``."""
+PREFIXMON_ALLOWS_NO_TOOL: Final = "prefixmon.allows_no_tool"
+PREFIXMON_INVALID_REACHED_ENVIRONMENT: Final = "prefixmon.invalid_reached_environment"
+PREFIXMON_FIRST_FAILURE_DEPTH: Final = "prefixmon.first_failure.depth"
+PREFIXMON_FIRST_FAILURE_TOOL: Final = "prefixmon.first_failure.tool"
+PREFIXMON_FIRST_FAILURE_CAUSE: Final = "prefixmon.first_failure.cause"
+PREFIXMON_STARTED_AT: Final = "prefixmon.started_at"
+"""Episode start as Unix nanoseconds; written only when enriching a framework's span
+(whose own start time is not the episode's)."""
+PREFIXMON_ENDED_AT: Final = "prefixmon.ended_at"
+PREFIXMON_REASON: Final = "prefixmon.reason"
+"""*Content*: the model-readable reason (may quote argument values)."""
+PREFIXMON_ERROR: Final = "prefixmon.error"
+"""*Content*: the environment's error message for a call."""
+PREFIXMON_EPISODE_ERROR: Final = "prefixmon.episode.error"
+"""*Content*: the agent body's exception, when the episode ended with an error."""
+PREFIXMON_WHERE: Final = "prefixmon.where"
+"""Where in the monitor an internal error happened."""
+
+PREFIXMON_FIRST_FAILURE: Final = "prefixmon.first_failure"
+"""Event name: the episode's first non-executable call (on that call's span and on the
+episode span)."""
+
+# --- metrics ----------------------------------------------------------------------------
+
+METRIC_EPISODES: Final = "prefixmon.episodes"
+"""Counter of finished episodes by outcome, executable, status and the chosen labels.
+TER = episodes{executable=true} / episodes; RR = episodes{executable=false,
+outcome=success} / episodes{executable=false}."""
+METRIC_FED: Final = "prefixmon.episode.fed"
+"""Histogram of first-error depth, one bucket per depth 1..max_depth (then overflow).
+PEC(k) = share of observations above bucket k."""
+METRIC_HORIZON: Final = "prefixmon.episode.horizon"
+"""Histogram of horizons T, same buckets; n_k = observations at or above k."""
+METRIC_CALLS: Final = "prefixmon.calls"
+"""Counter of checked calls by executable, cause and decision."""
+METRIC_FIRST_FAILURES: Final = "prefixmon.first_failures"
+"""Counter of episodes' primary causes (the cause at FED)."""
+METRIC_INTERVENTIONS: Final = "prefixmon.interventions"
+"""Counter of calls the monitor did not simply let through: block, replan, approve, edit,
+deny, fail_closed (attribute ``prefixmon.decision``)."""
+METRIC_INTERNAL_ERRORS: Final = "prefixmon.internal_errors"
+"""Counter of errors caught inside the monitor (attributes ``prefixmon.where``,
+``error.type``)."""

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Strict mypy over the package as users import it (prefixmon, prefixmon.adapters) and ruff
+# over the tree. The folders are mapped to import names by setuptools package-dir, which
+# mypy cannot follow through an editable install, so a tree of symlinks shows it the layout.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+shadow="$(mktemp -d)"
+trap 'rm -rf "$shadow"' EXIT
+mkdir "$shadow/prefixmon"
+for entry in "$root"/monitor/*; do ln -s "$entry" "$shadow/prefixmon/$(basename "$entry")"; done
+ln -s "$root/adapters" "$shadow/prefixmon/adapters"
+cd "$root"
+"$root/.venv/bin/ruff" check .
+MYPYPATH="$shadow" "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" -p prefixmon

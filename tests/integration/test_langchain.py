@@ -1,0 +1,313 @@
+"""LangChain 1.x's own agent loop (create_agent), driven by a scripted chat model, with PrefixmonMiddleware."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain")
+
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command, interrupt
+from prefixmon import Cause, Decision, Deny, EpisodeRecord, Monitor, Outcome, Policy, Toolset, TrackedState
+from prefixmon.adapters.langchain import PrefixmonMiddleware, interrupt_escalation, parse_answer
+from pydantic import Field
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+Script = Callable[[list[BaseMessage]], AIMessage]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model that answers from a script and binds tools as provider models do."""
+
+    script: Script
+    bound: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self.script(messages))])
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+        self.bound = [t.name for t in tools]
+        return self
+
+
+def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": name, "args": args, "id": call_id}])
+
+
+def answers(messages: list[BaseMessage]) -> int:
+    return sum(isinstance(m, AIMessage) for m in messages)
+
+
+def errors_shown(messages: list[BaseMessage]) -> list[str]:
+    return [str(m.content) for m in messages if isinstance(m, ToolMessage) and m.status == "error"]
+
+
+class Contacts:
+    """A contacts agent whose tools carry prefixmon rules."""
+
+    def __init__(self, script: Script, *, policy: Policy | str = "block", checkpointer: Any = None, **monitor: Any) -> None:
+        self.records: list[EpisodeRecord] = []
+        self.book = {"p-17": {"person_id": "p-17", "name": "Fredrik", "phone": "+1 555 0100"}}
+        self.runs: dict[str, int] = {}
+        rules = Toolset()
+        rules.add_schema("search_contacts", {"type": "object", "properties": {"name": {"type": "string"}}}, produces="person_id")
+        rules.add_schema(
+            "remove_contact", {"type": "object", "properties": {"person_id": {"type": "string"}}, "required": ["person_id"]},
+            refs={"person_id": "person_id"}, invalidates="person_id",
+        )
+
+        def within_limit(state: TrackedState, args: Any) -> bool:
+            """the amount is above the approval-free limit of 100"""
+            return bool(args["amount"] <= 100)
+
+        rules.add_schema(
+            "send_money", {"type": "object", "properties": {"person_id": {"type": "string"}, "amount": {"type": "integer"}}},
+            requires=[within_limit],
+        )
+        self.monitor = Monitor(rules, policy=policy, sink=self.records.append, **monitor)
+        self.middleware = PrefixmonMiddleware(
+            self.monitor, task_id="t-17", labels={"method": "test"}, outcome=lambda state: Outcome.SUCCESS
+        )
+        book, runs = self.book, self.runs
+
+        @tool
+        def search_contacts(name: str) -> list[dict[str, str]]:
+            """Find contacts by name."""
+            return [c for c in book.values() if c["name"] == name]
+
+        @tool
+        def remove_contact(person_id: str) -> str:
+            """Remove a contact."""
+            if person_id not in book:
+                raise KeyError(f"no contact {person_id}")
+            del book[person_id]
+            return "removed"
+
+        @tool
+        def send_money(person_id: str, amount: int) -> str:
+            """Send money."""
+            runs["send_money"] = runs.get("send_money", 0) + 1
+            return f"sent {amount}"
+
+        @tool
+        def confirm_and_send(person_id: str, amount: int) -> str:
+            """Ask the user to confirm, then send (the tool itself interrupts)."""
+            runs["confirm_and_send"] = runs.get("confirm_and_send", 0) + 1
+            ok = interrupt({"confirm": amount})
+            return f"sent {amount}" if ok else "cancelled"
+
+        self.model = ScriptedChatModel(script=script)
+        self.agent = create_agent(
+            self.model,
+            tools=[search_contacts, remove_contact, send_money, confirm_and_send],
+            middleware=[self.middleware],
+            checkpointer=checkpointer,
+        )
+
+
+def repair_script(shown: list[str]) -> Script:
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        n = answers(messages)
+        shown[:] = errors_shown(messages)
+        if n == 0:
+            return call("remove_contact", {"person_id": "+1 555 0100"}, "c1")
+        if n == 1:
+            assert "search_contacts produces them" in shown[-1]  # the model reads the monitor's reason
+            return call("search_contacts", {"name": "Fredrik"}, "c2")
+        if n == 2:
+            return call("remove_contact", {"person_id": "p-17"}, "c3")
+        return AIMessage("Fredrik is removed")
+
+    return script
+
+
+def assert_repaired(record: EpisodeRecord) -> None:
+    assert (record.fed, record.horizon) == (1, 3)
+    assert record.first_failure is not None and record.first_failure.cause is Cause.DEPENDENCY
+    assert record.outcome is Outcome.SUCCESS and record.task_id == "t-17"
+    assert [a.call_id for a in record.actions] == ["c1", "c2", "c3"]
+    assert [a.decision for a in record.actions] == [Decision.BLOCK, Decision.ALLOW, Decision.ALLOW]
+    assert [a.reached_environment for a in record.actions] == [False, True, True]
+
+
+class TestBlockAndRepair:
+    """A blocked call is answered with an error ToolMessage; the repaired call runs."""
+
+    async def test_async_agent(self) -> None:
+        """ainvoke: the model reads the reason and repairs; FED 1, dependency, success."""
+        shown: list[str] = []
+        app = Contacts(repair_script(shown))
+        result = await app.agent.ainvoke({"messages": [HumanMessage("Remove Fredrik, his number is +1 555 0100")]})
+        assert result["messages"][-1].content == "Fredrik is removed"
+        assert "was never returned by any tool" in shown[0]
+        assert app.book == {}
+        (record,) = app.records
+        assert_repaired(record)
+        assert app.middleware.open_episodes == []
+
+    def test_sync_agent(self) -> None:
+        """invoke: the sync wrap_tool_call path records the same episode."""
+        shown: list[str] = []
+        app = Contacts(repair_script(shown))
+        app.agent.invoke({"messages": [HumanMessage("Remove Fredrik, his number is +1 555 0100")]})
+        (record,) = app.records
+        assert_repaired(record)
+
+    async def test_zero_config_and_unknown_tool(self) -> None:
+        """An empty toolset gets the agent's tool schemas; unknown tools are recorded as schema failures."""
+        shown: list[str] = []
+
+        def script(messages: list[BaseMessage]) -> AIMessage:
+            n = answers(messages)
+            shown[:] = errors_shown(messages)
+            if n == 0:
+                return AIMessage(
+                    "",
+                    tool_calls=[
+                        {"name": "wipe_phone", "args": {}, "id": "z1"},
+                        {"name": "lookup", "args": {"key": "three"}, "id": "z2"},
+                    ],
+                )
+            if n == 1:
+                return call("lookup", {"key": 3}, "z3")
+            return AIMessage("done")
+
+        @tool
+        def lookup(key: int) -> str:
+            """Look a key up."""
+            return f"value {key}"
+
+        records: list[EpisodeRecord] = []
+        monitor = Monitor(Toolset(), policy="block", sink=records.append)
+        agent = create_agent(ScriptedChatModel(script=script), tools=[lookup], middleware=[PrefixmonMiddleware(monitor)])
+        await agent.ainvoke({"messages": [HumanMessage("look up 3")]})
+        assert "no tool named 'wipe_phone'; available tools: lookup" in shown[0]
+        assert "key must be integer" in shown[1]
+        (record,) = records
+        assert [(a.call_id, a.cause) for a in record.actions] == [("z1", Cause.SCHEMA), ("z2", Cause.SCHEMA), ("z3", None)]
+
+    async def test_tool_exception_is_state_consistency(self) -> None:
+        """A tool that raises is answered with an error ToolMessage and recorded as rejected."""
+        shown: list[str] = []
+
+        def script(messages: list[BaseMessage]) -> AIMessage:
+            n = answers(messages)
+            shown[:] = errors_shown(messages)
+            if n == 0:
+                return call("search_contacts", {"name": "Fredrik"}, "e1")
+            if n == 1:
+                app.book.clear()  # someone else deletes the contact meanwhile
+                return call("remove_contact", {"person_id": "p-17"}, "e2")
+            return AIMessage("gave up")
+
+        app = Contacts(script)
+        await app.agent.ainvoke({"messages": [HumanMessage("remove Fredrik")]})
+        assert "remove_contact failed: KeyError" in shown[-1]
+        (record,) = app.records
+        assert record.fed == 2 and record.actions[1].cause is Cause.STATE_CONSISTENCY
+        assert record.actions[1].reached_environment and record.invalid_reached_environment
+
+
+class TestInterrupts:
+    """Escalation goes through LangGraph interrupts and is idempotent per call id on resume."""
+
+    @staticmethod
+    def app(tool_name: str = "send_money") -> Contacts:
+        def script(messages: list[BaseMessage]) -> AIMessage:
+            if answers(messages) == 0:
+                return call(tool_name, {"person_id": "p-17", "amount": 500}, "m1")
+            return AIMessage("finished")
+
+        return Contacts(
+            script,
+            policy=Policy(default="block", tools={"send_money": "escalate"}),
+            escalate=interrupt_escalation,
+            checkpointer=InMemorySaver(),
+        )
+
+    async def test_approve_after_interrupt(self) -> None:
+        """The graph pauses with the monitor's request; approving runs the call once, recorded once."""
+        app = self.app()
+        config: Any = {"configurable": {"thread_id": "th-1"}}
+        paused = await app.agent.ainvoke({"messages": [HumanMessage("send Fredrik 500")]}, config)
+        (request,) = paused["__interrupt__"]
+        assert request.value["type"] == "prefixmon.escalation" and request.value["cause"] == "precondition"
+        assert "approval-free limit" in request.value["reason"]
+        assert app.records == [] and len(app.middleware.open_episodes) == 1
+        assert app.middleware.open_episodes[0].depth == 0  # nothing recorded before the interrupt
+
+        done = await app.agent.ainvoke(Command(resume="approve"), config)
+        assert done["messages"][-1].content == "finished"
+        assert app.runs == {"send_money": 1}
+        (record,) = app.records
+        (action,) = record.actions
+        assert action.decision is Decision.APPROVE and action.cause is Cause.PRECONDITION and action.reached_environment
+
+    async def test_edit_and_deny(self) -> None:
+        """An edit runs the edited (checked) call; a denial reaches the model and never runs the tool."""
+        app = self.app()
+        config: Any = {"configurable": {"thread_id": "th-edit"}}
+        await app.agent.ainvoke({"messages": [HumanMessage("send Fredrik 500")]}, config)
+        edit = {"decision": "edit", "args": {"person_id": "p-17", "amount": 90}}
+        edited = await app.agent.ainvoke(Command(resume=edit), config)
+        assert [m.content for m in edited["messages"] if isinstance(m, ToolMessage)] == ["sent 90"]
+        assert app.records[-1].actions[0].decision is Decision.EDIT
+
+        config = {"configurable": {"thread_id": "th-deny"}}
+        await app.agent.ainvoke({"messages": [HumanMessage("send Fredrik 500")]}, config)
+        denied = await app.agent.ainvoke(Command(resume={"decision": "deny", "reason": "too much"}), config)
+        (reply,) = [m for m in denied["messages"] if isinstance(m, ToolMessage)]
+        assert reply.status == "error" and "too much" in str(reply.content)
+        assert app.records[-1].actions[0].decision is Decision.DENY
+        assert app.runs == {"send_money": 1}
+
+    async def test_tool_that_interrupts_itself_is_recorded_once(self) -> None:
+        """The wrapper runs again on resume; the admitted call is reused, not emitted twice."""
+        app = self.app("confirm_and_send")
+        config: Any = {"configurable": {"thread_id": "th-self"}}
+        await app.agent.ainvoke({"messages": [HumanMessage("send Fredrik 500")]}, config)
+        await app.agent.ainvoke(Command(resume=True), config)
+        assert app.runs == {"confirm_and_send": 2}  # LangGraph re-ran the tool up to its interrupt
+        (record,) = app.records
+        assert record.horizon == 1 and record.actions[0].decision is Decision.ALLOW and record.executable
+
+    def test_sync_interrupt(self) -> None:
+        """The sync path escalates through interrupts as well."""
+        app = self.app()
+        config: Any = {"configurable": {"thread_id": "th-sync"}}
+        app.agent.invoke({"messages": [HumanMessage("send Fredrik 500")]}, config)
+        app.agent.invoke(Command(resume=True), config)
+        (record,) = app.records
+        assert record.actions[0].decision is Decision.APPROVE and app.runs == {"send_money": 1}
+
+
+class TestParseAnswer:
+    """Resume values map to escalation answers."""
+
+    def test_forms(self) -> None:
+        """Strings, booleans, mappings and answer objects are understood; anything else denies."""
+        assert type(parse_answer("approve")).__name__ == "Approve"
+        assert parse_answer({"decision": "edit", "args": {"a": 1}}).args == {"a": 1}  # type: ignore[union-attr]
+        assert parse_answer(False) == Deny()
+        assert "unrecognised" in parse_answer(42).reason  # type: ignore[union-attr]
+

@@ -1,0 +1,220 @@
+"""MCP end to end: a real stdio server subprocess, checked on the client side and the server side.
+
+The server is ``examples/mcp_server.py`` (an ``MCPServer`` with contacts tools), launched with
+``stdio_client`` exactly as an MCP host would. The model is scripted: it first texts the phone
+number the user gave as if it were a ``person_id``, reads the refusal, follows its hint
+(search first) and repairs the call with the id the search returned.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
+from mcp.server import Server
+from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, PaginatedRequestParams, TextContent, Tool
+from prefixmon import Cause, Decision, EpisodeRecord, Outcome, SpecError, Toolset, read_records
+from prefixmon.adapters.mcp import MonitoredSession, MonitorMiddleware, declare_tools, result_value
+
+pytestmark = pytest.mark.integration
+
+SERVER = Path(__file__).resolve().parents[2] / "examples" / "mcp_server.py"
+RULES: dict[str, dict[str, Any]] = {
+    "search_contacts": {"produces": "person_id"},
+    "send_message": {"refs": {"person_id": "person_id"}},
+    "remove_contact": {"refs": {"person_id": "person_id"}, "invalidates": "person_id"},
+}
+REQUEST = "Text Fredrik (his number is +1 555 0100) that I am running late"
+
+CallTool = Callable[[str, Any, str], Awaitable[CallToolResult]]
+
+
+@asynccontextmanager
+async def stdio_session(*args: str) -> AsyncIterator[ClientSession]:
+    """A client session with a fresh server subprocess (closing it ends the process)."""
+    params = StdioServerParameters(command=sys.executable, args=[str(SERVER), *args])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+def text(result: CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+async def scripted_model(call_tool: CallTool) -> list[CallToolResult]:
+    """The scripted model: invent an id, read the refusal, search, repair."""
+    results = [await call_tool("send_message", {"person_id": "+1 555 0100", "text": "running late"}, "call_1")]
+    if not (results[0].is_error and "search_contacts" in text(results[0])):
+        return results  # without a readable hint this model gives up
+    results.append(await call_tool("search_contacts", {"name": "Fredrik"}, "call_2"))
+    person_id = result_value(results[1])["contacts"][0]["person_id"]
+    results.append(await call_tool("send_message", {"person_id": person_id, "text": "running late"}, "call_3"))
+    return results
+
+
+class TestClientSide:
+    """MonitoredSession checks each call_tool before it is sent to the real server."""
+
+    async def test_blocked_call_never_reaches_the_server_and_the_repair_does(self) -> None:
+        """The invented id gets an isError reason, the repaired call is sent, the record says dependency at 1."""
+        records: list[EpisodeRecord] = []
+        async with stdio_session() as session, MonitoredSession(session, rules=RULES, sink=records.append) as guarded:
+            assert guarded.toolset.names == ["search_contacts", "send_message", "remove_contact"]
+            async with guarded.episode(task_id="text-fredrik", labels={"model": "scripted"}) as ep:
+                guarded.user(REQUEST)
+
+                async def call(name: str, args: Any, call_id: str) -> CallToolResult:
+                    return await guarded.call_tool(name, args, call_id=call_id)
+
+                results = await scripted_model(call)
+                sent = result_value(results[-1])
+                ep.finish(Outcome.SUCCESS if sent.get("status") == "sent" else Outcome.FAILURE)
+        assert results[0].is_error
+        assert text(results[0]) == (
+            "Call to 'send_message' was not run: send_message needs a person_id returned by an earlier call "
+            "(search_contacts produces them); '+1 555 0100' was never returned by any tool"
+        )
+        assert sent == {"status": "sent", "to": "+1 555 0100", "count": 1}  # the server sent exactly one message
+        [record] = records
+        assert (record.horizon, record.fed, record.executable) == (3, 1, False)
+        assert record.first_failure is not None and record.first_failure.cause is Cause.DEPENDENCY
+        assert record.outcome is Outcome.SUCCESS
+        assert [(a.call_id, a.decision, a.reached_environment) for a in record.actions] == [
+            ("call_1", Decision.BLOCK, False),
+            ("call_2", Decision.ALLOW, True),
+            ("call_3", Decision.ALLOW, True),
+        ]
+        assert not record.invalid_reached_environment
+
+    async def test_malformed_json_and_unknown_tools_are_answered_locally(self) -> None:
+        """Raw truncated JSON and unlisted tools get isError schema reasons without a round trip."""
+        records: list[EpisodeRecord] = []
+        async with (
+            stdio_session() as session,
+            MonitoredSession(session, sink=records.append) as guarded,
+            guarded.episode(task_id="bad-input"),
+        ):
+            truncated = await guarded.call_tool("send_message", '{"person_id": "p-17", "te', call_id="a")
+            unknown = await guarded.call_tool("delete_everything", {}, call_id="b")
+        assert truncated.is_error and "not valid JSON" in text(truncated)
+        assert unknown.is_error and "available tools: remove_contact, search_contacts, send_message" in text(unknown)
+        assert [a.cause for a in records[0].actions] == [Cause.SCHEMA, Cause.SCHEMA]
+
+    async def test_zero_config_observe_records_server_rejections(self) -> None:
+        """Without rules, in observe mode, a server isError is a state_consistency failure that reached it."""
+        records: list[EpisodeRecord] = []
+        async with (
+            stdio_session() as session,
+            MonitoredSession(session, policy="observe", sink=records.append) as guarded,
+            guarded.episode(task_id="observe"),
+        ):
+            rejected = await guarded.call_tool("send_message", {"person_id": "p-99", "text": "hi"})
+            ok = await guarded.call_tool("search_contacts", {"name": "amara"})
+        assert rejected.is_error and "no contact with person_id 'p-99'" in text(rejected)
+        assert not ok.is_error
+        [record] = records
+        assert record.fed == 1 and record.first_failure is not None
+        assert record.first_failure.cause is Cause.STATE_CONSISTENCY
+        assert record.actions[0].reached_environment and record.actions[0].error is not None
+
+    async def test_call_tool_outside_an_episode_says_how_to_open_one(self) -> None:
+        """call_tool without an episode is a clear RuntimeError, not a silent unrecorded call."""
+        async with stdio_session() as session, MonitoredSession(session) as guarded:
+            with pytest.raises(RuntimeError, match=r"async with guarded.episode\(task_id=...\)"):
+                await guarded.call_tool("search_contacts", {"name": "x"})
+
+    async def test_mcp_client_works_too(self) -> None:
+        """The high-level mcp.Client can be wrapped the same way."""
+        records: list[EpisodeRecord] = []
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
+        async with (
+            Client(params) as client,
+            MonitoredSession(client, rules=RULES, sink=records.append) as guarded,
+            guarded.episode(task_id="client"),
+        ):
+            results = await scripted_model(lambda n, a, c: guarded.call_tool(n, a, call_id=c))
+        assert len(results) == 3 and not results[2].is_error
+        assert (records[0].fed, records[0].horizon) == (1, 3)
+
+
+class TestServerSide:
+    """MonitorMiddleware protects the server itself, whatever the client does."""
+
+    async def test_guarded_server_refuses_and_records_the_connection(self, tmp_path: Path) -> None:
+        """An unprotected client's invalid call is refused by the server; the connection is one episode."""
+        path = tmp_path / "server.jsonl"
+        async with stdio_session("--guard", "--records", str(path)) as session:
+
+            async def call(name: str, args: Any, call_id: str) -> CallToolResult:
+                return await session.call_tool(name, args)  # a plain client: no checks of its own
+
+            results = await scripted_model(call)
+            removed = await session.call_tool("remove_contact", {"person_id": "p-17"})
+            stale = await session.call_tool("send_message", {"person_id": "p-17", "text": "again"})
+        assert "needs a person_id returned by an earlier call" in text(results[0])
+        assert result_value(results[2])["status"] == "sent"
+        assert not removed.is_error
+        assert stale.is_error and "p-17" in text(stale)
+        [record] = read_records(path)  # written when the connection closed
+        assert (record.horizon, record.fed) == (5, 1)
+        assert record.task_id == "contacts-server"
+        assert [a.cause for a in record.actions] == [Cause.DEPENDENCY, None, None, None, Cause.DEPENDENCY]
+        assert [a.decision for a in record.actions] == [Decision.BLOCK, *[Decision.ALLOW] * 3, Decision.BLOCK]
+        assert record.outcome is None  # a server cannot know whether the user's task succeeded
+        assert all(a.call_id for a in record.actions)  # JSON-RPC request ids
+
+    @pytest.mark.parametrize("mode", ["legacy", "auto"])
+    async def test_low_level_server_middleware_in_both_protocol_eras(self, mode: str) -> None:
+        """On a low-level Server, the middleware learns tools from tools/list and blocks bad calls."""
+        ran: list[str] = []
+
+        async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+            schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+            return ListToolsResult(tools=[Tool(name="echo", input_schema=schema)])
+
+        async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+            ran.append(str((params.arguments or {}).get("text")))
+            return CallToolResult(content=[TextContent(type="text", text=ran[-1])])
+
+        records: list[EpisodeRecord] = []
+        guard = MonitorMiddleware(sink=records.append)
+        server: Server[Any] = Server("echo", on_list_tools=list_tools, on_call_tool=call_tool)
+        server.middleware.append(guard)
+        async with guard, Client(server, mode=mode) as client:
+            good = await client.call_tool("echo", {"text": "hi"})
+            bad = await client.call_tool("echo", {"txt": "hi"})
+        assert text(good) == "hi" and ran == ["hi"]
+        assert bad.is_error and text(bad) == "Call to 'echo' was not run: echo: unknown argument 'txt'"
+        [record] = records
+        assert (record.horizon, record.fed) == (2, 2)
+        assert record.first_failure is not None and record.first_failure.cause is Cause.SCHEMA
+
+
+class TestDeclareTools:
+    """Tool specs from MCP tool listings (no server needed)."""
+
+    def test_models_and_wire_dicts_declare_and_redeclare(self) -> None:
+        """Tool models and wire dicts both declare; an unchanged listing changes nothing, a new schema replaces."""
+        schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+        toolset = Toolset()
+        assert declare_tools(toolset, [Tool(name="find", input_schema=schema)], rules={"find": {"produces": "id"}}) == ["find"]
+        assert declare_tools(toolset, [{"name": "find", "inputSchema": schema}]) == []
+        wider = {**schema, "required": ["q"]}
+        assert declare_tools(toolset, [{"name": "find", "inputSchema": wider}]) == ["find"]
+        assert toolset["find"].parameters["required"] == ["q"]
+
+    def test_bad_entries_say_where(self) -> None:
+        """A nameless tool or a misspelt rule option is a SpecError naming it."""
+        with pytest.raises(SpecError, match=r"tools\[1\]: an MCP tool needs a non-empty name"):
+            declare_tools(Toolset(), [{"name": "a"}, {"inputSchema": {}}])
+        with pytest.raises(SpecError, match=r"rules\['a'\]: .*'produce'"):
+            declare_tools(Toolset(), [{"name": "a"}], rules={"a": {"produce": "id"}})

@@ -1,0 +1,188 @@
+"""The OpenAI Agents SDK's own runner, driven by its ScriptedModel, with AgentsMonitor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+from agents.items import TResponseOutputItem
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from prefixmon import Cause, Decision, EpisodeRecord, Monitor, Outcome, Toolset
+from prefixmon.adapters.openai_agents import AgentsMonitor
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+Responder = Callable[[ModelCall], list[TResponseOutputItem]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def no_tracing() -> Iterator[None]:
+    set_tracing_disabled(True)
+    yield
+    set_tracing_disabled(False)
+
+
+def tool_outputs(call: ModelCall) -> list[str]:
+    """What the model is shown as function-call outputs, in order."""
+    items = call.input if isinstance(call.input, list) else []
+    return [str(i["output"]) for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
+def scripted(*steps: Responder) -> ScriptedModel:
+    return ScriptedModel([ModelStep.respond(step) for step in steps])
+
+
+class Contacts:
+    """A contacts agent whose tools carry prefixmon rules."""
+
+    def __init__(self, *steps: Responder) -> None:
+        self.records: list[EpisodeRecord] = []
+        self.book = {"p-17": {"person_id": "p-17", "name": "Fredrik"}}
+        rules = Toolset()
+        rules.add_schema("search_contacts", {"type": "object", "properties": {"name": {"type": "string"}}}, produces="person_id")
+        rules.add_schema(
+            "remove_contact",
+            {"type": "object", "properties": {"person_id": {"type": "string"}}, "required": ["person_id"]},
+            refs={"person_id": "person_id"},
+            invalidates="person_id",
+        )
+        self.guard = AgentsMonitor(Monitor(rules, policy="block", sink=self.records.append))
+        book = self.book
+
+        @function_tool
+        def search_contacts(name: str) -> list[dict[str, str]]:
+            """Find contacts by name."""
+            return [c for c in book.values() if c["name"] == name]
+
+        @function_tool
+        def remove_contact(person_id: str) -> str:
+            """Remove a contact."""
+            if person_id not in book:
+                raise KeyError(f"no contact {person_id}")
+            del book[person_id]
+            return "removed"
+
+        self.model = scripted(*steps)
+        self.agent = self.guard.protect(Agent(name="contacts", model=self.model, tools=[search_contacts, remove_contact]))
+
+    async def run(self, text: str) -> Any:
+        return await self.guard.run(
+            self.agent, text, task_id="t-17", labels={"method": "test"}, outcome=lambda r: Outcome.SUCCESS
+        )
+
+
+class TestBlockAndRepair:
+    """A blocked call is rejected by the input guardrail with the reason; the repaired call runs."""
+
+    async def test_dependency_block_then_repair(self) -> None:
+        """The model reads the reason, looks the id up, retries; FED 1, dependency, success."""
+        shown: list[str] = []
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [function_call("remove_contact", {"person_id": "+1 555 0100"}, call_id="c1")]
+
+        def second(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call))
+            assert "search_contacts produces them" in shown[-1]  # the model reads the monitor's reason
+            return [function_call("search_contacts", {"name": "Fredrik"}, call_id="c2")]
+
+        def third(call: ModelCall) -> list[TResponseOutputItem]:
+            return [function_call("remove_contact", {"person_id": "p-17"}, call_id="c3")]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.append(tool_outputs(call)[-1])
+            return [assistant_message("Fredrik is removed")]
+
+        app = Contacts(first, second, third, last)
+        result = await app.run("Remove Fredrik, his number is +1 555 0100")
+        assert result.final_output == "Fredrik is removed"
+        assert "was never returned by any tool" in shown[0] and shown[-1] == "removed"
+        assert app.book == {}
+        (record,) = app.records
+        assert (record.fed, record.horizon) == (1, 3)
+        assert record.first_failure is not None and record.first_failure.cause is Cause.DEPENDENCY
+        assert record.outcome is Outcome.SUCCESS and record.task_id == "t-17"
+        assert [a.call_id for a in record.actions] == ["c1", "c2", "c3"]
+        assert [a.decision for a in record.actions] == [Decision.BLOCK, Decision.ALLOW, Decision.ALLOW]
+        assert [a.reached_environment for a in record.actions] == [False, True, True]
+        (rejection,) = [r for r in result.tool_input_guardrail_results if r.output.behavior["type"] == "reject_content"]
+        assert rejection.output.output_info == {"cause": "dependency", "decision": "block"}
+
+    async def test_tool_exception_is_state_consistency(self) -> None:
+        """A tool that raises reaches the model as an error message and is recorded as rejected."""
+        shown: list[str] = []
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [function_call("search_contacts", {"name": "Fredrik"}, call_id="e1")]
+
+        def second(call: ModelCall) -> list[TResponseOutputItem]:
+            app.book.clear()  # someone else deletes the contact meanwhile
+            return [function_call("remove_contact", {"person_id": "p-17"}, call_id="e2")]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call))
+            return [assistant_message("gave up")]
+
+        app = Contacts(first, second, last)
+        await app.run("remove Fredrik")
+        assert "remove_contact failed: KeyError" in shown[-1]
+        (record,) = app.records
+        assert record.fed == 2 and record.actions[1].cause is Cause.STATE_CONSISTENCY
+        assert record.actions[1].reached_environment and record.invalid_reached_environment
+
+
+class TestZeroConfig:
+    """With an empty toolset the tools' own schemas give schema checks; unknown tools go back to the model."""
+
+    @staticmethod
+    def agent(guard: AgentsMonitor, shown: list[str]) -> Agent[Any]:
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [function_call("wipe_phone", {}, call_id="z1"), function_call("lookup", '{"key": 3', call_id="z2")]
+
+        def second(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call))
+            return [function_call("lookup", {"key": 3}, call_id="z3")]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call)[-1:])
+            return [assistant_message("done")]
+
+        @function_tool
+        def lookup(key: int) -> str:
+            """Look a key up."""
+            return f"value {key}"
+
+        return guard.protect(Agent(name="lookup", model=scripted(first, second, last), tools=[lookup]))
+
+    async def test_unknown_tool_and_malformed_json_in_message_order(self) -> None:
+        """Both reach the model with the monitor's reasons; the record keeps message order."""
+        records: list[EpisodeRecord] = []
+        guard = AgentsMonitor(Monitor(Toolset(), policy="block", sink=records.append))
+        shown: list[str] = []
+        await guard.run(self.agent(guard, shown), "look up 3")
+        assert "lookup" in guard.monitor.toolset
+        assert "no tool named 'wipe_phone'; available tools: lookup" in shown[1]
+        assert "not valid JSON" in shown[0] and shown[-1] == "value 3"
+        (record,) = records
+        assert [(a.call_id, a.cause) for a in record.actions] == [("z1", Cause.SCHEMA), ("z2", Cause.SCHEMA), ("z3", None)]
+
+    async def test_driving_the_runner_yourself(self) -> None:
+        """guard.episode + run_config + hooks around Runner.run give the same record."""
+        records: list[EpisodeRecord] = []
+        guard = AgentsMonitor(Monitor(Toolset(), policy="block", sink=records.append))
+        agent = self.agent(guard, [])
+        async with guard.episode("t-1", user="look up 3") as ep:
+            await Runner.run(agent, "look up 3", run_config=guard.run_config(RunConfig()), hooks=guard.hooks())
+            ep.finish("success")
+        (record,) = records
+        assert record.fed == 1 and record.horizon == 3 and record.outcome is Outcome.SUCCESS

@@ -1,0 +1,316 @@
+"""pydantic-ai's own agent loop, driven by its FunctionModel, with PrefixmonCapability."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from prefixmon import (
+    Cause,
+    Decision,
+    EpisodeRecord,
+    JsonlSink,
+    Monitor,
+    Outcome,
+    Policy,
+    Ref,
+    Toolset,
+    TrackedState,
+    read_records,
+)
+from prefixmon.adapters.pydantic_ai import PrefixmonCapability, deferred_approval
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ModelResponse,
+    TextPart,
+    ToolApproved,
+    ToolCallPart,
+    ToolDenied,
+    ToolReturnPart,
+)
+from pydantic_ai.capabilities import HandleDeferredToolCalls
+from pydantic_ai.messages import ModelMessage, ModelRequest
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def tool_returns(messages: list[ModelMessage]) -> list[str]:
+    """Contents of the tool returns in the last request (what the model is shown now)."""
+    last = messages[-1]
+    assert isinstance(last, ModelRequest)
+    return [str(p.content) for p in last.parts if isinstance(p, ToolReturnPart)]
+
+
+def responses(messages: list[ModelMessage]) -> int:
+    return sum(isinstance(m, ModelResponse) for m in messages)
+
+
+class Contacts:
+    """A contacts agent: the tools are declared to pydantic-ai and to prefixmon at once."""
+
+    def __init__(self, script: Any, *, policy: Policy | str = "block", register_tools: bool = True, **monitor: Any) -> None:
+        self.records: list[EpisodeRecord] = []
+        self.book = {"p-17": {"person_id": "p-17", "name": "Fredrik", "phone": "+1 555 0100"}}
+        self.tools = tools = Toolset()
+        self.monitor = Monitor(tools, policy=policy, sink=self.records.append, **monitor)
+        self.capability = PrefixmonCapability(
+            self.monitor, task_id="t-17", labels={"method": "test"}, outcome=lambda r: Outcome.SUCCESS,
+            register_tools=register_tools,
+        )
+        self.agent: Agent[None, Any] = Agent(
+            FunctionModel(script), capabilities=[self.capability], output_type=[str, DeferredToolRequests]
+        )
+        book = self.book
+
+        @self.agent.tool_plain
+        @tools.tool(produces="person_id")
+        def search_contacts(name: str) -> list[dict[str, str]]:
+            """Find contacts by name."""
+            return [c for c in book.values() if c["name"] == name]
+
+        @self.agent.tool_plain
+        @tools.tool(invalidates="person_id")
+        def remove_contact(person_id: Annotated[str, Ref("person_id")]) -> str:
+            """Remove a contact."""
+            if person_id not in book:
+                raise KeyError(f"no contact {person_id}")
+            del book[person_id]
+            return "removed"
+
+        def has_budget(state: TrackedState, args: Any) -> bool:
+            """the amount is above the approval-free limit of 100"""
+            return bool(args["amount"] <= 100)
+
+        @self.agent.tool_plain
+        @tools.tool(requires=[has_budget])
+        def send_money(person_id: str, amount: int) -> str:
+            """Send money."""
+            return f"sent {amount}"
+
+
+class TestBlockAndRepair:
+    """A blocked call reaches the model as a retry prompt; the repaired call runs."""
+
+    async def test_dependency_block_then_repair(self, tmp_path: Path) -> None:
+        """The model reads the reason, looks the id up, retries; FED 1, dependency, success."""
+        shown: list[str] = []
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            n = responses(messages)
+            if n:
+                shown.extend(tool_returns(messages))
+            if n == 0:
+                return ModelResponse(parts=[ToolCallPart("remove_contact", {"person_id": "+1 555 0100"}, tool_call_id="c1")])
+            if n == 1:
+                assert "search_contacts produces them" in shown[-1]  # the model sees the monitor's reason
+                return ModelResponse(parts=[ToolCallPart("search_contacts", {"name": "Fredrik"}, tool_call_id="c2")])
+            if n == 2:
+                return ModelResponse(parts=[ToolCallPart("remove_contact", {"person_id": "p-17"}, tool_call_id="c3")])
+            return ModelResponse(parts=[TextPart("Fredrik is removed")])
+
+        app = Contacts(script)
+        sink_path = tmp_path / "episodes.jsonl"
+        app.monitor.sink = JsonlSink(sink_path)
+        result = await app.agent.run("Remove Fredrik from my contacts, his number is +1 555 0100")
+
+        assert result.output == "Fredrik is removed"
+        assert "was never returned by any tool" in shown[0]
+        assert app.book == {}
+        (record,) = read_records(sink_path)
+        assert (record.fed, record.horizon, record.executable) == (1, 3, False)
+        assert record.first_failure is not None and record.first_failure.cause is Cause.DEPENDENCY
+        assert record.outcome is Outcome.SUCCESS
+        assert record.task_id == "t-17" and record.labels["method"] == "test"
+        assert [a.call_id for a in record.actions] == ["c1", "c2", "c3"]
+        assert [a.decision for a in record.actions] == [Decision.BLOCK, Decision.ALLOW, Decision.ALLOW]
+        assert [a.reached_environment for a in record.actions] == [False, True, True]
+        assert not record.invalid_reached_environment
+
+    async def test_zero_config_schema_check_and_malformed_json(self) -> None:
+        """With an empty toolset the agent's own schemas give schema checks, malformed JSON included."""
+        shown: list[str] = []
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            n = responses(messages)
+            if n:
+                shown.extend(tool_returns(messages))
+            if n == 0:
+                return ModelResponse(
+                    parts=[
+                        ToolCallPart("lookup", '{"key": 3', tool_call_id="a1"),
+                        ToolCallPart("lookup", {"key": "three"}, tool_call_id="a2"),
+                    ]
+                )
+            if n == 1:
+                return ModelResponse(parts=[ToolCallPart("lookup", {"key": 3}, tool_call_id="a3")])
+            return ModelResponse(parts=[TextPart("ok")])
+
+        records: list[EpisodeRecord] = []
+        monitor = Monitor(Toolset(), policy="block", sink=records.append)
+        agent: Agent[None, str] = Agent(FunctionModel(script), capabilities=[PrefixmonCapability(monitor)])
+
+        @agent.tool_plain
+        def lookup(key: int) -> str:
+            return f"value {key}"
+
+        await agent.run("look up key 3")
+        assert "lookup" in monitor.toolset
+        assert "not valid JSON" in shown[0] and "key must be integer" in shown[1]
+        (record,) = records
+        assert [(a.call_id, a.cause) for a in record.actions] == [("a1", Cause.SCHEMA), ("a2", Cause.SCHEMA), ("a3", None)]
+        assert record.fed == 1 and record.labels["model"] == "function:script:"
+
+    async def test_unknown_tool_recorded_in_message_order(self) -> None:
+        """A call to a tool the agent lacks is recorded at its position in the message."""
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if responses(messages) == 0:
+                return ModelResponse(
+                    parts=[
+                        ToolCallPart("search_contacts", {"name": "Fredrik"}, tool_call_id="u1"),
+                        ToolCallPart("delete_everything", {}, tool_call_id="u2"),
+                        ToolCallPart("search_contacts", {"name": "Nobody"}, tool_call_id="u3"),
+                    ]
+                )
+            return ModelResponse(parts=[TextPart("done")])
+
+        app = Contacts(script)
+        await app.agent.run("find Fredrik")
+        (record,) = app.records
+        assert [a.call_id for a in record.actions] == ["u1", "u2", "u3"]
+        assert record.fed == 2
+        assert record.actions[1].cause is Cause.SCHEMA and "no tool named 'delete_everything'" in (record.actions[1].reason or "")
+
+
+class TestToolErrors:
+    """A tool that raises is a state-consistency failure, and the run goes on."""
+
+    async def test_exception_becomes_tool_failed(self) -> None:
+        """The model sees the failure; the action reached the environment and is not executable."""
+        shown: list[str] = []
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            n = responses(messages)
+            if n:
+                shown.extend(tool_returns(messages))
+            if n == 0:
+                return ModelResponse(parts=[ToolCallPart("search_contacts", {"name": "Fredrik"}, tool_call_id="e1")])
+            if n == 1:
+                app.book.clear()  # someone else deletes the contact meanwhile
+                return ModelResponse(parts=[ToolCallPart("remove_contact", {"person_id": "p-17"}, tool_call_id="e2")])
+            return ModelResponse(parts=[TextPart("gave up")])
+
+        app = Contacts(script)
+        result = await app.agent.run("remove Fredrik")
+        assert result.output == "gave up"
+        assert "remove_contact failed: KeyError" in shown[-1]
+        (record,) = app.records
+        assert record.fed == 2 and record.actions[1].cause is Cause.STATE_CONSISTENCY
+        assert record.actions[1].reached_environment and "KeyError" in (record.actions[1].error or "")
+        assert record.invalid_reached_environment
+
+
+class TestEscalation:
+    """Escalation goes through pydantic-ai's deferred tool approval."""
+
+    @staticmethod
+    def script(shown: list[str]) -> Any:
+        def run(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            n = responses(messages)
+            if n and isinstance(messages[-1], ModelRequest):
+                shown.extend(tool_returns(messages))
+            if n == 0:
+                return ModelResponse(parts=[ToolCallPart("send_money", {"person_id": "p-17", "amount": 500}, tool_call_id="m1")])
+            return ModelResponse(parts=[TextPart("finished")])
+
+        return run
+
+    def app(self, shown: list[str]) -> Contacts:
+        return Contacts(
+            self.script(shown),
+            policy=Policy(default="block", tools={"send_money": "escalate"}),
+            escalate=deferred_approval,
+        )
+
+    async def test_run_pauses_then_approval_continues_the_episode(self) -> None:
+        """Run 1 ends with DeferredToolRequests; run 2's approval runs the call in the same episode."""
+        shown: list[str] = []
+        app = self.app(shown)
+        first = await app.agent.run("send Fredrik 500")
+        assert isinstance(first.output, DeferredToolRequests)
+        (pending,) = first.output.approvals
+        assert pending.tool_call_id == "m1"
+        assert first.output.metadata["m1"]["prefixmon"]["cause"] == "precondition"
+        assert app.records == []  # the episode waits for the approval
+
+        second = await app.agent.run(
+            message_history=first.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={"m1": ToolApproved()}),
+        )
+        assert second.output == "finished"
+        assert shown == ["sent 500"]
+        (record,) = app.records
+        (action,) = record.actions
+        assert action.decision is Decision.APPROVE and action.reached_environment
+        assert record.fed == 1 and action.cause is Cause.PRECONDITION and record.invalid_reached_environment
+
+    async def test_override_args_is_an_edit(self) -> None:
+        """Approving with other arguments records an edit; the edited call is checked and runs."""
+        shown: list[str] = []
+        app = self.app(shown)
+        first = await app.agent.run("send Fredrik 500")
+        await app.agent.run(
+            message_history=first.all_messages(),
+            deferred_tool_results=DeferredToolResults(
+                approvals={"m1": ToolApproved(override_args={"person_id": "p-17", "amount": 90})}
+            ),
+        )
+        assert shown == ["sent 90"]
+        (record,) = app.records
+        assert record.actions[0].decision is Decision.EDIT and not record.invalid_reached_environment
+
+    async def test_denial_is_recorded(self) -> None:
+        """A denial reaches the model and is recorded as deny; the tool never runs."""
+        shown: list[str] = []
+        app = self.app(shown)
+        first = await app.agent.run("send Fredrik 500")
+        await app.agent.run(
+            message_history=first.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={"m1": ToolDenied("too much money")}),
+        )
+        assert shown == ["too much money"]
+        (record,) = app.records
+        assert record.actions[0].decision is Decision.DENY and not record.actions[0].reached_environment
+
+    async def test_inline_handler_resolves_within_one_run(self) -> None:
+        """A HandleDeferredToolCalls capability approves inline: one run, one record."""
+        shown: list[str] = []
+        app = self.app(shown)
+
+        async def approve(ctx: RunContext[Any], requests: DeferredToolRequests) -> DeferredToolResults:
+            return requests.build_results(approve_all=True)
+
+        result = await app.agent.run("send Fredrik 500", capabilities=[HandleDeferredToolCalls(handler=approve)])
+        assert result.output == "finished" and shown == ["sent 500"]
+        (record,) = app.records
+        assert record.actions[0].decision is Decision.APPROVE
+
+    async def test_never_answered_is_closed_as_denied(self) -> None:
+        """close_parked() closes an episode whose approval never came."""
+        app = self.app([])
+        await app.agent.run("send Fredrik 500")
+        (record,) = await app.capability.close_parked()
+        assert record.actions[0].decision is Decision.DENY and app.records == [record]

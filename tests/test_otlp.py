@@ -1,0 +1,294 @@
+"""OTLP JSON read-back: exported traces become the same episode records as the JSONL sink's."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from prefixmon import (
+    EpisodeRecord,
+    Monitor,
+    RecordError,
+    Replan,
+    ToolBlocked,
+    ToolCall,
+    Toolset,
+    TrackedState,
+    Verdict,
+    read_records,
+)
+from prefixmon import semconv as sc
+from prefixmon.otel_setup import OtlpJsonFileSpanExporter, configure_otel
+from prefixmon.otlp import iter_otlp_spans, read_otlp_records, records_from_spans, spans_from_json
+from prefixmon.records import BadLine
+from prefixmon.telemetry import Telemetry
+
+
+async def _replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> Replan:
+    return Replan(guidance="look the contact up first", call=ToolCall(name="search_contacts", args={"name": "Amara"}))
+
+
+async def monitored_run(tools: Toolset, sink: Path, tracer_provider: TracerProvider, **telemetry: Any) -> None:
+    """Five episodes: blocked, replanned, environment error, no-tool, cancelled, and a body error."""
+    tel = Telemetry(tracer_provider=tracer_provider, metrics=False, **telemetry)
+    block = Monitor(tools, policy="block", sink=sink, observers=[tel], labels={"model": "m1"})
+    replan = Monitor(tools, policy="replan", replan=_replan, sink=sink, observers=[tel], labels={"model": "m1"})
+    async with block.episode(task_id="t-1", labels={"method": "react"}) as ep:
+        ep.user("text Amara: hi")
+        await ep.call("search_contacts", {}, call_id="c1")
+        with pytest.raises(ToolBlocked):
+            await ep.call("send_message", {"person_id": "p-2", "text": "hi"}, call_id="c2")
+        await ep.call("set_cellular", {"on": True}, call_id="c3")
+        await ep.call("send_message", {"person_id": "p-2", "text": "hi"}, call_id="c4")
+        with pytest.raises(RuntimeError):
+            await ep.call("flaky", {"x": 1}, call_id="c5")
+        ep.finish("partial")
+    async with replan.episode(task_id="t-2") as ep:
+        await ep.call("remove_contact", {"person_id": "p-1"})
+        ep.next_turn()
+        await ep.call("lookup_order", {"order_id": "#W9"})
+        ep.finish("failure")
+    async with block.episode(task_id="t-3", allows_no_tool=True) as ep:
+        ep.finish("success")
+    async with block.episode(task_id="t-4") as ep:  # no tool call although one was needed
+        ep.finish("failure")
+    with anyio.move_on_after(0.05):
+        async with block.episode(task_id="t-5") as ep:
+            await ep.call("search_contacts", {"name": "Fredrik"})
+            await anyio.sleep_forever()
+    with contextlib.suppress(LookupError):
+        async with block.episode(task_id="t-6") as ep:
+            await ep.call("search_contacts", {"name": "Amara"})
+            raise LookupError("the agent crashed")
+
+
+def without_content(record: EpisodeRecord) -> EpisodeRecord:
+    """The record as spans without content capture carry it: no reasons, no error messages.
+
+    The terminal no-tool slot has no span; the reader rebuilds it, reason included.
+    """
+    actions = [a if a.tool is None else dataclasses.replace(a, reason=None, error=None) for a in record.actions]
+    ff = record.first_failure
+    if ff is not None and ff.tool is not None:
+        ff = dataclasses.replace(ff, reason="")
+    return dataclasses.replace(record, actions=actions, first_failure=ff)
+
+
+class TestRoundTrip:
+    """Records rebuilt from OTLP JSON files equal the JSONL sink's records."""
+
+    async def test_round_trip_with_content(self, tools: Toolset, tmp_path: Path) -> None:
+        """With capture_content, records from the OTLP file equal the sink's records exactly."""
+        sink, traces = tmp_path / "episodes.jsonl", tmp_path / "traces.otlp.jsonl"
+        otel = configure_otel(otlp_file=traces)
+        await monitored_run(tools, sink, otel.tracer_provider, capture_content=True)
+        otel.shutdown()
+        expected = read_records(sink)
+        assert [r.status for r in expected] == ["finished", "finished", "finished", "finished", "cancelled", "error"]
+        assert {a.decision.value for r in expected for a in r.actions} >= {"allow", "block", "replan"}
+        got = read_otlp_records(traces)
+        assert got == expected
+
+    async def test_round_trip_default_drops_only_content(self, tools: Toolset, tmp_path: Path) -> None:
+        """Without content capture, the rebuilt records differ only in reasons and error messages."""
+        sink, traces = tmp_path / "episodes.jsonl", tmp_path / "traces.otlp.jsonl"
+        otel = configure_otel(otlp_file=traces, batch=False)
+        await monitored_run(tools, sink, otel.tracer_provider)
+        otel.shutdown()
+        expected = read_records(sink)
+        got = read_otlp_records(traces)
+        assert got != expected
+        assert got == [without_content(r) for r in expected]
+
+    async def test_enriched_framework_span_round_trip(self, tools: Toolset, tmp_path: Path) -> None:
+        """When the framework's span is enriched, the record's times come from prefixmon attributes."""
+        sink, traces = tmp_path / "episodes.jsonl", tmp_path / "traces.otlp.jsonl"
+        otel = configure_otel(otlp_file=traces)
+        tracer = otel.tracer_provider.get_tracer("framework")
+        monitor = Monitor(
+            tools,
+            sink=sink,
+            observers=[Telemetry(tracer_provider=otel.tracer_provider, enrich_current_span=True, capture_content=True)],
+        )
+        with tracer.start_as_current_span("agent run"):
+            async with monitor.episode(task_id="t") as ep:
+                await anyio.sleep(0.01)
+                await ep.call("search_contacts", {"name": "x"})
+            await anyio.sleep(0.01)
+        otel.shutdown()
+        assert read_otlp_records(traces) == read_records(sink)
+
+    async def test_file_format_is_otlp_json(self, tools: Toolset, tmp_path: Path) -> None:
+        """Each line is a TracesData object: camelCase keys, hex ids, string nanoseconds, integer kinds."""
+        traces = tmp_path / "t.jsonl"
+        otel = configure_otel(otlp_file=traces, batch=False)
+        await monitored_run(tools, tmp_path / "e.jsonl", otel.tracer_provider)
+        otel.shutdown()
+        line = json.loads(traces.read_text().splitlines()[0])
+        span = line["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+        assert line["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"] == "prefixmon"
+        assert len(span["traceId"]) == 32 and int(span["traceId"], 16) > 0
+        assert len(span["spanId"]) == 16 and int(span["spanId"], 16) > 0
+        assert isinstance(span["startTimeUnixNano"], str) and span["startTimeUnixNano"].isdigit()
+        assert span["kind"] == 1  # SPAN_KIND_INTERNAL
+        keys = {a["key"] for a in span["attributes"]}
+        assert {sc.GEN_AI_TOOL_NAME, sc.PREFIXMON_DEPTH, sc.PREFIXMON_EPISODE_ID} <= keys
+
+
+# A hand-written line in the OpenTelemetry file exporter's format (spec example style), with one
+# prefixmon episode of two calls, plus an unrelated span; ints as strings, as protobuf JSON writes them.
+def _kv(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"key": key, "value": {"boolValue": value}}
+    if isinstance(value, int):
+        return {"key": key, "value": {"intValue": str(value)}}
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def _line(*, snake: bool = False) -> dict[str, Any]:
+    def k(camel: str) -> str:
+        if not snake:
+            return camel
+        return "".join("_" + c.lower() if c.isupper() else c for c in camel)
+
+    def span(span_id: str, parent: str, name: str, start: int, end: int, attributes: dict[str, Any]) -> dict[str, Any]:
+        attrs = [_kv(key, v) for key, v in attributes.items()]
+        if snake:
+            attrs = [{"key": a["key"], "value": {k(t): v for t, v in a["value"].items()}} for a in attrs]
+        return {
+            k("traceId"): "5b8efff798038103d269b633813fc60c",
+            k("spanId"): span_id,
+            k("parentSpanId"): parent,
+            "name": name,
+            "kind": "SPAN_KIND_INTERNAL" if snake else 1,
+            k("startTimeUnixNano"): str(start),
+            k("endTimeUnixNano"): str(end),
+            "attributes": attrs,
+            "status": {},
+        }
+
+    t0 = 1_700_000_000_123_456_000
+    episode = {
+        sc.GEN_AI_OPERATION_NAME: "invoke_agent",
+        sc.PREFIXMON_EPISODE_ID: "ep-1",
+        sc.PREFIXMON_TASK_ID: "task-9",
+        "prefixmon.label.model": "m2",
+        sc.PREFIXMON_HORIZON: 2,
+        sc.PREFIXMON_FED: 2,
+        sc.PREFIXMON_EXECUTABLE: False,
+        sc.PREFIXMON_STATUS: "finished",
+        sc.PREFIXMON_OUTCOME: "failure",
+    }
+    call = {sc.GEN_AI_OPERATION_NAME: "execute_tool", sc.PREFIXMON_EPISODE_ID: "ep-1"}
+    spans = [
+        span("eee1eee1eee1eee1", "", "invoke_agent", t0, t0 + 9_000_000, episode),
+        span(
+            "aaa1aaa1aaa1aaa1", "eee1eee1eee1eee1", "execute_tool search", t0 + 1000, t0 + 2000,
+            {**call, sc.GEN_AI_TOOL_NAME: "search", sc.GEN_AI_TOOL_CALL_ID: "c1", sc.PREFIXMON_DEPTH: 1,
+             sc.PREFIXMON_EXECUTABLE: True, sc.PREFIXMON_DECISION: "allow", sc.PREFIXMON_REACHED_ENVIRONMENT: True},
+        ),
+        span(
+            "aaa2aaa2aaa2aaa2", "eee1eee1eee1eee1", "execute_tool remove", t0 + 3000, t0 + 4000,
+            {**call, sc.GEN_AI_TOOL_NAME: "remove", sc.PREFIXMON_DEPTH: 2, sc.PREFIXMON_EXECUTABLE: False,
+             sc.PREFIXMON_CAUSE: "dependency", sc.PREFIXMON_DECISION: "block", sc.PREFIXMON_TURN: 1},
+        ),
+        span("bbb1bbb1bbb1bbb1", "", "HTTP GET", t0, t0 + 1, {"http.method": "GET"}),
+    ]
+    return {
+        k("resourceSpans"): [
+            {
+                "resource": {"attributes": [_kv("service.name", "agent")]},
+                k("scopeSpans"): [{"scope": {"name": "prefixmon", "version": "0.1.0"}, "spans": spans}],
+            }
+        ]
+    }
+
+
+class TestReader:
+    """The reader accepts the OTLP JSON mapping and says what is wrong with bad input."""
+
+    @pytest.mark.parametrize("snake", [False, True])
+    def test_hand_written_line(self, tmp_path: Path, snake: bool) -> None:
+        """A file exporter line (camelCase, or protobuf field names) rebuilds the episode; other spans are ignored."""
+        path = tmp_path / "t.jsonl"
+        path.write_text(json.dumps(_line(snake=snake)) + "\n")
+        (record,) = read_otlp_records(path)
+        assert record.episode_id == "ep-1" and record.task_id == "task-9"
+        assert record.labels == {"model": "m2"}
+        assert (record.horizon, record.fed, record.executable) == (2, 2, False)
+        assert record.outcome is not None and record.outcome.value == "failure"
+        assert record.first_failure is not None and record.first_failure.tool == "remove"
+        assert [a.tool for a in record.actions] == ["search", "remove"]
+        assert record.actions[1].turn == 1 and record.actions[0].call_id == "c1"
+        assert record.started_at.isoformat() == "2023-11-14T22:13:20.123456+00:00"
+        spans = list(iter_otlp_spans(path))
+        assert len(spans) == 4 and spans[0].resource == {"service.name": "agent"}
+        assert spans[1].parent_span_id == "eee1eee1eee1eee1" and spans[1].kind == 1
+
+    def test_base64_ids_accepted(self) -> None:
+        """Ids written with protobuf's default base64 bytes mapping are turned into hex."""
+        line = _line()
+        spans = line["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        spans[0]["spanId"] = base64.b64encode(bytes.fromhex("0123456789abcdef")).decode()
+        (decoded, *_) = spans_from_json(line)
+        assert decoded.span_id == "0123456789abcdef"
+
+    def test_bad_line_names_file_and_line(self, tmp_path: Path) -> None:
+        """A line that is not trace data raises a RecordError naming the file and line."""
+        path = tmp_path / "t.jsonl"
+        path.write_text(json.dumps(_line()) + "\n" + '{"resourceMetrics": []}\n')
+        with pytest.raises(RecordError, match=r"t\.jsonl.*2|no resourceSpans"):
+            read_otlp_records(path)
+
+    def test_skip_mode_and_truncated_last_line(self, tmp_path: Path) -> None:
+        """on_error='skip' reports bad lines; an unterminated last line is skipped as truncated."""
+        path = tmp_path / "t.jsonl"
+        good = json.dumps(_line())
+        path.write_text("not json\n" + good + "\n" + good[:50])
+        errors: list[BadLine] = []
+        spans = list(iter_otlp_spans(path, on_error="skip", errors=errors))
+        assert len(spans) == 4
+        assert [(e.line, e.truncated) for e in errors] == [(1, False), (3, True)]
+        assert len(records_from_spans(spans)) == 1
+
+    def test_missing_call_span(self, tmp_path: Path) -> None:
+        """An episode whose call spans were dropped is reported, not silently shortened."""
+        line = _line()
+        del line["resourceSpans"][0]["scopeSpans"][0]["spans"][1]
+        spans = spans_from_json(line)
+        with pytest.raises(RecordError, match=r"missing \[1\]"):
+            records_from_spans(spans)
+        errors: list[str] = []
+        assert records_from_spans(spans, on_error="skip", errors=errors) == []
+        assert "ep-1" in errors[0]
+
+    def test_wrong_shapes(self) -> None:
+        """Non-OTLP objects and malformed fields get messages that say what is wrong."""
+        with pytest.raises(ValueError, match="no resourceSpans"):
+            spans_from_json({"foo": 1})
+        line = _line()
+        line["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["startTimeUnixNano"] = "soon"
+        with pytest.raises(ValueError, match="startTimeUnixNano"):
+            spans_from_json(line)
+        line = _line()
+        line["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] = "zz!"
+        with pytest.raises(ValueError, match="traceId"):
+            spans_from_json(line)
+
+    def test_exporter_after_shutdown_fails(self, tmp_path: Path) -> None:
+        """The file exporter refuses to export after shutdown instead of writing to a closed file."""
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        tp = TracerProvider()
+        exporter = OtlpJsonFileSpanExporter(tmp_path / "x.jsonl")
+        with tp.get_tracer("t").start_as_current_span("s") as s:
+            pass
+        exporter.shutdown()
+        assert exporter.export([s]) is SpanExportResult.FAILURE  # type: ignore[list-item]

@@ -1,0 +1,649 @@
+"""OpenTelemetry spans, events and metrics, checked with the SDK's in-memory exporter and reader."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from prefixmon import (
+    Approve,
+    Deny,
+    Edit,
+    Monitor,
+    Replan,
+    ToolBlocked,
+    ToolCall,
+    Toolset,
+    TrackedState,
+    Verdict,
+)
+from prefixmon import semconv as sc
+from prefixmon.telemetry import Telemetry, redact_keys
+
+
+@dataclass
+class Otel:
+    """An SDK pipeline that keeps everything in memory."""
+
+    spans: InMemorySpanExporter
+    reader: InMemoryMetricReader
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+
+    def telemetry(self, **kw: Any) -> Telemetry:
+        return Telemetry(tracer_provider=self.tracer_provider, meter_provider=self.meter_provider, **kw)
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def tool_spans(self) -> list[ReadableSpan]:
+        return [s for s in self.finished() if s.name.startswith("execute_tool ")]
+
+    def episode_spans(self) -> list[ReadableSpan]:
+        return [s for s in self.finished() if s.name.startswith("invoke_agent")]
+
+    def points(self, name: str) -> list[Any]:
+        data = self.reader.get_metrics_data()
+        assert data is not None
+        return [
+            p
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == name
+            for p in m.data.data_points
+        ]
+
+    def counts(self, name: str) -> dict[frozenset[tuple[str, Any]], int]:
+        out = {}
+        for p in self.points(name):
+            assert isinstance(p, NumberDataPoint)
+            out[frozenset((p.attributes or {}).items())] = int(p.value)
+        return out
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    spans = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    mp = MeterProvider(metric_readers=[reader])
+    yield Otel(spans=spans, reader=reader, tracer_provider=tp, meter_provider=mp)
+    tp.shutdown()
+    mp.shutdown()
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def events(span: ReadableSpan, name: str) -> list[dict[str, Any]]:
+    return [dict(e.attributes or {}) for e in span.events if e.name == name]
+
+
+async def run_contacts(monitor: Monitor, **labels: str) -> Any:
+    """search (ok), remove an invented id (dependency), remove p-1 (ok), send_message (precondition)."""
+    async with monitor.episode(task_id="t-1", labels={"model": "m1", "method": "react", **labels}) as ep:
+        ep.user("Remove Fredrik")
+        await ep.call("search_contacts", {}, call_id="c1")
+        with pytest.raises(ToolBlocked):
+            await ep.call("remove_contact", {"person_id": "+1 555 0100"}, call_id="c2")
+        await ep.call("remove_contact", {"person_id": "p-1"}, call_id="c3")
+        with pytest.raises(ToolBlocked):
+            await ep.call("send_message", {"person_id": "p-2", "text": "hi"}, call_id="c4")
+        ep.finish("partial")
+    return ep
+
+
+class TestCallSpans:
+    """One execute_tool span per call, blocked calls included."""
+
+    async def test_executable_call_span(self, otel: Otel, tools: Toolset) -> None:
+        """An executable call gets an INTERNAL execute_tool span with the GenAI and prefixmon attributes."""
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
+        first = otel.tool_spans()[0]
+        assert first.name == "execute_tool search_contacts"
+        assert first.kind is SpanKind.INTERNAL
+        a = attrs(first)
+        assert a[sc.GEN_AI_OPERATION_NAME] == "execute_tool"
+        assert a[sc.GEN_AI_TOOL_NAME] == "search_contacts"
+        assert a[sc.GEN_AI_TOOL_CALL_ID] == "c1"
+        assert a[sc.PREFIXMON_DEPTH] == 1
+        assert a[sc.PREFIXMON_EXECUTABLE] is True
+        assert a[sc.PREFIXMON_DECISION] == "allow"
+        assert a[sc.PREFIXMON_REACHED_ENVIRONMENT] is True
+        assert sc.ERROR_TYPE not in a and sc.PREFIXMON_CAUSE not in a and sc.PREFIXMON_FED not in a
+        assert first.status.status_code is StatusCode.UNSET
+
+    async def test_blocked_call_has_a_span_with_error_type(self, otel: Otel, tools: Toolset) -> None:
+        """A blocked call still gets its span: error.type=prefixmon.<cause>, code, decision, status ERROR."""
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
+        spans = otel.tool_spans()
+        assert [s.name for s in spans] == [
+            "execute_tool search_contacts",
+            "execute_tool remove_contact",
+            "execute_tool remove_contact",
+            "execute_tool send_message",
+        ]
+        blocked = attrs(spans[1])
+        assert blocked[sc.ERROR_TYPE] == "prefixmon.dependency"
+        assert blocked[sc.PREFIXMON_CAUSE] == "dependency"
+        assert blocked[sc.PREFIXMON_CODE] == "unbound_reference"
+        assert blocked[sc.PREFIXMON_DECISION] == "block"
+        assert blocked[sc.PREFIXMON_REACHED_ENVIRONMENT] is False
+        assert blocked[sc.PREFIXMON_EXECUTABLE] is False
+        assert spans[1].status.status_code is StatusCode.ERROR
+        assert attrs(spans[3])[sc.ERROR_TYPE] == "prefixmon.precondition"
+
+    async def test_every_cause_maps_to_error_type(self, otel: Otel, tools: Toolset) -> None:
+        """schema, state_consistency and information failures carry their own error.type."""
+        monitor = Monitor(tools, policy="observe", observers=[otel.telemetry()])
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked):  # an unknown tool cannot run even when observed
+                await ep.call("no_such_tool", {})
+            with pytest.raises(RuntimeError):
+                await ep.call("flaky", {"x": 1})
+            await ep.call("send_money", {"phone_number": "+1 555 0000", "amount": 5.0})
+        types = [attrs(s).get(sc.ERROR_TYPE) for s in otel.tool_spans()]
+        assert types == ["prefixmon.schema", "prefixmon.state_consistency", "prefixmon.information"]
+        observed = attrs(otel.tool_spans()[2])
+        assert observed[sc.PREFIXMON_DECISION] == "observe"
+        assert observed[sc.PREFIXMON_REACHED_ENVIRONMENT] is True
+
+    async def test_fed_so_far_on_later_spans(self, otel: Otel, tools: Toolset) -> None:
+        """prefixmon.fed appears from the first failure on, with the episode's FED so far."""
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
+        assert [attrs(s).get(sc.PREFIXMON_FED) for s in otel.tool_spans()] == [None, 2, 2, 2]
+
+    async def test_call_spans_are_children_of_the_episode_span(self, otel: Otel, tools: Toolset) -> None:
+        """Every call span is in the episode's trace, parented to invoke_agent."""
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
+        (root,) = otel.episode_spans()
+        for span in otel.tool_spans():
+            assert span.parent is not None and span.parent.span_id == root.context.span_id
+            assert span.context.trace_id == root.context.trace_id
+            assert attrs(span)[sc.PREFIXMON_EPISODE_ID] == attrs(root)[sc.PREFIXMON_EPISODE_ID]
+
+    async def test_replacement_and_decisions(self, otel: Otel, tools: Toolset) -> None:
+        """A replanned call records the replacement tool and decision replan."""
+
+        async def replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> Replan:
+            return Replan(guidance="search first", call=ToolCall(name="search_contacts", args={"name": "Amara"}))
+
+        monitor = Monitor(tools, policy="replan", replan=replan, observers=[otel.telemetry()])
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("remove_contact", {"person_id": "p-9"})
+        a = attrs(otel.tool_spans()[0])
+        assert a[sc.PREFIXMON_DECISION] == "replan"
+        assert a[sc.PREFIXMON_REPLACEMENT] == "search_contacts"
+        assert a[sc.ERROR_TYPE] == "prefixmon.dependency"
+
+
+class TestEvents:
+    """The verdict as gen_ai.guardrail.result, and prefixmon.first_failure once."""
+
+    async def test_guardrail_result_on_every_call(self, otel: Otel, tools: Toolset) -> None:
+        """Each call span has one guardrail event with component, source, type, value and reason."""
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
+        got = [events(s, sc.GEN_AI_GUARDRAIL_RESULT) for s in otel.tool_spans()]
+        assert all(len(e) == 1 for e in got)
+        ok, blocked = got[0][0], got[1][0]
+        assert ok == {
+            sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: "prefixmon",
+            sc.GEN_AI_GUARDRAIL_SOURCE: "tool_input",
+            sc.GEN_AI_GUARDRAIL_RESULT_TYPE: "pass",
+            sc.GEN_AI_GUARDRAIL_RESULT_VALUE: True,
+            sc.GEN_AI_GUARDRAIL_RESULT_REASON: "executable",
+        }
+        assert blocked[sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == "block"
+        assert blocked[sc.GEN_AI_GUARDRAIL_RESULT_VALUE] is False
+        assert blocked[sc.GEN_AI_GUARDRAIL_RESULT_REASON] == "unbound_reference"
+        assert got[3][0][sc.GEN_AI_GUARDRAIL_RESULT_REASON] == "precondition:cellular_on"
+
+    async def test_first_failure_event_once(self, otel: Otel, tools: Toolset) -> None:
+        """prefixmon.first_failure is on the first failing call span and the episode span, not on later failures."""
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
+        per_call = [events(s, sc.PREFIXMON_FIRST_FAILURE) for s in otel.tool_spans()]
+        assert [len(e) for e in per_call] == [0, 1, 0, 0]
+        expected = {
+            sc.PREFIXMON_DEPTH: 2,
+            sc.GEN_AI_TOOL_NAME: "remove_contact",
+            sc.PREFIXMON_CAUSE: "dependency",
+            sc.PREFIXMON_CODE: "unbound_reference",
+        }
+        assert per_call[1][0] == expected
+        assert events(otel.episode_spans()[0], sc.PREFIXMON_FIRST_FAILURE) == [expected]
+
+    @pytest.mark.parametrize(
+        ("answer", "result_type", "decision"),
+        [
+            (Approve(), "escalate", "approve"),
+            (Deny(), "block", "deny"),
+            (Edit(args={"phone_number": "+1 555 0100", "amount": 5}), "modify", "edit"),
+        ],
+    )
+    async def test_escalation_result_types(
+        self, otel: Otel, tools: Toolset, answer: Approve | Deny | Edit, result_type: str, decision: str
+    ) -> None:
+        """Escalated calls report the human's answer as guardrail result type and decision."""
+
+        async def human(verdict: Verdict, call: ToolCall) -> Approve | Deny | Edit:
+            return answer
+
+        monitor = Monitor(tools, policy="escalate", escalate=human, observers=[otel.telemetry()])
+        async with monitor.episode(task_id="t") as ep:
+            ep.user("send 5 dollars to +1 555 0100")
+            with contextlib.suppress(ToolBlocked):
+                await ep.call("send_money", {"phone_number": "+1 555 9999", "amount": 5})
+        span = otel.tool_spans()[0]
+        assert events(span, sc.GEN_AI_GUARDRAIL_RESULT)[0][sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == result_type
+        assert attrs(span)[sc.PREFIXMON_DECISION] == decision
+
+
+class TestEpisodeSpan:
+    """invoke_agent per episode, or the framework's span enriched."""
+
+    async def test_episode_span_attributes_and_times(self, otel: Otel, tools: Toolset) -> None:
+        """The episode span carries horizon, FED, outcome and labels, and spans the record's times."""
+        ep = await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]), agent="support-bot")
+        (span,) = otel.episode_spans()
+        record = ep.record
+        assert span.name == "invoke_agent support-bot"
+        a = attrs(span)
+        assert a[sc.GEN_AI_OPERATION_NAME] == "invoke_agent"
+        assert a[sc.GEN_AI_AGENT_NAME] == "support-bot"
+        assert a[sc.PREFIXMON_EPISODE_ID] == record.episode_id
+        assert a[sc.PREFIXMON_TASK_ID] == "t-1"
+        assert a[sc.PREFIXMON_HORIZON] == 4
+        assert a[sc.PREFIXMON_FED] == 2
+        assert a[sc.PREFIXMON_EXECUTABLE] is False
+        assert a[sc.PREFIXMON_OUTCOME] == "partial"
+        assert a[sc.PREFIXMON_STATUS] == "finished"
+        assert a[sc.PREFIXMON_FIRST_FAILURE_CAUSE] == "dependency"
+        assert a[sc.PREFIXMON_FIRST_FAILURE_TOOL] == "remove_contact"
+        assert a["prefixmon.label.model"] == "m1" and a["prefixmon.label.method"] == "react"
+        assert span.start_time == int(record.started_at.timestamp() * 1_000_000) * 1000
+        assert span.end_time == int(record.ended_at.timestamp() * 1_000_000) * 1000
+
+    async def test_episode_span_is_current_in_the_body(self, otel: Otel, tools: Toolset) -> None:
+        """Spans the agent makes inside the episode nest under invoke_agent; the context is restored after."""
+        tracer = otel.tracer_provider.get_tracer("agent")
+        monitor = Monitor(tools, observers=[otel.telemetry(agent_name="a")])
+        async with monitor.episode(task_id="t") as ep:
+            with tracer.start_as_current_span("chat model"):
+                pass
+            await ep.call("search_contacts", {"name": "x"})
+        assert not trace.get_current_span().get_span_context().is_valid
+        (root,) = otel.episode_spans()
+        chat = next(s for s in otel.finished() if s.name == "chat model")
+        assert chat.parent is not None and chat.parent.span_id == root.context.span_id
+
+    async def test_enrich_current_span(self, otel: Otel, tools: Toolset) -> None:
+        """With enrich_current_span, the framework's agent span gets the episode attributes and no invoke_agent opens."""
+        tracer = otel.tracer_provider.get_tracer("framework")
+        monitor = Monitor(tools, policy="block", observers=[otel.telemetry(enrich_current_span=True)])
+        with tracer.start_as_current_span("agent run") as framework_span:
+            ep = await run_contacts(monitor)
+        assert otel.episode_spans() == []
+        agent = next(s for s in otel.finished() if s.name == "agent run")
+        a = attrs(agent)
+        assert a[sc.PREFIXMON_FED] == 2 and a[sc.PREFIXMON_HORIZON] == 4
+        assert a[sc.PREFIXMON_EPISODE_ID] == ep.record.episode_id
+        assert a[sc.PREFIXMON_STARTED_AT] == int(ep.record.started_at.timestamp() * 1_000_000) * 1000
+        for span in otel.tool_spans():
+            assert span.parent is not None and span.parent.span_id == framework_span.get_span_context().span_id
+
+    async def test_enrich_without_current_span_opens_one(self, otel: Otel, tools: Toolset) -> None:
+        """enrich_current_span falls back to an invoke_agent span when no span is current."""
+        monitor = Monitor(tools, observers=[otel.telemetry(enrich_current_span=True)])
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("search_contacts", {"name": "x"})
+        assert [s.name for s in otel.episode_spans()] == ["invoke_agent"]
+
+    async def test_body_error_sets_error_status(self, otel: Otel, tools: Toolset) -> None:
+        """An exception in the agent body ends the episode span with status ERROR and error.type."""
+        monitor = Monitor(tools, observers=[otel.telemetry()])
+        with pytest.raises(KeyError):
+            async with monitor.episode(task_id="t"):
+                raise KeyError("boom")
+        (span,) = otel.episode_spans()
+        assert span.status.status_code is StatusCode.ERROR
+        assert attrs(span)[sc.ERROR_TYPE] == "KeyError"
+        assert attrs(span)[sc.PREFIXMON_STATUS] == "error"
+
+
+class TestCancellation:
+    """A cancelled call still ends its span and leaves a complete episode span."""
+
+    async def test_cancelled_call(self, otel: Otel, tools: Toolset) -> None:
+        """Cancelling mid-call ends the call span (error.type prefixmon.abandoned) and the episode span (cancelled)."""
+        started = anyio.Event()
+
+        async def hang(name: str) -> None:
+            started.set()
+            await anyio.sleep_forever()
+
+        tools.add_schema("hang", {"type": "object", "properties": {"name": {"type": "string"}}}, func=hang)
+        monitor = Monitor(tools, observers=[otel.telemetry()])
+        with anyio.move_on_after(5) as outer:
+            async with anyio.create_task_group() as tg:
+
+                async def agent() -> None:
+                    async with monitor.episode(task_id="t") as ep:
+                        await ep.call("search_contacts", {"name": "x"})
+                        await ep.call("hang", {"name": "y"})
+
+                tg.start_soon(agent)
+                await started.wait()
+                tg.cancel_scope.cancel()
+        assert not outer.cancelled_caught
+        calls = otel.tool_spans()
+        assert [s.name for s in calls] == ["execute_tool search_contacts", "execute_tool hang"]
+        assert attrs(calls[1])[sc.ERROR_TYPE] == "prefixmon.abandoned"
+        assert calls[1].status.status_code is StatusCode.ERROR
+        (root,) = otel.episode_spans()
+        assert attrs(root)[sc.PREFIXMON_STATUS] == "cancelled"
+        assert attrs(root)[sc.PREFIXMON_HORIZON] == 2
+        assert otel.counts(sc.METRIC_EPISODES) == {
+            frozenset({(sc.PREFIXMON_EXECUTABLE, True), (sc.PREFIXMON_STATUS, "cancelled")}): 1
+        }
+
+
+class TestMetrics:
+    """Metrics from which a backend computes fleet-wide PEC, TER and RR."""
+
+    async def _fleet(self, otel: Otel, tools: Toolset, **kw: Any) -> list[Any]:
+        """Five episodes with known FED / horizon / outcome."""
+        monitor = Monitor(tools, policy="block", observers=[otel.telemetry(**kw)], labels={"model": "m1"})
+        records = []
+        plans: list[tuple[list[tuple[str, dict[str, Any]]], str]] = [
+            ([("search_contacts", {"name": "A"})], "success"),  # T=1, FED=2
+            ([("search_contacts", {"name": "A"}), ("set_cellular", {"on": True})], "success"),  # T=2, FED=3
+            ([("remove_contact", {"person_id": "zz"}), ("search_contacts", {"name": "A"})], "success"),  # FED=1
+            ([("search_contacts", {"name": "A"}), ("send_message", {"person_id": "p-2", "text": "x"})], "failure"),  # FED=2
+            ([("nope", {})], "failure"),  # FED=1
+        ]
+        for calls, outcome in plans:
+            async with monitor.episode(task_id="t", labels={"dataset": "d"}) as ep:
+                for name, args in calls:
+                    with contextlib.suppress(ToolBlocked):
+                        await ep.call(name, args)
+                ep.finish(outcome)
+            records.append(ep.record)
+        return records
+
+    async def test_episode_counter_by_outcome_and_executable(self, otel: Otel, tools: Toolset) -> None:
+        """prefixmon.episodes gives TER and RR: counts by executable and outcome with the chosen labels."""
+        records = await self._fleet(otel, tools)
+        base = {("prefixmon.label.model", "m1"), ("prefixmon.label.dataset", "d"), (sc.PREFIXMON_STATUS, "finished")}
+        counts = otel.counts(sc.METRIC_EPISODES)
+        assert counts == {
+            frozenset(base | {(sc.PREFIXMON_EXECUTABLE, True), (sc.PREFIXMON_OUTCOME, "success")}): 2,
+            frozenset(base | {(sc.PREFIXMON_EXECUTABLE, False), (sc.PREFIXMON_OUTCOME, "success")}): 1,
+            frozenset(base | {(sc.PREFIXMON_EXECUTABLE, False), (sc.PREFIXMON_OUTCOME, "failure")}): 2,
+        }
+        n = len(records)
+        ter = sum(v for k, v in counts.items() if (sc.PREFIXMON_EXECUTABLE, True) in k) / n
+        assert ter == sum(r.executable for r in records) / n == 0.4
+        failed = {k: v for k, v in counts.items() if (sc.PREFIXMON_EXECUTABLE, False) in k}
+        rr = sum(v for k, v in failed.items() if (sc.PREFIXMON_OUTCOME, "success") in k) / sum(failed.values())
+        assert rr == pytest.approx(1 / 3)
+
+    async def test_fed_histogram_gives_pec(self, otel: Otel, tools: Toolset) -> None:
+        """The FED histogram has one bucket per depth, so PEC(k) = share of FED > k exactly."""
+        records = await self._fleet(otel, tools, max_depth=4)
+        (fed,) = otel.points(sc.METRIC_FED)
+        assert isinstance(fed, HistogramDataPoint)
+        assert list(fed.explicit_bounds) == [1.0, 2.0, 3.0, 4.0]
+        # bucket i counts FED == i+1 (bounds are inclusive upper limits); the last is overflow
+        assert list(fed.bucket_counts) == [2, 2, 1, 0, 0]
+        n = fed.count
+        for k in range(1, 5):
+            pec_metric = sum(fed.bucket_counts[k:]) / n
+            assert pec_metric == sum(r.fed > k for r in records) / len(records)
+        (horizon,) = otel.points(sc.METRIC_HORIZON)
+        assert list(horizon.bucket_counts) == [2, 3, 0, 0, 0]
+
+    async def test_default_max_depth_buckets(self, otel: Otel, tools: Toolset) -> None:
+        """By default the histograms have one bucket per depth up to 32."""
+        await self._fleet(otel, tools)
+        (fed,) = otel.points(sc.METRIC_FED)
+        assert list(fed.explicit_bounds) == [float(d) for d in range(1, 33)]
+
+    async def test_first_failure_causes_calls_and_interventions(self, otel: Otel, tools: Toolset) -> None:
+        """Per-cause counts of primary causes, calls by decision, and blocked calls as interventions."""
+        await self._fleet(otel, tools)
+        base = {("prefixmon.label.model", "m1"), ("prefixmon.label.dataset", "d")}
+        assert otel.counts(sc.METRIC_FIRST_FAILURES) == {
+            frozenset(base | {(sc.PREFIXMON_CAUSE, "dependency")}): 1,
+            frozenset(base | {(sc.PREFIXMON_CAUSE, "precondition")}): 1,
+            frozenset(base | {(sc.PREFIXMON_CAUSE, "schema")}): 1,
+        }
+        calls = otel.counts(sc.METRIC_CALLS)
+        ok = frozenset({(sc.PREFIXMON_EXECUTABLE, True), (sc.PREFIXMON_DECISION, "allow")})
+        assert calls[ok] == 5
+        assert sum(calls.values()) == 8
+        interventions = otel.counts(sc.METRIC_INTERVENTIONS)
+        assert sum(interventions.values()) == 3
+        assert all((sc.PREFIXMON_DECISION, "block") in k for k in interventions)
+
+    async def test_internal_errors_counted(self, otel: Otel, tools: Toolset) -> None:
+        """A precondition that raises is counted as a monitor-internal error and noted on the episode span."""
+
+        def broken(state: TrackedState, args: Any) -> bool:
+            raise ZeroDivisionError
+
+        tools.add_schema("fragile", {"type": "object", "properties": {}}, func=lambda: "ok", requires=[broken])
+        monitor = Monitor(tools, observers=[otel.telemetry()])
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("fragile", {})
+        counts = otel.counts(sc.METRIC_INTERNAL_ERRORS)
+        assert list(counts.values()) == [1]
+        (key,) = counts
+        assert dict(key)[sc.ERROR_TYPE] == "ZeroDivisionError"
+        assert events(otel.episode_spans()[0], "prefixmon.internal_error")[0][sc.ERROR_TYPE] == "ZeroDivisionError"
+
+
+CANARY = "CANARY-7f3a9c-secret"
+
+
+def _all_telemetry_text(otel: Otel) -> str:
+    parts = []
+    for s in otel.finished():
+        parts.append(s.name)
+        parts.append(json.dumps(attrs(s), default=str))
+        parts.append(s.status.description or "")
+        for e in s.events:
+            parts.append(e.name + json.dumps(dict(e.attributes or {}), default=str))
+    data = otel.reader.get_metrics_data()
+    assert data is not None
+    parts.append(data.to_json())
+    return "\n".join(parts)
+
+
+class TestContent:
+    """Argument and result values stay out of telemetry unless content capture is on."""
+
+    async def test_canary_secret_appears_nowhere_by_default(self, otel: Otel, tools: Toolset) -> None:
+        """A secret argument quoted in reasons and errors reaches no span, event or metric."""
+        tools.add_schema(
+            "login",
+            {"type": "object", "properties": {"password": {"type": "string"}}, "required": ["password"]},
+            func=lambda password: (_ for _ in ()).throw(PermissionError(f"bad password {password}")),
+        )
+        monitor = Monitor(tools, policy="block", observers=[otel.telemetry()])
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked):
+                await ep.call("remove_contact", {"person_id": CANARY})  # quoted in the reason
+            with pytest.raises(ToolBlocked):
+                await ep.call("send_money", {"phone_number": CANARY, "amount": 1.0})
+            with pytest.raises(PermissionError):
+                await ep.call("login", {"password": CANARY})  # quoted in the environment's error
+        assert ep.record is not None
+        assert CANARY in ep.record.actions[0].reason  # type: ignore[operator]
+        assert CANARY in ep.record.actions[2].error  # type: ignore[operator]
+        text = _all_telemetry_text(otel)
+        assert "remove_contact" in text and "login" in text
+        assert CANARY not in text
+
+    async def test_opt_in_capture_records_arguments_reasons_errors(self, otel: Otel, tools: Toolset) -> None:
+        """capture_content=True records gen_ai.tool.call.arguments, prefixmon.reason and prefixmon.error."""
+        monitor = Monitor(tools, policy="block", observers=[otel.telemetry(capture_content=True)])
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked):
+                await ep.call("remove_contact", {"person_id": "x-1"})
+            with pytest.raises(RuntimeError):
+                await ep.call("flaky", {"x": 3})
+        blocked, flaky = (attrs(s) for s in otel.tool_spans())
+        assert json.loads(blocked[sc.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"person_id": "x-1"}
+        assert blocked[sc.PREFIXMON_REASON] == ep.record.actions[0].reason
+        assert json.loads(flaky[sc.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"x": 3}
+        assert flaky[sc.PREFIXMON_ERROR] == ep.record.actions[1].error
+        assert "backend unavailable" in flaky[sc.PREFIXMON_ERROR]
+
+    async def test_redaction_hook(self, otel: Otel, tools: Toolset) -> None:
+        """redact_keys masks named keys at any depth; a hook returning None drops the value."""
+        tools.add_schema(
+            "pay",
+            {
+                "type": "object",
+                "properties": {
+                    "card": {"type": "object", "properties": {"number": {"type": "string"}}},
+                    "amount": {"type": "number"},
+                },
+            },
+            func=lambda card, amount: "ok",
+        )
+        monitor = Monitor(tools, observers=[otel.telemetry(capture_content=True, redact=redact_keys("Number"))])
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("pay", {"card": {"number": CANARY}, "amount": 3})
+        a = attrs(otel.tool_spans()[0])
+        assert json.loads(a[sc.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"card": {"number": "[REDACTED]"}, "amount": 3}
+        otel.spans.clear()
+
+        def drop_all(kind: str, value: Any) -> Any:
+            return None
+
+        monitor = Monitor(tools, policy="block", observers=[otel.telemetry(capture_content=True, redact=drop_all)])
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked):
+                await ep.call("remove_contact", {"person_id": CANARY})
+        assert CANARY not in _all_telemetry_text(otel)
+
+    async def test_size_cap(self, otel: Otel, tools: Toolset) -> None:
+        """Content longer than max_content_chars is cut, with a marker saying how much was dropped."""
+        monitor = Monitor(tools, observers=[otel.telemetry(capture_content=True, max_content_chars=50)])
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("search_contacts", {"name": "y" * 500})
+        text = attrs(otel.tool_spans()[0])[sc.GEN_AI_TOOL_CALL_ARGUMENTS]
+        assert text.startswith('{"name": "yyy')
+        full = len(json.dumps({"name": "y" * 500, "phone_number": None}))  # validated args, defaults included
+        assert text.endswith(f"...[{full - 50} more chars]")
+        assert len(text) == 50 + len(f"...[{full - 50} more chars]")
+
+    async def test_result_capture_and_execution_context(self, otel: Otel) -> None:
+        """call_result records gen_ai.tool.call.result (capture only); execution_context makes the call span current."""
+        tel = otel.telemetry(capture_content=True)
+        quiet = otel.telemetry()
+        tracer = otel.tracer_provider.get_tracer("tool")
+        for telemetry in (tel, quiet):
+            tools = Toolset()
+
+            @tools.tool
+            def echo(text: str) -> dict[str, str]:
+                """Echo."""
+                return {"echo": text}
+
+            monitor = Monitor(tools, observers=[telemetry])
+            async with monitor.episode(task_id="t") as ep:
+                token = telemetry.call_started(ep, "echo", "c9", 99)
+                context = telemetry.execution_context(ep, ToolCall(name="echo"), token)
+                assert context is not None
+                with context, tracer.start_as_current_span("http GET"):
+                    pass
+                telemetry.call_result(ep, 99, {"echo": CANARY}, token)
+                assert token is not None
+                token.end()
+        spans = [s for s in otel.finished() if s.name == "execute_tool echo"]
+        captured, default = (attrs(s) for s in spans)
+        assert json.loads(captured[sc.GEN_AI_TOOL_CALL_RESULT]) == {"echo": CANARY}
+        assert sc.GEN_AI_TOOL_CALL_RESULT not in default
+        children = [s for s in otel.finished() if s.name == "http GET"]
+        assert [c.parent.span_id for c in children if c.parent] == [s.context.span_id for s in spans]
+
+    async def test_tool_spans_nest_under_the_call_span_end_to_end(self, otel: Otel) -> None:
+        """Through Episode.call, spans the tool makes are children of its execute_tool span, and the result is captured."""
+        telemetry = otel.telemetry(capture_content=True)
+        tracer = otel.tracer_provider.get_tracer("tool")
+        tools = Toolset()
+
+        @tools.tool
+        async def fetch(url: str) -> dict[str, str]:
+            """Fetch a page."""
+            with tracer.start_as_current_span("http GET"):
+                await anyio.sleep(0)
+            return {"body": "ok"}
+
+        monitor = Monitor(tools, observers=[telemetry])
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("fetch", {"url": "https://example.invalid"})
+        (call_span,) = [s for s in otel.finished() if s.name == "execute_tool fetch"]
+        (child,) = [s for s in otel.finished() if s.name == "http GET"]
+        assert child.parent is not None and child.parent.span_id == call_span.context.span_id
+        assert json.loads(attrs(call_span)[sc.GEN_AI_TOOL_CALL_RESULT]) == {"body": "ok"}
+
+
+class TestTelemetryOff:
+    """No span work at all when no SDK is installed or tracing is off."""
+
+    async def test_no_sdk_means_no_span_tokens(self, tools: Toolset) -> None:
+        """With the API's no-op provider, call_started returns None and no episode state is kept."""
+        telemetry = Telemetry(tracer_provider=trace.NoOpTracerProvider())
+        monitor = Monitor(tools, observers=[telemetry])
+        async with monitor.episode(task_id="t") as ep:
+            assert telemetry.call_started(ep, "search_contacts", None, 1) is None
+            assert telemetry._episodes == {}
+            await ep.call("search_contacts", {"name": "x"})
+        assert ep.record is not None and ep.record.horizon == 1
+
+    async def test_tracing_false(self, otel: Otel, tools: Toolset) -> None:
+        """tracing=False emits no spans but still records metrics."""
+        monitor = Monitor(tools, observers=[otel.telemetry(tracing=False)])
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("search_contacts", {"name": "x"})
+        assert otel.finished() == []
+        assert sum(otel.counts(sc.METRIC_CALLS).values()) == 1
+
+    def test_bad_settings(self) -> None:
+        """max_depth and max_content_chars must be positive."""
+        with pytest.raises(ValueError, match="max_depth"):
+            Telemetry(max_depth=0)
+        with pytest.raises(ValueError, match="max_content_chars"):
+            Telemetry(max_content_chars=0)
+
+    async def test_sampled_out_episode_does_no_call_span_work(self, tools: Toolset) -> None:
+        """When the sampler drops the episode span, call spans are not even started."""
+        from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+        spans = InMemorySpanExporter()
+        tp = TracerProvider(sampler=ALWAYS_OFF)
+        tp.add_span_processor(SimpleSpanProcessor(spans))
+        telemetry = Telemetry(tracer_provider=tp, metrics=False)
+        monitor = Monitor(tools, observers=[telemetry])
+        async with monitor.episode(task_id="t") as ep:
+            assert telemetry.call_started(ep, "x", None, 1) is None
+            await ep.call("search_contacts", {"name": "x"})
+        assert spans.get_finished_spans() == ()
