@@ -1,0 +1,166 @@
+"""Paired, task-level, stratified percentile bootstrap, and the Wilson score interval.
+
+The resampling unit is a task id within a stratum (a dataset): a resample draws the
+stratum's task ids with replacement, and every rollout of a drawn task comes along. One
+draw serves **every cohort of the stratum and every statistic** at once: the draw is a
+vector of multiplicities m (how often each task was drawn), and the resampled sum of any
+statistic in any cohort is m · (per-task sums of that statistic in that cohort). So B
+resamples of all cohorts and statistics are one matrix product, (B x U) @ (U x C·S), and
+the same task ids are used for every model x method of the dataset: differences between
+cohorts of one dataset are paired.
+
+Seeding: each stratum draws from its own generator, seeded with (seed, crc32(stratum
+name)), so results do not depend on record order, on chunking, or on which other
+datasets are in the input.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from statistics import NormalDist
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from .columns import IntArray
+from .metrics import FloatArray
+
+ProgressFn = Callable[[int, int], None]
+"""``progress(done, total)`` in units of resampled tasks."""
+
+_EXACT_FLOAT32: Final = float(2**24)
+CHUNK_CELLS: Final = 4_000_000
+"""Upper bound on the multiplicity matrix (resamples x tasks) held at once."""
+
+
+def stratum_generator(seed: int, stratum: str | None) -> np.random.Generator:
+    """The generator of one stratum: depends only on the seed and the stratum's name."""
+    name = "" if stratum is None else stratum
+    return np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name.encode())]))
+
+
+def multiplicities(
+    rng: np.random.Generator, n_units: int, resamples: int, dtype: type[np.floating[Any]] = np.float64
+) -> npt.NDArray[np.floating[Any]]:
+    """(resamples, n_units): how often each unit is drawn in each resample of size n_units."""
+    draws = rng.integers(0, n_units, size=(resamples, n_units))
+    draws += (np.arange(resamples, dtype=np.int64) * n_units)[:, None]
+    counts = np.bincount(draws.ravel(), minlength=resamples * n_units)
+    return counts.reshape(resamples, n_units).astype(dtype)
+
+
+def resample_sums(
+    values: FloatArray,
+    *,
+    cohort: IntArray,
+    n_cohorts: int,
+    task: IntArray,
+    task_names: Sequence[str],
+    stratum: IntArray,
+    strata: Sequence[str | None],
+    resamples: int,
+    seed: int,
+    progress: ProgressFn | None = None,
+    chunk_cells: int = CHUNK_CELLS,
+) -> FloatArray:
+    """Bootstrap sums of per-episode statistics per cohort.
+
+    Args:
+        values: (N, S) per-episode statistics.
+        cohort: cohort index per episode.
+        n_cohorts: number of cohorts C.
+        task: task code per episode (names in ``task_names``).
+        task_names: task id of each code; tasks are ordered by id inside a stratum.
+        stratum: stratum index per episode (names in ``strata``).
+        strata: stratum names.
+        resamples: B.
+        seed: base seed.
+        progress: called after each chunk with (done, total) resampled tasks.
+        chunk_cells: bound on resamples x tasks per chunk (memory); results do not depend on it.
+
+    Returns:
+        (S, C, B) array: resample b's sum of statistic s over cohort c (resamples last, so
+        that each cohort's draws are contiguous for the percentile step).
+    """
+    n_stats = values.shape[1]
+    out = np.zeros((n_stats, n_cohorts, resamples))
+    plan = []
+    for d, name in enumerate(strata):
+        where = np.flatnonzero(stratum == d)
+        if where.size:
+            codes = np.unique(task[where])
+            order = np.argsort(np.array([task_names[c] for c in codes], dtype=object), kind="stable")
+            plan.append((name, where, codes[order]))
+    total = resamples * sum(int(codes.size) for _, _, codes in plan)
+    done = 0
+    for name, where, codes in plan:
+        n_units = int(codes.size)
+        unit_of = np.full(int(task.max()) + 1, -1, dtype=np.int64)
+        unit_of[codes] = np.arange(n_units)
+        unit = unit_of[task[where]]
+        present = np.unique(cohort[where])
+        local_of = np.full(n_cohorts, -1, dtype=np.int64)
+        local_of[present] = np.arange(present.size)
+        local = local_of[cohort[where]]
+        n_present = int(present.size)
+        # per_task[u, s * C_d + c]: sum of statistic s over the episodes of task u in cohort c.
+        flat = (unit[:, None] * n_stats + np.arange(n_stats)) * n_present + local[:, None]
+        per_task = np.bincount(flat.ravel(), weights=values[where].ravel(), minlength=n_units * n_stats * n_present)
+        # Single precision halves the memory traffic of the matrix product; it is exact for
+        # integer sums below 2**24 (every statistic but the AUC fractions, which it rounds
+        # at 1e-7). Bigger sums (millions of rollouts of one task) fall back to double.
+        exact32 = float(np.abs(per_task).max(initial=0.0)) * n_units < _EXACT_FLOAT32
+        dtype: type[np.floating[Any]] = np.float32 if exact32 else np.float64
+        per_task_t = np.ascontiguousarray(per_task.reshape(n_units, n_stats * n_present).T, dtype=dtype)
+        rng = stratum_generator(seed, name)
+        chunk = max(1, min(resamples, chunk_cells // max(n_units, 1)))
+        for start in range(0, resamples, chunk):
+            b = min(chunk, resamples - start)
+            m = multiplicities(rng, n_units, b, dtype)
+            out[:, present, start : start + b] += (per_task_t @ m.T).reshape(n_stats, n_present, b)
+            done += b * n_units
+            if progress is not None:
+                progress(done, total)
+    return out
+
+
+def percentile_interval(draws: FloatArray, confidence: float = 0.95) -> tuple[FloatArray, FloatArray]:
+    """Percentile interval over the last axis (numpy's default linear interpolation).
+
+    NaN draws (an undefined ratio in that resample) are left out.
+
+    Returns:
+        ``(low, high)`` with the shape of ``draws[..., 0]``; NaN where every draw is NaN.
+    """
+    alpha = (1.0 - confidence) / 2.0
+    # A full sort of contiguous rows is faster than np.quantile's partition for two
+    # quantiles over many rows, and puts NaN last so the valid count gives the positions.
+    ordered = np.sort(draws, axis=-1)
+    valid = np.count_nonzero(~np.isnan(ordered), axis=-1)
+    out = []
+    for q in (alpha, 1.0 - alpha):
+        h = q * np.maximum(valid - 1, 0)
+        lo = np.floor(h).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(valid - 1, 0))
+        frac = h - lo
+        a = np.take_along_axis(ordered, lo[..., None], axis=-1)[..., 0]
+        b = np.take_along_axis(ordered, hi[..., None], axis=-1)[..., 0]
+        value = a + frac * (b - a)
+        out.append(np.where(valid > 0, value, np.nan))
+    return out[0], out[1]
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Wilson score interval for a proportion; ``None`` when n = 0 (the rate is undefined)."""
+    if n <= 0:
+        return None
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    p = successes / n
+    z2n = z * z / n
+    denom = 1.0 + z2n
+    centre = (p + z2n / 2.0) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n + z2n / (4.0 * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -1,0 +1,234 @@
+"""Episodes as columns: the few fields the metrics read, one numpy array each.
+
+Everything in :mod:`prefixmon.analytics` works on :class:`EpisodeColumns`. Build them from
+validated :class:`~prefixmon.records.EpisodeRecord` objects (:func:`columns_from_records`)
+or read them straight from record files with the fast loader in :mod:`.inputs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from ..records import EpisodeRecord
+from ..vocabulary import Cause, Outcome
+
+OUTCOMES: Final[tuple[str, ...]] = (Outcome.SUCCESS.value, Outcome.PARTIAL.value, Outcome.FAILURE.value)
+"""Outcome codes 0, 1, 2; an episode without an outcome has code -1."""
+OUTCOME_CODE: Final[Mapping[str | None, int]] = {None: -1, **{o: i for i, o in enumerate(OUTCOMES)}}
+CAUSES: Final[tuple[str, ...]] = tuple(c.value for c in Cause)
+"""Cause codes 0..4 in tie-break order; a fully executable episode has code -1."""
+CAUSE_CODE: Final[Mapping[str | None, int]] = {None: -1, **{c: i for i, c in enumerate(CAUSES)}}
+
+IntArray = npt.NDArray[np.int32]
+SmallArray = npt.NDArray[np.int8]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpisodeColumns:
+    """N episodes as parallel arrays (index i is one episode).
+
+    Codes index into the lookup tables ``task_ids`` and ``label_sets`` so that strings are
+    stored once, however many episodes share them.
+    """
+
+    horizon: IntArray
+    """T_i, the number of action slots (>= 1)."""
+    fed: IntArray
+    """FED_i in 1..T_i + 1; T_i + 1 when fully executable."""
+    outcome: SmallArray
+    """0 success, 1 partial, 2 failure, -1 none (see :data:`OUTCOMES`)."""
+    cause: SmallArray
+    """Primary cause code of the first failure (see :data:`CAUSES`), -1 when executable."""
+    task: IntArray
+    """Index into ``task_ids``."""
+    label_set: IntArray
+    """Index into ``label_sets``."""
+    task_ids: tuple[str, ...]
+    """Distinct task ids."""
+    label_sets: tuple[Mapping[str, str], ...]
+    """Distinct label objects."""
+    episode_ids: tuple[str, ...]
+    """Episode ids, one per episode."""
+    failure_tool: tuple[str | None, ...]
+    """Tool of the first failure, one per episode (``None`` when executable)."""
+    failure_reason: tuple[str | None, ...]
+    """Reason of the first failure, one per episode (``None`` when executable)."""
+
+    def __len__(self) -> int:
+        return int(self.horizon.shape[0])
+
+    def label(self, key: str) -> tuple[IntArray, tuple[str | None, ...]]:
+        """One label as codes per episode plus the sorted distinct values (``None`` = missing).
+
+        Returns:
+            ``(codes, values)`` with ``values[codes[i]]`` the label of episode i.
+        """
+        per_set = [ls.get(key) for ls in self.label_sets]
+        values = tuple(sorted(set(per_set), key=_value_order))
+        index = {v: i for i, v in enumerate(values)}
+        table = np.fromiter((index[v] for v in per_set), dtype=np.int32, count=len(per_set))
+        return table[self.label_set], values
+
+    def label_keys(self) -> tuple[str, ...]:
+        """Every label key that occurs in at least one episode, sorted."""
+        return tuple(sorted({k for ls in self.label_sets for k in ls}))
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> EpisodeColumns:
+        """The episodes where ``mask`` is true (lookup tables are kept as they are)."""
+        where = np.flatnonzero(mask)
+        return EpisodeColumns(
+            horizon=self.horizon[where],
+            fed=self.fed[where],
+            outcome=self.outcome[where],
+            cause=self.cause[where],
+            task=self.task[where],
+            label_set=self.label_set[where],
+            task_ids=self.task_ids,
+            label_sets=self.label_sets,
+            episode_ids=tuple(self.episode_ids[i] for i in where),
+            failure_tool=tuple(self.failure_tool[i] for i in where),
+            failure_reason=tuple(self.failure_reason[i] for i in where),
+        )
+
+
+def _value_order(value: str | None) -> tuple[int, str]:
+    """Sort key that puts missing labels last."""
+    return (1, "") if value is None else (0, value)
+
+
+class ColumnBuilder:
+    """Accumulates episodes one at a time and interns repeated strings.
+
+    Used by every reader; :meth:`add` takes already-checked plain values.
+    """
+
+    __slots__ = (
+        "_cause",
+        "_episode",
+        "_fed",
+        "_horizon",
+        "_label_index",
+        "_labels",
+        "_outcome",
+        "_reason",
+        "_task",
+        "_task_index",
+        "_tool",
+    )
+
+    def __init__(self) -> None:
+        self._horizon: list[int] = []
+        self._fed: list[int] = []
+        self._outcome: list[int] = []
+        self._cause: list[int] = []
+        self._task: list[int] = []
+        self._labels: list[int] = []
+        self._episode: list[str] = []
+        self._tool: list[str | None] = []
+        self._reason: list[str | None] = []
+        self._task_index: dict[str, int] = {}
+        self._label_index: dict[tuple[tuple[str, str], ...], int] = {}
+
+    def add(
+        self,
+        *,
+        episode_id: str,
+        task_id: str,
+        labels: Mapping[str, str],
+        horizon: int,
+        fed: int,
+        outcome: int,
+        cause: int,
+        failure_tool: str | None,
+        failure_reason: str | None,
+    ) -> None:
+        """Append one episode (codes as in :data:`OUTCOME_CODE` and :data:`CAUSE_CODE`)."""
+        tasks = self._task_index
+        code = tasks.get(task_id)
+        if code is None:
+            code = tasks[task_id] = len(tasks)
+        self._task.append(code)
+        key = tuple(labels.items())
+        sets = self._label_index
+        lcode = sets.get(key)
+        if lcode is None:
+            lcode = sets[key] = len(sets)
+        self._labels.append(lcode)
+        self._horizon.append(horizon)
+        self._fed.append(fed)
+        self._outcome.append(outcome)
+        self._cause.append(cause)
+        self._episode.append(episode_id)
+        self._tool.append(failure_tool)
+        self._reason.append(failure_reason)
+
+    def build(self) -> EpisodeColumns:
+        """The columns of everything added so far."""
+        return EpisodeColumns(
+            horizon=np.array(self._horizon, dtype=np.int32),
+            fed=np.array(self._fed, dtype=np.int32),
+            outcome=np.array(self._outcome, dtype=np.int8),
+            cause=np.array(self._cause, dtype=np.int8),
+            task=np.array(self._task, dtype=np.int32),
+            label_set=np.array(self._labels, dtype=np.int32),
+            task_ids=tuple(self._task_index),
+            label_sets=tuple(dict(k) for k in self._label_index),
+            episode_ids=tuple(self._episode),
+            failure_tool=tuple(self._tool),
+            failure_reason=tuple(self._reason),
+        )
+
+
+def columns_from_records(records: Iterable[EpisodeRecord]) -> EpisodeColumns:
+    """Columns of validated records (``prefixmon.read_records`` output, ``episode.record``)."""
+    builder = ColumnBuilder()
+    for r in records:
+        ff = r.first_failure
+        builder.add(
+            episode_id=r.episode_id,
+            task_id=r.task_id,
+            labels=r.labels,
+            horizon=r.horizon,
+            fed=r.fed,
+            outcome=OUTCOME_CODE[None if r.outcome is None else r.outcome.value],
+            cause=-1 if ff is None else CAUSE_CODE[ff.cause.value],
+            failure_tool=None if ff is None else ff.tool,
+            failure_reason=None if ff is None else ff.reason,
+        )
+    return builder.build()
+
+
+def concat_columns(parts: Sequence[EpisodeColumns]) -> EpisodeColumns:
+    """One set of columns from several (e.g. one per input file), lookup tables merged."""
+    if len(parts) == 1:
+        return parts[0]
+    task_index: dict[str, int] = {}
+    label_index: dict[tuple[tuple[str, str], ...], int] = {}
+    tasks: list[IntArray] = []
+    labels: list[IntArray] = []
+    for p in parts:
+        tmap = np.array([task_index.setdefault(t, len(task_index)) for t in p.task_ids], dtype=np.int32)
+        lmap = np.array(
+            [label_index.setdefault(tuple(ls.items()), len(label_index)) for ls in p.label_sets],
+            dtype=np.int32,
+        )
+        tasks.append(tmap[p.task] if len(p) else p.task)
+        labels.append(lmap[p.label_set] if len(p) else p.label_set)
+    return EpisodeColumns(
+        horizon=np.concatenate([p.horizon for p in parts]),
+        fed=np.concatenate([p.fed for p in parts]),
+        outcome=np.concatenate([p.outcome for p in parts]),
+        cause=np.concatenate([p.cause for p in parts]),
+        task=np.concatenate(tasks),
+        label_set=np.concatenate(labels),
+        task_ids=tuple(task_index),
+        label_sets=tuple(dict(k) for k in label_index),
+        episode_ids=tuple(e for p in parts for e in p.episode_ids),
+        failure_tool=tuple(t for p in parts for t in p.failure_tool),
+        failure_reason=tuple(t for p in parts for t in p.failure_reason),
+    )

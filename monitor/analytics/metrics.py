@@ -1,0 +1,202 @@
+"""Prefix-executability metrics per cohort, vectorised (DESIGN §3, paper eqs. 1-12).
+
+A cohort is the set of episodes that share the values of the grouping label keys (for
+example dataset x model x method). Every sum here is one ``np.bincount`` over all
+episodes at once, so the cost is O(N) whatever the number of cohorts.
+
+Definitions (N episodes, horizon T_i, first-error depth FED_i, success Y_i):
+
+* PEC(k) = (1/N) Σ 1{FED_i > k}; n_k = Σ 1{T_i >= k}; PEC_elig(k) = Σ 1{FED_i > k} / n_k
+  (FED_i > k implies T_i >= k, so PEC(k) = (n_k/N)·PEC_elig(k)).
+* TER = (1/N) Σ 1{FED_i = T_i + 1}; mean FED; AUC-PEC = (1/N) Σ (FED_i - 1)/T_i.
+* RR = Σ Y_i·1{FED_i <= T_i} / Σ 1{FED_i <= T_i}, undefined when the denominator
+  (RR-eligible) is 0.
+* P(Y=1) = q·s + (1-q)·r with q = TER, s = P(Y=1 | FED = T+1), r = RR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from .columns import CAUSES, EpisodeColumns, IntArray
+
+FloatArray = npt.NDArray[np.float64]
+Int64Array = npt.NDArray[np.int64]
+
+STATISTICS: Final[tuple[str, ...]] = (
+    "n",
+    "executable",
+    "fed",
+    "auc",
+    "success",
+    "recovered",
+    "completion",
+)
+"""Per-episode statistics the bootstrap sums (then ``pec@k`` for each checkpoint).
+
+``n`` is 1, ``executable`` is 1{FED = T+1}, ``fed`` is FED, ``auc`` is (FED - 1)/T,
+``success`` is Y, ``recovered`` is Y·1{FED <= T}, ``completion`` is 1 / 0.5 / 0 for
+success / partial / otherwise, ``pec@k`` is 1{FED > k}.
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grouping:
+    """Which cohort and which bootstrap stratum each episode belongs to."""
+
+    keys: tuple[str, ...]
+    """The label keys that define cohorts."""
+    cohort: IntArray
+    """Cohort index per episode."""
+    cohort_keys: tuple[tuple[str | None, ...], ...]
+    """Label values of each cohort, aligned with ``keys`` (``None`` = label missing)."""
+    stratum: IntArray
+    """Stratum index per episode (tasks are resampled within a stratum)."""
+    strata: tuple[str | None, ...]
+    """Name of each stratum (the value of the strata label, usually the dataset)."""
+
+
+def group(columns: EpisodeColumns, by: Sequence[str], strata: str | None = "dataset") -> Grouping:
+    """Assign episodes to cohorts (sorted by label values) and bootstrap strata."""
+    keys = tuple(by)
+    per_set = [tuple(ls.get(k) for k in keys) for ls in columns.label_sets]
+    cohort_keys = tuple(sorted(set(per_set), key=lambda t: tuple((v is None, v or "") for v in t)))
+    index = {k: i for i, k in enumerate(cohort_keys)}
+    cohort_table = np.array([index[k] for k in per_set], dtype=np.int32)
+    if strata is None:
+        stratum = np.zeros(len(columns), dtype=np.int32)
+        names: tuple[str | None, ...] = (None,)
+    else:
+        stratum, names = columns.label(strata)
+    return Grouping(
+        keys=keys,
+        cohort=cohort_table[columns.label_set] if len(columns) else np.zeros(0, dtype=np.int32),
+        cohort_keys=cohort_keys,
+        stratum=stratum,
+        strata=names,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortSums:
+    """Exact per-cohort counts and sums (C cohorts); metrics are ratios of these."""
+
+    n: Int64Array
+    """Episodes per cohort (N)."""
+    executable: Int64Array
+    """Fully executable episodes (TER numerator)."""
+    fed_sum: Int64Array
+    """Σ FED_i."""
+    auc_sum: FloatArray
+    """Σ (FED_i - 1)/T_i."""
+    success: Int64Array
+    """Σ Y_i."""
+    success_executable: Int64Array
+    """Σ Y_i·1{FED_i = T_i + 1} (numerator of s)."""
+    recovered: Int64Array
+    """Σ Y_i·1{FED_i <= T_i} (RR numerator)."""
+    outcomes: Int64Array
+    """(C, 4): success, partial, failure, no outcome."""
+    causes: Int64Array
+    """(C, 5): primary causes of first failures, in :data:`~.columns.CAUSES` order."""
+    survivors: Int64Array
+    """(C, K + 1): column k = Σ 1{FED_i > k} for k = 0..K (K = largest horizon)."""
+    reach: Int64Array
+    """(C, K + 1): column k = n_k = Σ 1{T_i >= k}."""
+
+    @property
+    def eligible(self) -> Int64Array:
+        """RR-eligible = episodes with a prefix failure = N(1 - TER)."""
+        return self.n - self.executable
+
+    def curve_length(self, c: int) -> int:
+        """Largest horizon in cohort ``c`` (the PEC curve is reported for k = 1..this)."""
+        nonzero = np.flatnonzero(self.reach[c, 1:])
+        return int(nonzero[-1]) + 1 if nonzero.size else 0
+
+
+def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int) -> CohortSums:
+    """Every exact count the point estimates need, in one pass of bincounts."""
+    c = cohort.astype(np.int64)
+    horizon = columns.horizon.astype(np.int64)
+    fed = columns.fed.astype(np.int64)
+    executable = fed == horizon + 1
+    y = columns.outcome == 0
+
+    def count(mask: npt.NDArray[np.bool_]) -> Int64Array:
+        return np.bincount(c[mask], minlength=n_cohorts).astype(np.int64)
+
+    k_max = int(horizon.max()) if horizon.size else 0
+    width = k_max + 2
+    fed_hist = np.bincount(c * width + fed, minlength=n_cohorts * width).reshape(n_cohorts, width)
+    t_hist = np.bincount(c * width + horizon, minlength=n_cohorts * width).reshape(n_cohorts, width)
+    # survivors[:, k] = #{FED > k}: reverse cumulative sum of the FED histogram from k+1.
+    survivors = np.cumsum(fed_hist[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    reach = np.cumsum(t_hist[:, ::-1], axis=1)[:, ::-1][:, : k_max + 1]
+    outcome_code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int64)
+    outcomes = np.bincount(c * 4 + outcome_code, minlength=n_cohorts * 4).reshape(n_cohorts, 4)
+    failed = columns.cause >= 0
+    n_causes = len(CAUSES)
+    causes = np.bincount(c[failed] * n_causes + columns.cause[failed].astype(np.int64), minlength=n_cohorts * n_causes).reshape(
+        n_cohorts, n_causes
+    )
+    return CohortSums(
+        n=np.bincount(c, minlength=n_cohorts).astype(np.int64),
+        executable=count(executable),
+        fed_sum=np.bincount(c, weights=fed, minlength=n_cohorts).astype(np.int64),
+        auc_sum=np.bincount(c, weights=(fed - 1) / horizon, minlength=n_cohorts).astype(np.float64),
+        success=count(y),
+        success_executable=count(y & executable),
+        recovered=count(y & ~executable),
+        outcomes=outcomes.astype(np.int64),
+        causes=causes.astype(np.int64),
+        survivors=survivors.astype(np.int64),
+        reach=reach.astype(np.int64),
+    )
+
+
+def episode_statistics(columns: EpisodeColumns, checkpoints: Sequence[int]) -> FloatArray:
+    """(N, S) matrix of per-episode statistics, columns :data:`STATISTICS` then ``pec@k``."""
+    horizon = columns.horizon.astype(np.float64)
+    fed = columns.fed.astype(np.float64)
+    executable = fed == horizon + 1
+    y = columns.outcome == 0
+    completion = np.where(y, 1.0, np.where(columns.outcome == 1, 0.5, 0.0))
+    cols = [
+        np.ones_like(fed),
+        executable.astype(np.float64),
+        fed,
+        (fed - 1.0) / horizon,
+        y.astype(np.float64),
+        (y & ~executable).astype(np.float64),
+        completion,
+        *((fed > k).astype(np.float64) for k in checkpoints),
+    ]
+    return np.stack(cols, axis=1) if len(fed) else np.zeros((0, len(cols)))
+
+
+def ratios(sums: FloatArray, checkpoints: Sequence[int]) -> dict[str, FloatArray]:
+    """Metric values from summed statistics (first axis = :func:`episode_statistics` columns).
+
+    Works on point sums (shape (S, C)) and bootstrap sums (shape (S, C, B)) alike; an
+    undefined ratio (zero denominator) is NaN.
+    """
+    n = sums[0]
+    executable = sums[1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = {
+            "ter": executable / n,
+            "mean_fed": sums[2] / n,
+            "auc_pec": sums[3] / n,
+            "success": sums[4] / n,
+            "rr": sums[5] / (n - executable),
+            "completion": sums[6] / n,
+        }
+        for j, k in enumerate(checkpoints):
+            out[f"pec@{k}"] = sums[len(STATISTICS) + j] / n
+    return out

@@ -1,0 +1,485 @@
+"""The report: every cohort's metrics with intervals, paired differences, completion.
+
+:func:`build_report` is the one entry point; renderers (:mod:`.render`) and the plot
+(:mod:`.plot`) only read the :class:`Report` it returns. :meth:`Report.to_dict` is the
+``prefixmon report --format json`` shape (DESIGN §6, a public contract).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from ..records import BadLine, EpisodeRecord
+from .bootstrap import CHUNK_CELLS, ProgressFn, percentile_interval, resample_sums, wilson_interval
+from .columns import CAUSES, OUTCOMES, EpisodeColumns, columns_from_records
+from .completion import Annotation, Attribution, UnstableTask, attribute, read_annotations, unstable_tasks
+from .inputs import load_columns
+from .metrics import FloatArray, Grouping, cohort_sums, episode_statistics, group, ratios
+
+SCHEMA: Final = "prefixmon.report/1"
+DEFAULT_BY: Final[tuple[str, ...]] = ("dataset", "model", "method")
+DEFAULT_CHECKPOINTS: Final[tuple[int, ...]] = (1, 2, 3, 4, 6, 8, 10)
+"""Depths of the PEC checkpoint table (appendix G.1 style)."""
+DEFAULT_RESAMPLES: Final = 10_000
+PROGRESS_CHUNK_CELLS: Final = 400_000
+"""Smaller chunks when a progress bar is shown, so that it moves (results are the same)."""
+BOOTSTRAPPED: Final[tuple[str, ...]] = ("ter", "mean_fed", "auc_pec", "success", "completion")
+"""Metrics with a bootstrap interval (plus every PEC checkpoint); RR gets a Wilson interval."""
+COMPARED: Final[tuple[str, ...]] = ("ter", "mean_fed", "auc_pec", "success", "rr", "completion")
+"""Metrics of a paired difference (plus every PEC checkpoint)."""
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """A point estimate and its interval; ``value is None`` means undefined (not 0)."""
+
+    value: float | None
+    ci: Interval | None = None
+    """95% (or the report's confidence) interval; ``None`` without bootstrap or when undefined."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"value": ..., "ci": [low, high] | null}``."""
+        return {"value": self.value, "ci": None if self.ci is None else [self.ci[0], self.ci[1]]}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveryRate(Estimate):
+    """RR with its RR-eligible denominator; the interval is Wilson's on that denominator."""
+
+    eligible: int
+    """Episodes with a prefix failure (FED <= T) = N(1 - TER)."""
+    recovered: int
+    """Of those, the successful ones."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Adds ``eligible``, ``recovered`` and ``interval: "wilson"``."""
+        return {**Estimate.to_dict(self), "eligible": self.eligible, "recovered": self.recovered, "interval": "wilson"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decomposition:
+    """P(Y=1) = q·s + (1-q)·r (paper eq. 12); s or r is ``None`` when its regime is empty."""
+
+    q: float
+    """TER."""
+    s: float | None
+    """P(Y=1 | FED = T+1): success rate of fully executable episodes."""
+    r: float | None
+    """RR: success rate after a prefix failure."""
+    uninterrupted: float
+    """q·s: share of all episodes that succeeded without any prefix failure."""
+    recovered: float
+    """(1-q)·r: share of all episodes that succeeded after a prefix failure."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortReport:
+    """Everything the report says about one cohort."""
+
+    key: Mapping[str, str | None]
+    """Label values that define the cohort."""
+    n: int
+    tasks: int
+    """Distinct task ids."""
+    ter: Estimate
+    mean_fed: Estimate
+    auc_pec: Estimate
+    rr: RecoveryRate
+    success: Estimate
+    completion: Estimate
+    """Weighted completion (S + 0.5·P) / N."""
+    pec: tuple[float, ...]
+    """PEC(k) for k = 1..K (index 0 = depth 1), K = the cohort's largest horizon."""
+    pec_elig: tuple[float | None, ...]
+    n_k: tuple[int, ...]
+    checkpoints: Mapping[int, Estimate]
+    """PEC at the report's checkpoint depths, with bootstrap intervals."""
+    causes: Mapping[str, int]
+    """Primary causes of first failures (they sum to RR-eligible)."""
+    outcomes: Mapping[str, int]
+    """success, partial, failure, and none (no outcome recorded)."""
+    decomposition: Decomposition
+    unstable: tuple[UnstableTask, ...]
+    rerun_tasks: int
+    """Tasks with two or more runs in this cohort (the candidates for instability)."""
+    attribution: Attribution | None = None
+
+    @property
+    def label(self) -> str:
+        """The key as one readable string, e.g. ``bfcl / llama-4 / react``."""
+        return " / ".join("—" if v is None else v for v in self.key.values()) or "all"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison:
+    """Paired differences ``a - b`` between two cohorts that differ only in the compared keys."""
+
+    key: Mapping[str, str | None]
+    """The shared label values."""
+    a: Mapping[str, str | None]
+    b: Mapping[str, str | None]
+    paired: bool
+    """True when both cohorts were resampled with the same task ids (same single stratum)."""
+    differences: Mapping[str, Estimate]
+    """``ter``, ``mean_fed``, ``auc_pec``, ``success``, ``rr``, ``completion``, ``pec@k``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """The result of :func:`build_report`."""
+
+    by: tuple[str, ...]
+    cohorts: tuple[CohortReport, ...]
+    comparisons: tuple[Comparison, ...] = ()
+    checkpoints: tuple[int, ...] = DEFAULT_CHECKPOINTS
+    resamples: int = 0
+    """Bootstrap resamples (0 = no bootstrap intervals)."""
+    seed: int = 0
+    confidence: float = 0.95
+    strata: str | None = "dataset"
+    """Label key whose values are the bootstrap strata (task ids are resampled within one)."""
+    episodes: int = 0
+    skipped: tuple[BadLine, ...] = ()
+    """Lines skipped by the reader (``on_error="skip"``)."""
+    unmatched_annotations: tuple[Annotation, ...] = ()
+    attribution: bool = False
+    """Whether an annotation file was given."""
+
+    def cohort(self, **key: str) -> CohortReport:
+        """The cohort whose key has these values (e.g. ``report.cohort(method="react")``).
+
+        Raises:
+            KeyError: no cohort, or more than one, matches.
+        """
+        found = [c for c in self.cohorts if all(c.key.get(k) == v for k, v in key.items())]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} cohorts match {key}")
+        return found[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--format json`` document (DESIGN §6): NaN and undefined values are null."""
+        return {
+            "schema": SCHEMA,
+            "by": list(self.by),
+            "episodes": self.episodes,
+            "bootstrap": {
+                "resamples": self.resamples,
+                "seed": self.seed,
+                "confidence": self.confidence,
+                "unit": "task_id",
+                "strata": self.strata,
+                "paired": True,
+            },
+            "checkpoints": list(self.checkpoints),
+            "cohorts": [_cohort_dict(c) for c in self.cohorts],
+            "comparisons": [
+                {
+                    "key": dict(cmp.key),
+                    "a": dict(cmp.a),
+                    "b": dict(cmp.b),
+                    "paired": cmp.paired,
+                    "differences": {k: e.to_dict() for k, e in cmp.differences.items()},
+                }
+                for cmp in self.comparisons
+            ],
+            "skipped_lines": [{"path": b.path, "line": b.line, "message": b.message} for b in self.skipped],
+            "unmatched_annotations": [a.where for a in self.unmatched_annotations],
+        }
+
+
+def _cohort_dict(c: CohortReport) -> dict[str, Any]:
+    d = c.decomposition
+    out: dict[str, Any] = {
+        "key": dict(c.key),
+        "n": c.n,
+        "tasks": c.tasks,
+        "ter": c.ter.to_dict(),
+        "mean_fed": c.mean_fed.to_dict(),
+        "auc_pec": c.auc_pec.to_dict(),
+        "rr": c.rr.to_dict(),
+        "success": c.success.to_dict(),
+        "completion": c.completion.to_dict(),
+        "pec": list(c.pec),
+        "pec_elig": list(c.pec_elig),
+        "n_k": list(c.n_k),
+        "pec_checkpoints": {str(k): e.to_dict() for k, e in c.checkpoints.items()},
+        "causes": dict(c.causes),
+        "outcomes": dict(c.outcomes),
+        "decomposition": {"q": d.q, "s": d.s, "r": d.r, "uninterrupted": d.uninterrupted, "recovered": d.recovered},
+        "unstable_tasks": [
+            {"task_id": u.task_id, "runs": u.runs, "outcomes": dict(u.outcomes), "mean": u.mean, "spread": u.spread}
+            for u in c.unstable
+        ],
+        "rerun_tasks": c.rerun_tasks,
+    }
+    if c.attribution is not None:
+        a = c.attribution
+        out["attribution"] = {
+            "counts": dict(a.counts),
+            "excluded": a.excluded,
+            "model_only_completion": a.model_only_completion,
+            "model_failure_rate": a.model_failure_rate,
+        }
+    return out
+
+
+def parse_compare(spec: str) -> tuple[dict[str, str], dict[str, str]]:
+    """``"method=dual_loop,method=react"`` → ``({"method": "dual_loop"}, {"method": "react"})``.
+
+    Each side may fix several keys joined by ``+``: ``model=a+method=x,model=b+method=x``.
+
+    Raises:
+        ValueError: not two sides of ``key=value`` pairs over the same keys.
+    """
+    sides = spec.split(",")
+    if len(sides) != 2:
+        raise ValueError(f"--compare takes two sides separated by a comma, like method=dual_loop,method=react; got {spec!r}")
+    parsed: list[dict[str, str]] = []
+    for side in sides:
+        pairs: dict[str, str] = {}
+        for item in side.split("+"):
+            k, eq, v = item.partition("=")
+            if not eq or not k.strip() or not v.strip():
+                raise ValueError(f"--compare: expected key=value, got {item!r} in {spec!r}")
+            pairs[k.strip()] = v.strip()
+        parsed.append(pairs)
+    if set(parsed[0]) != set(parsed[1]):
+        raise ValueError(f"--compare: both sides must fix the same keys, got {spec!r}")
+    return parsed[0], parsed[1]
+
+
+def _nan_to_none(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def build_report(
+    source: EpisodeColumns | Iterable[EpisodeRecord] | str | os.PathLike[str],
+    *,
+    by: Sequence[str] | None = None,
+    bootstrap: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    confidence: float = 0.95,
+    checkpoints: Sequence[int] = DEFAULT_CHECKPOINTS,
+    strata: str | None = "dataset",
+    compare: Sequence[str | tuple[Mapping[str, str], Mapping[str, str]]] = (),
+    annotations: Sequence[Annotation] | str | os.PathLike[str] | None = None,
+    skipped: Sequence[BadLine] = (),
+    progress: ProgressFn | None = None,
+) -> Report:
+    """Compute the full report.
+
+    Args:
+        source: columns (:func:`~.inputs.load_columns`), episode records, or the path of a
+            records (or traces) file.
+        by: label keys that define cohorts; default: those of dataset, model, method
+            that occur in the records.
+        bootstrap: resamples of the task-level paired bootstrap (0: no intervals but Wilson's).
+        seed: seed of the bootstrap (nothing else in the report is random).
+        confidence: interval level.
+        checkpoints: PEC depths reported with intervals.
+        strata: label key within whose values task ids are resampled (``None``: one stratum).
+        compare: pairs of cohort selectors, e.g. ``"method=dual_loop,method=react"``.
+        annotations: human failure attributions (a file path or parsed annotations).
+        skipped: bad lines the reader skipped, carried into the report.
+        progress: bootstrap progress callback ``(done, total)``.
+
+    Raises:
+        ValueError: an unknown ``by``/``compare`` key, a bad checkpoint or level, or no episodes.
+    """
+    if isinstance(source, EpisodeColumns):
+        columns = source
+    elif isinstance(source, (str, os.PathLike)):
+        columns = load_columns(source)
+    else:
+        columns = columns_from_records(source)
+    if not len(columns):
+        raise ValueError("no episodes to report on")
+    present = columns.label_keys()
+    keys = tuple(by) if by is not None else tuple(k for k in DEFAULT_BY if k in present)
+    for k in keys:
+        if k not in present:
+            raise ValueError(f"no episode has the label {k!r} (labels present: {', '.join(present) or 'none'})")
+    cps = tuple(sorted(set(checkpoints)))
+    if any(k < 1 for k in cps):
+        raise ValueError(f"checkpoints must be depths >= 1, got {list(checkpoints)}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if bootstrap < 0:
+        raise ValueError(f"bootstrap must be >= 0 resamples, got {bootstrap}")
+    pairs = [parse_compare(c) if isinstance(c, str) else (dict(c[0]), dict(c[1])) for c in compare]
+    for a, _ in pairs:
+        for k in a:
+            if k not in keys:
+                raise ValueError(f"--compare key {k!r} is not one of the cohort keys ({', '.join(keys)})")
+    if strata is not None and strata not in present:
+        strata = None
+
+    grouping = group(columns, keys, strata)
+    n_cohorts = len(grouping.cohort_keys)
+    sums = cohort_sums(columns, grouping.cohort, n_cohorts)
+    k_max = sums.survivors.shape[1] - 1
+    checkpoint_counts = {k: sums.survivors[:, k] if k <= k_max else np.zeros(n_cohorts, dtype=np.int64) for k in cps}
+    draws: dict[str, FloatArray] = {}
+    low: dict[str, FloatArray] = {}
+    high: dict[str, FloatArray] = {}
+    if bootstrap:
+        boot = resample_sums(
+            episode_statistics(columns, cps),
+            cohort=grouping.cohort,
+            n_cohorts=n_cohorts,
+            task=columns.task,
+            task_names=columns.task_ids,
+            stratum=grouping.stratum,
+            strata=grouping.strata,
+            resamples=bootstrap,
+            seed=seed,
+            progress=progress,
+            chunk_cells=CHUNK_CELLS if progress is None else PROGRESS_CHUNK_CELLS,
+        )
+        draws = ratios(boot, cps)
+        del boot
+        for m in (*BOOTSTRAPPED, *(f"pec@{k}" for k in cps)):
+            low[m], high[m] = percentile_interval(draws[m], confidence)
+
+    def estimate(metric: str, c: int, value: float | None) -> Estimate:
+        if value is None or metric not in low:
+            return Estimate(value=value)
+        lo_, hi_ = float(low[metric][c]), float(high[metric][c])
+        return Estimate(value=value, ci=None if math.isnan(lo_) else (lo_, hi_))
+
+    unstable, rerun = unstable_tasks(columns, grouping.cohort, n_cohorts)
+    attributions: list[Attribution] | None = None
+    unmatched: list[Annotation] = []
+    if annotations is not None:
+        notes = read_annotations(annotations) if isinstance(annotations, (str, os.PathLike)) else list(annotations)
+        attributions, unmatched = attribute(columns, grouping.cohort, n_cohorts, notes)
+    tasks_per_cohort = np.zeros(n_cohorts, dtype=np.int64)
+    pairs_ct = np.unique(grouping.cohort.astype(np.int64) * len(columns.task_ids) + columns.task)
+    np.add.at(tasks_per_cohort, pairs_ct // len(columns.task_ids), 1)
+
+    cohorts: list[CohortReport] = []
+    for c in range(n_cohorts):
+        n = int(sums.n[c])
+        exe = int(sums.executable[c])
+        eligible = n - exe
+        recovered = int(sums.recovered[c])
+        k_len = sums.curve_length(c)
+        survivors = sums.survivors[c, 1 : k_len + 1]
+        reach = sums.reach[c, 1 : k_len + 1]
+        q = exe / n
+        s = int(sums.success_executable[c]) / exe if exe else None
+        r = recovered / eligible if eligible else None
+        cohorts.append(
+            CohortReport(
+                key=dict(zip(keys, grouping.cohort_keys[c], strict=True)),
+                n=n,
+                tasks=int(tasks_per_cohort[c]),
+                ter=estimate("ter", c, q),
+                mean_fed=estimate("mean_fed", c, int(sums.fed_sum[c]) / n),
+                auc_pec=estimate("auc_pec", c, float(sums.auc_sum[c]) / n),
+                rr=RecoveryRate(
+                    value=r,
+                    ci=wilson_interval(recovered, eligible, confidence),
+                    eligible=eligible,
+                    recovered=recovered,
+                ),
+                success=estimate("success", c, int(sums.success[c]) / n),
+                completion=estimate("completion", c, (int(sums.outcomes[c, 0]) + 0.5 * int(sums.outcomes[c, 1])) / n),
+                pec=tuple(float(x) / n for x in survivors),
+                pec_elig=tuple(float(s_) / float(r_) if r_ else None for s_, r_ in zip(survivors, reach, strict=True)),
+                n_k=tuple(int(x) for x in reach),
+                checkpoints={k: estimate(f"pec@{k}", c, int(checkpoint_counts[k][c]) / n) for k in cps},
+                causes={name: int(sums.causes[c, j]) for j, name in enumerate(CAUSES)},
+                outcomes={**{o: int(sums.outcomes[c, j]) for j, o in enumerate(OUTCOMES)}, "none": int(sums.outcomes[c, 3])},
+                decomposition=Decomposition(
+                    q=q,
+                    s=s,
+                    r=r,
+                    uninterrupted=int(sums.success_executable[c]) / n,
+                    recovered=recovered / n,
+                ),
+                unstable=tuple(unstable[c]),
+                rerun_tasks=rerun[c],
+                attribution=None if attributions is None else attributions[c],
+            )
+        )
+
+    comparisons = _compare(cohorts, pairs, keys, grouping, draws, cps, confidence)
+    return Report(
+        by=keys,
+        cohorts=tuple(cohorts),
+        comparisons=tuple(comparisons),
+        checkpoints=cps,
+        resamples=bootstrap,
+        seed=seed,
+        confidence=confidence,
+        strata=strata,
+        episodes=len(columns),
+        skipped=tuple(skipped),
+        unmatched_annotations=tuple(unmatched),
+        attribution=annotations is not None,
+    )
+
+
+def _compare(
+    cohorts: Sequence[CohortReport],
+    pairs: Sequence[tuple[dict[str, str], dict[str, str]]],
+    keys: tuple[str, ...],
+    grouping: Grouping,
+    draws: Mapping[str, FloatArray],
+    checkpoints: Sequence[int],
+    confidence: float,
+) -> list[Comparison]:
+    index = {tuple(c.key.values()): i for i, c in enumerate(cohorts)}
+    # Which strata each cohort touches: same single stratum => the resamples were paired.
+    touched = [set[int]() for _ in cohorts]
+    n_strata = len(grouping.strata)
+    for code in np.unique(grouping.cohort.astype(np.int64) * n_strata + grouping.stratum).tolist():
+        touched[code // n_strata].add(code % n_strata)
+    out: list[Comparison] = []
+    metrics = [*COMPARED, *(f"pec@{k}" for k in checkpoints)]
+    for a_sel, b_sel in pairs:
+        for i, ca in enumerate(cohorts):
+            if any(ca.key.get(k) != v for k, v in a_sel.items()):
+                continue
+            b_key = {**ca.key, **b_sel}
+            j = index.get(tuple(b_key[k] for k in keys))
+            if j is None:
+                continue
+            cb = cohorts[j]
+            diffs: dict[str, Estimate] = {}
+            if draws:  # every metric's paired differences in one percentile pass
+                lows, highs = percentile_interval(np.stack([draws[m][i] - draws[m][j] for m in metrics]), confidence)
+            for row, m in enumerate(metrics):
+                va, vb = _metric(ca, m), _metric(cb, m)
+                value = None if va is None or vb is None else va - vb
+                ci: Interval | None = None
+                if value is not None and draws and not math.isnan(lows[row]):
+                    ci = (float(lows[row]), float(highs[row]))
+                diffs[m] = Estimate(value=value, ci=ci)
+            shared = {k: v for k, v in ca.key.items() if k not in a_sel}
+            out.append(
+                Comparison(
+                    key=shared,
+                    a={k: ca.key[k] for k in a_sel},
+                    b={k: cb.key[k] for k in b_sel},
+                    paired=len(touched[i]) == 1 and touched[i] == touched[j],
+                    differences=diffs,
+                )
+            )
+    return out
+
+
+def _metric(c: CohortReport, name: str) -> float | None:
+    if name.startswith("pec@"):
+        return c.checkpoints[int(name[4:])].value
+    value: float | None = getattr(c, name).value
+    return value

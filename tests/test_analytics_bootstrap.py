@@ -1,0 +1,260 @@
+"""Paired task-level bootstrap, percentile and Wilson intervals, paired comparisons."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+from prefixmon.analytics import build_report, columns_from_records, percentile_interval, wilson_interval
+from prefixmon.analytics.bootstrap import resample_sums
+from prefixmon.analytics.metrics import FloatArray, episode_statistics, group
+from prefixmon.records import ActionRecord, EpisodeRecord, build_record
+from prefixmon.vocabulary import Cause, Outcome
+from scipy.stats import binomtest  # type: ignore[import-untyped]
+from scipy.stats import bootstrap as scipy_bootstrap
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def episode(eid: str, task: str, labels: dict[str, str], horizon: int, fed: int, success: bool) -> EpisodeRecord:
+    """A real record (fed = horizon + 1: fully executable)."""
+    actions = [
+        ActionRecord(
+            depth=d,
+            tool="t",
+            executable=d != fed,
+            cause=Cause.PRECONDITION if d == fed else None,
+            reason="precondition failed" if d == fed else None,
+        )
+        for d in range(1, horizon + 1)
+    ]
+    return build_record(
+        episode_id=eid,
+        task_id=task,
+        labels=labels,
+        actions=actions,
+        outcome=Outcome.SUCCESS if success else Outcome.FAILURE,
+        started_at=NOW,
+        ended_at=NOW,
+    )
+
+
+def grid(seed: int = 3, tasks: int = 40, rollouts: int = 1) -> list[EpisodeRecord]:
+    """Two datasets x two methods; method 'b' differs from 'a' on a third of the tasks."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for dataset in ("d1", "d2"):
+        for t in range(tasks):
+            horizon = int(rng.integers(1, 6))
+            fed = int(rng.integers(1, horizon + 2))
+            ok = bool(rng.random() < 0.6)
+            for method in ("a", "b"):
+                for r in range(rollouts):
+                    f = fed if method == "a" or t % 3 else horizon + 1
+                    labels = {"dataset": dataset, "method": method}
+                    out.append(episode(f"{dataset}-{method}-{t}-{r}", f"{dataset}-t{t}", labels, horizon, f, ok))
+    return out
+
+
+class TestWilson:
+    """Wilson score interval for RR."""
+
+    @pytest.mark.parametrize(("k", "n"), [(138, 190), (0, 12), (12, 12), (1, 3), (73, 101)])
+    def test_matches_scipy(self, k: int, n: int) -> None:
+        """Same interval as scipy's binomtest(...).proportion_ci(method='wilson')."""
+        ours = wilson_interval(k, n)
+        ref = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert ours is not None
+        assert ours == pytest.approx((ref.low, ref.high), abs=1e-12)
+
+    def test_undefined_denominator(self) -> None:
+        """No eligible episode: no interval."""
+        assert wilson_interval(0, 0) is None
+
+
+class TestPercentile:
+    """Percentile interval over the last axis."""
+
+    def test_matches_numpy_linear(self) -> None:
+        """Equals np.percentile (linear interpolation) row by row."""
+        draws = np.random.default_rng(0).normal(size=(7, 1001))
+        low, high = percentile_interval(draws, 0.9)
+        assert low == pytest.approx(np.percentile(draws, 5, axis=1))
+        assert high == pytest.approx(np.percentile(draws, 95, axis=1))
+
+    def test_nan_draws_are_left_out(self) -> None:
+        """NaN draws (undefined ratios) are ignored; an all-NaN row gives NaN."""
+        draws = np.random.default_rng(1).random((3, 500))
+        draws[0, ::3] = np.nan
+        draws[2, :] = np.nan
+        low, high = percentile_interval(draws)
+        assert low[0] == pytest.approx(np.nanpercentile(draws[0], 2.5))
+        assert high[1] == pytest.approx(np.percentile(draws[1], 97.5))
+        assert np.isnan(low[2]) and np.isnan(high[2])
+
+
+def sums_for(
+    records: list[EpisodeRecord], resamples: int = 500, seed: int = 0, chunk_cells: int = 4_000_000
+) -> tuple[FloatArray, list[str]]:
+    """Bootstrap sums (S, C, B) of the standard statistics, and cohort labels."""
+    columns = columns_from_records(records)
+    g = group(columns, ["dataset", "method"], "dataset")
+    values = episode_statistics(columns, [1, 2])
+    out = resample_sums(
+        values,
+        cohort=g.cohort,
+        n_cohorts=len(g.cohort_keys),
+        task=columns.task,
+        task_names=columns.task_ids,
+        stratum=g.stratum,
+        strata=g.strata,
+        resamples=resamples,
+        seed=seed,
+        chunk_cells=chunk_cells,
+    )
+    return out, ["/".join(str(v) for v in k) for k in g.cohort_keys]
+
+
+class TestResampling:
+    """What is resampled, and how the draws are shared."""
+
+    def test_same_task_ids_for_every_cohort_of_a_dataset(self) -> None:
+        """Two cohorts with identical per-task data get identical sums in every resample (paired)."""
+        records = grid()
+        twin = [
+            episode(r.episode_id + "-twin", r.task_id, {**r.labels, "method": "c"}, r.horizon, r.fed, r.success)
+            for r in records
+            if r.labels["method"] == "a"
+        ]
+        sums, names = sums_for(records + twin)
+        a, c = names.index("d1/a"), names.index("d1/c")
+        assert np.array_equal(sums[:, a, :], sums[:, c, :])
+        other = names.index("d2/a")  # another dataset: its own, independent draws
+        assert not np.array_equal(sums[4, a, :] / 40, sums[4, other, :] / 40)
+
+    def test_tasks_resampled_within_their_dataset(self) -> None:
+        """One rollout per task, every task in the cohort: N of each resample is the dataset's task count."""
+        sums, _ = sums_for(grid())
+        assert np.all(sums[0] == 40)
+
+    def test_rollouts_of_a_task_move_together(self) -> None:
+        """Two identical rollouts per task: every resampled count is even."""
+        sums, _ = sums_for(grid(rollouts=2))
+        assert np.all(sums[0] == 80)
+        assert np.all(sums[4] % 2 == 0) and np.all(sums[1] % 2 == 0)
+        assert len(np.unique(sums[4])) > 5
+
+    def test_seeded_and_independent_of_chunking_and_order(self) -> None:
+        """Same seed: same draws whatever the chunk size or the order of the records; other seed: other draws."""
+        records = grid()
+        base, _ = sums_for(records, seed=5)
+        chunked, _ = sums_for(records, seed=5, chunk_cells=37)
+        shuffled, _ = sums_for(list(reversed(records)), seed=5)
+        other, _ = sums_for(records, seed=6)
+        counts = [i for i in range(base.shape[0]) if i != 3]  # statistic 3, (FED-1)/T, is not an integer
+        assert np.array_equal(base[counts], chunked[counts])
+        assert np.array_equal(base[counts], shuffled[counts])
+        # (FED-1)/T sums go through single precision (exact for integer sums only): 1e-7 relative
+        assert np.allclose(base, chunked, rtol=1e-6, atol=0)
+        assert np.allclose(base, shuffled, rtol=1e-6, atol=0)
+        assert not np.array_equal(base[counts], other[counts])
+
+    def test_large_sums_stay_exact(self) -> None:
+        """Sums beyond single precision's exact range switch the product to double precision."""
+        big = float(2**24 + 1)  # not representable in float32
+        values = np.array([[big], [1.0], [3.0]])
+        zeros = np.zeros(3, dtype=np.int32)
+        sums = resample_sums(
+            values,
+            cohort=zeros,
+            n_cohorts=1,
+            task=np.array([0, 1, 2], dtype=np.int32),
+            task_names=["a", "b", "c"],
+            stratum=zeros,
+            strata=[None],
+            resamples=200,
+            seed=0,
+        )
+        draws = sums[0, 0]
+        counts_of_a = np.round((draws - draws % big) / big)
+        rest = draws - counts_of_a * big
+        assert np.all(np.isin(rest, [0, 1, 2, 3, 4, 5, 6, 7, 9]))  # sums of 1s and 3s, exactly
+
+    def test_progress_callback(self) -> None:
+        """The callback sees monotone progress ending at the total."""
+        seen: list[tuple[int, int]] = []
+        columns = columns_from_records(grid())
+        g = group(columns, ["dataset", "method"], "dataset")
+        resample_sums(
+            episode_statistics(columns, []),
+            cohort=g.cohort,
+            n_cohorts=len(g.cohort_keys),
+            task=columns.task,
+            task_names=columns.task_ids,
+            stratum=g.stratum,
+            strata=g.strata,
+            resamples=100,
+            seed=0,
+            progress=lambda done, total: seen.append((done, total)),
+            chunk_cells=400,
+        )
+        assert len(seen) > 2
+        assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+        assert seen[-1][0] == seen[-1][1] == 100 * 80
+
+
+class TestAgainstScipy:
+    """Our percentile intervals agree with scipy.stats.bootstrap up to Monte Carlo error."""
+
+    def test_ter_interval(self) -> None:
+        """TER of one cohort: task-level percentile interval within 0.01 of scipy's (10,000 resamples each)."""
+        records = [r for r in grid(tasks=120) if r.labels["dataset"] == "d1" and r.labels["method"] == "a"]
+        report = build_report(records, bootstrap=10_000, seed=1)
+        c = report.cohorts[0]
+        executable = np.array([r.executable for r in records], dtype=float)
+        ref = scipy_bootstrap((executable,), np.mean, n_resamples=10_000, method="percentile", rng=np.random.default_rng(2))
+        assert c.ter.ci is not None
+        assert c.ter.ci[0] == pytest.approx(ref.confidence_interval.low, abs=0.01)
+        assert c.ter.ci[1] == pytest.approx(ref.confidence_interval.high, abs=0.01)
+
+
+class TestComparisons:
+    """Paired differences between methods."""
+
+    def test_identical_methods_have_zero_difference(self) -> None:
+        """A method compared with an identical copy: every difference is 0 with interval [0, 0]."""
+        records = [r for r in grid() if r.labels["method"] == "a"]
+        twin = [
+            episode(r.episode_id + "-t", r.task_id, {**r.labels, "method": "c"}, r.horizon, r.fed, r.success) for r in records
+        ]
+        report = build_report(records + twin, bootstrap=300, compare=["method=a,method=c"])
+        assert len(report.comparisons) == 2
+        for cmp in report.comparisons:
+            assert cmp.paired
+            for name in ("ter", "auc_pec", "success", "pec@1"):
+                assert cmp.differences[name].value == 0.0
+                assert cmp.differences[name].ci == (0.0, 0.0)
+
+    def test_difference_and_interval(self) -> None:
+        """b repairs a third of a's failures: ΔTER = TER(b) - TER(a) > 0 with a paired interval around it."""
+        report = build_report(grid(), bootstrap=2000, compare=["method=b,method=a"])
+        cmp = next(c for c in report.comparisons if c.key == {"dataset": "d1"})
+        a, b = report.cohort(dataset="d1", method="a"), report.cohort(dataset="d1", method="b")
+        diff = cmp.differences["ter"]
+        assert diff.value == pytest.approx((b.ter.value or 0) - (a.ter.value or 0))
+        assert diff.ci is not None and diff.value is not None
+        assert 0 < diff.ci[0] <= diff.value <= diff.ci[1]
+        # Paired: the interval of the difference is narrower than the two marginal intervals combined.
+        assert a.ter.ci is not None and b.ter.ci is not None
+        assert diff.ci[1] - diff.ci[0] < (a.ter.ci[1] - a.ter.ci[0]) + (b.ter.ci[1] - b.ter.ci[0])
+        assert cmp.a == {"method": "b"} and cmp.b == {"method": "a"}
+
+    def test_bad_compare(self) -> None:
+        """A compare key outside the cohort keys, or a malformed spec, is a clear error."""
+        with pytest.raises(ValueError, match="not one of the cohort keys"):
+            build_report(grid(), by=["dataset"], bootstrap=0, compare=["method=a,method=b"])
+        with pytest.raises(ValueError, match="two sides"):
+            build_report(grid(), bootstrap=0, compare=["method=a"])
+        with pytest.raises(ValueError, match="key=value"):
+            build_report(grid(), bootstrap=0, compare=["method=a,b"])

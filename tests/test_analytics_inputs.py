@@ -1,0 +1,233 @@
+"""The fast column loader, its errors, and the input-reader registry."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prefixmon import Monitor, RecordError, ToolBlocked, Toolset
+from prefixmon.analytics import build_report, columns_from_records, load_columns, register_reader
+from prefixmon.analytics import inputs as inputs_module
+from prefixmon.analytics.columns import ColumnBuilder, EpisodeColumns
+from prefixmon.otel_setup import configure_otel
+from prefixmon.records import ActionRecord, BadLine, EpisodeRecord, build_record, dumps_record, read_records, write_records
+from prefixmon.telemetry import Telemetry
+from prefixmon.vocabulary import Cause, Outcome
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def records(n: int = 30, labels: dict[str, str] | None = None) -> list[EpisodeRecord]:
+    """Real records with varied horizons, failures, causes and outcomes."""
+    out = []
+    causes = list(Cause)
+    outcomes = [Outcome.SUCCESS, Outcome.PARTIAL, Outcome.FAILURE, None]
+    for i in range(n):
+        horizon = 1 + i % 5
+        fed = 1 + (i * 7) % (horizon + 1)
+        actions = [
+            ActionRecord(
+                depth=d,
+                tool=f"tool_{d}",
+                call_id=f"c{d}",
+                executable=d != fed,
+                cause=causes[i % 5] if d == fed else None,
+                reason=f'"{causes[i % 5]}" failed, "actions": [] in reason' if d == fed else None,
+            )
+            for d in range(1, horizon + 1)
+        ]
+        out.append(
+            build_record(
+                episode_id=f"ep-{i}",
+                task_id=f"task-{i % 11}",
+                labels=labels or {"dataset": "d", "method": "m" if i % 2 else "n"},
+                actions=actions,
+                outcome=outcomes[i % 4],
+                started_at=NOW,
+                ended_at=NOW,
+            )
+        )
+    return out
+
+
+def assert_same(a: EpisodeColumns, b: EpisodeColumns) -> None:
+    """Two column sets describe the same episodes."""
+    for name in ("horizon", "fed", "outcome", "cause"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert [a.task_ids[i] for i in a.task] == [b.task_ids[i] for i in b.task]
+    assert [a.label_sets[i] for i in a.label_set] == [b.label_sets[i] for i in b.label_set]
+    assert a.episode_ids == b.episode_ids
+    assert a.failure_tool == b.failure_tool and a.failure_reason == b.failure_reason
+
+
+class TestFastLoader:
+    """load_columns reads what read_records validates, much faster."""
+
+    def test_same_columns_as_validated_path(self, tmp_path: Path) -> None:
+        """Fast columns equal the columns of pydantic-validated records, for one file and for several."""
+        path = tmp_path / "r.jsonl"
+        write_records(path, records())
+        assert_same(load_columns(path), columns_from_records(read_records(path)))
+        other = tmp_path / "s.jsonl"
+        write_records(other, records(7, {"dataset": "e", "method": "m"}))
+        assert_same(load_columns(path, other), columns_from_records(read_records(path, other)))
+
+    def test_field_order_and_nested_actions_key(self, tmp_path: Path) -> None:
+        """A record written by another tool (keys reordered, a label named 'actions') reads the same."""
+        path = tmp_path / "r.jsonl"
+        recs = records(10, {"dataset": "d", "actions": "x"})
+        with path.open("w") as f:
+            for r in recs:
+                d = json.loads(dumps_record(r))
+                f.write(json.dumps(dict(reversed(list(d.items()))), separators=(",", ":")) + "\n")
+        assert_same(load_columns(path), columns_from_records(recs))
+        canonical = tmp_path / "c.jsonl"  # pydantic's order, with ',"actions":' inside the labels
+        write_records(canonical, recs)
+        assert b'"d","actions":"x"' in canonical.read_bytes()
+        assert_same(load_columns(canonical), columns_from_records(recs))
+
+    @pytest.mark.parametrize(
+        ("edit", "message"),
+        [
+            (lambda d: d.update(fed=9), r"fed: expected an integer in 1\.\.horizon\+1"),
+            (lambda d: d.update(horizon="3"), r"horizon: expected an integer >= 1, got '3'"),
+            (lambda d: d.update(schema="other/1"), r"schema: expected 'prefixmon\.episode/1'"),
+            (lambda d: d.update(outcome="won"), r"outcome: expected success, partial, failure or null, got 'won'"),
+            (lambda d: d.update(executable=not d["executable"]), r"executable: "),
+            (lambda d: d.pop("task_id"), r"task_id: expected a string, got None"),
+            (lambda d: d.update(labels={"model": 4}), r"labels: expected an object of strings"),
+        ],
+    )
+    def test_bad_field_names_file_line_and_field(self, tmp_path: Path, edit: object, message: str) -> None:
+        """A bad record stops the read with path:line and the field that is wrong."""
+        path = tmp_path / "bad.jsonl"
+        lines = [json.loads(dumps_record(r)) for r in records(3)]
+        edit(lines[1])  # type: ignore[operator]
+        path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+        with pytest.raises(RecordError, match=rf"bad\.jsonl:2: not a valid record: {message}"):
+            load_columns(path)
+
+    def test_bad_cause(self, tmp_path: Path) -> None:
+        """An unknown primary cause is named."""
+        path = tmp_path / "bad.jsonl"
+        lines = [json.loads(dumps_record(r)) for r in records(3)]
+        lines[2]["first_failure"]["cause"] = "bad luck"
+        path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+        with pytest.raises(RecordError, match=r"bad\.jsonl:3: .*first_failure\.cause: expected one of schema"):
+            load_columns(path)
+
+    def test_invalid_json_and_skip(self, tmp_path: Path) -> None:
+        """Invalid JSON raises with file:line; with on_error='skip' the line is reported and the rest kept."""
+        path = tmp_path / "bad.jsonl"
+        good = [dumps_record(r) for r in records(4)]
+        path.write_text(f"{good[0]}\n{{oops\n\n{good[1]}\n{good[2]}\n{good[3][:40]}")
+        with pytest.raises(RecordError, match=r"bad\.jsonl:2: not valid JSON"):
+            load_columns(path)
+        errors: list[BadLine] = []
+        columns = load_columns(path, on_error="skip", errors=errors)
+        assert len(columns) == 3
+        assert [(e.line, e.truncated) for e in errors] == [(2, False), (6, True)]
+        assert "truncated last line" in errors[1].message
+
+    def test_truncated_last_line_is_skipped_even_when_raising(self, tmp_path: Path) -> None:
+        """A writer killed mid-record leaves a partial last line: it is reported, not fatal."""
+        path = tmp_path / "r.jsonl"
+        good = [dumps_record(r) for r in records(3)]
+        path.write_text(f"{good[0]}\n{good[1]}\n{good[2][:-30]}")
+        errors: list[BadLine] = []
+        assert len(load_columns(path, errors=errors)) == 2
+        assert errors and errors[0].truncated
+
+    def test_last_line_without_newline_is_kept(self, tmp_path: Path) -> None:
+        """A complete last record without a trailing newline is read."""
+        path = tmp_path / "r.jsonl"
+        good = [dumps_record(r) for r in records(3)]
+        path.write_text("\n".join(good))
+        assert len(load_columns(path)) == 3
+
+    def test_missing_file(self, tmp_path: Path) -> None:
+        """A missing file raises FileNotFoundError."""
+        with pytest.raises(FileNotFoundError):
+            load_columns(tmp_path / "nope.jsonl")
+
+
+@pytest.fixture
+def clean_registry() -> Iterator[None]:
+    """Restore the reader registry after a test."""
+    saved = list(inputs_module._READERS)
+    yield
+    inputs_module._READERS[:] = saved
+
+
+def read_episode_csv(path: str, on_error: str, errors: list[BadLine] | None) -> EpisodeColumns:
+    """A reader for a CSV of episodes (episode_id, task_id, model, horizon, fed, outcome)."""
+    builder = ColumnBuilder()
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            horizon, fed = int(row["horizon"]), int(row["fed"])
+            builder.add(
+                episode_id=row["episode_id"],
+                task_id=row["task_id"],
+                labels={"model": row["model"]},
+                horizon=horizon,
+                fed=fed,
+                outcome={"success": 0, "partial": 1, "failure": 2}[row["outcome"]],
+                cause=-1 if fed == horizon + 1 else 0,
+                failure_tool=None,
+                failure_reason=None,
+            )
+    return builder.build()
+
+
+class TestOtlpTraces:
+    """Reports read OTLP JSON traces (the file exporter's JSON Lines) like record files."""
+
+    async def test_same_metrics_from_traces_and_records(self, tools: Toolset, tmp_path: Path) -> None:
+        """A real monitored run exported both ways gives the same cohorts, curves and causes."""
+        sink, traces = tmp_path / "episodes.jsonl", tmp_path / "traces.otlp.jsonl"
+        otel = configure_otel(otlp_file=traces, batch=False)
+        telemetry = Telemetry(tracer_provider=otel.tracer_provider, metrics=False)
+        for method in ("careful", "hasty"):
+            monitor = Monitor(tools, policy="block", sink=sink, observers=[telemetry], labels={"method": method})
+            for t in range(4):
+                async with monitor.episode(task_id=f"t-{t}") as ep:
+                    ep.user("text Amara: hi")
+                    if method == "careful" or t % 2:
+                        await ep.call("search_contacts", {"name": "Amara"})
+                        await ep.call("set_cellular", {"on": True})
+                    with contextlib.suppress(ToolBlocked):
+                        await ep.call("send_message", {"person_id": "p-2", "text": "hi"})
+                    ep.finish("success" if t % 3 else "failure")
+        otel.shutdown()
+        from_records = build_report(load_columns(sink), by=["method"], bootstrap=0)
+        from_traces = build_report(load_columns(traces), by=["method"], bootstrap=0)
+        hasty = from_records.cohort(method="hasty")
+        assert hasty.rr.eligible == 2 and hasty.causes["dependency"] == 2
+        assert from_traces.to_dict()["cohorts"] == from_records.to_dict()["cohorts"]
+
+
+class TestRegistry:
+    """Other input formats plug in without touching the report."""
+
+    def test_registered_reader_is_used(self, tmp_path: Path, clean_registry: None) -> None:
+        """A sniffer claims its files; the report treats them like records."""
+        path = tmp_path / "episodes.csv"
+        path.write_text("episode_id,task_id,model,horizon,fed,outcome\ne1,t1,m,3,4,success\ne2,t2,m,2,1,failure\n")
+        register_reader("episode-csv", sniff=lambda p, head: p.endswith(".csv"), read=read_episode_csv)
+        report = build_report(load_columns(path), bootstrap=0)
+        assert report.cohorts[0].ter.value == 0.5
+        assert inputs_module.input_formats() == ("episode-csv", "otlp", "records")
+
+    def test_otlp_without_reader_is_a_clear_error(self, tmp_path: Path, clean_registry: None) -> None:
+        """OTLP JSON traces are recognised and refused with a message until their reader is registered."""
+        inputs_module._READERS[:] = [r for r in inputs_module._READERS if r.name != "otlp"]
+        path = tmp_path / "traces.json"
+        path.write_text('{"resourceSpans": [{"resource": {}, "scopeSpans": []}]}\n')
+        with pytest.raises(RecordError, match="looks like OTLP JSON traces"):
+            load_columns(path)

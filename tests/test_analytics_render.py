@@ -1,0 +1,173 @@
+"""Renderers (JSON contract of DESIGN §6, tables, Markdown, CSV) and the PEC plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from prefixmon.analytics import Report, build_report, plot_pec, render, render_table
+from prefixmon.records import ActionRecord, EpisodeRecord, build_record, write_records
+from prefixmon.vocabulary import Cause, Outcome
+from rich.console import Console
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def episode(i: int, labels: dict[str, str], horizon: int, fed: int, outcome: Outcome) -> EpisodeRecord:
+    """A real record."""
+    actions = [
+        ActionRecord(
+            depth=d,
+            tool="t",
+            executable=d != fed,
+            cause=Cause.INFORMATION if d == fed else None,
+            reason="value never seen" if d == fed else None,
+        )
+        for d in range(1, horizon + 1)
+    ]
+    return build_record(
+        episode_id=f"e{i}-{labels['method']}",
+        task_id=f"t{i}",
+        labels=labels,
+        actions=actions,
+        outcome=outcome,
+        started_at=NOW,
+        ended_at=NOW,
+    )
+
+
+def two_methods() -> list[EpisodeRecord]:
+    """'careful' never fails (RR undefined); 'sloppy' fails often and recovers sometimes."""
+    out = []
+    for i in range(30):
+        out.append(episode(i, {"dataset": "bfcl", "model": "m", "method": "careful"}, 3, 4, Outcome.SUCCESS))
+        fed = 1 + i % 4
+        ok = Outcome.SUCCESS if i % 3 == 0 else Outcome.FAILURE if i % 3 == 1 else Outcome.PARTIAL
+        out.append(episode(i, {"dataset": "bfcl", "model": "m", "method": "sloppy"}, 3, fed, ok))
+    return out
+
+
+@pytest.fixture(scope="module")
+def report() -> Report:
+    """A report with bootstrap and one paired comparison."""
+    return build_report(two_methods(), bootstrap=500, seed=3, compare=["method=careful,method=sloppy"])
+
+
+class TestJson:
+    """The ``--format json`` shape is a public contract (DESIGN §6)."""
+
+    def test_contract_fields(self, report: Report) -> None:
+        """Each cohort has key, n, value/ci objects, rr.eligible, pec/pec_elig/n_k curves and causes."""
+        doc = json.loads(render(report, "json"))
+        assert isinstance(doc["cohorts"], list) and len(doc["cohorts"]) == 2
+        for c in doc["cohorts"]:
+            assert set(c["key"]) == {"dataset", "model", "method"}
+            assert isinstance(c["n"], int)
+            for metric in ("ter", "mean_fed", "auc_pec", "rr", "success"):
+                assert set(c[metric]) >= {"value", "ci"}
+            assert isinstance(c["rr"]["eligible"], int)
+            assert len(c["pec"]) == len(c["pec_elig"]) == len(c["n_k"])
+            assert set(c["causes"]) == {"schema", "dependency", "precondition", "state_consistency", "information"}
+        sloppy = next(c for c in doc["cohorts"] if c["key"]["method"] == "sloppy")
+        assert sloppy["pec"][0] == pytest.approx(sum(1 + i % 4 > 1 for i in range(30)) / 30)  # index 0 = depth 1
+        assert sloppy["n_k"] == [30, 30, 30]
+        low, high = sloppy["ter"]["ci"]
+        assert low <= sloppy["ter"]["value"] <= high
+        assert sloppy["causes"]["information"] == sloppy["rr"]["eligible"]
+
+    def test_undefined_rr_is_null(self, report: Report) -> None:
+        """RR with no eligible episode is null (not 0), and so is its interval."""
+        doc = json.loads(render(report, "json"))
+        careful = next(c for c in doc["cohorts"] if c["key"]["method"] == "careful")
+        assert careful["rr"] == {"value": None, "ci": None, "eligible": 0, "recovered": 0, "interval": "wilson"}
+        diff = doc["comparisons"][0]["differences"]["rr"]
+        assert diff == {"value": None, "ci": None}
+
+    def test_no_bootstrap_gives_null_intervals(self) -> None:
+        """--bootstrap 0: ci is null for bootstrapped metrics; RR keeps its Wilson interval."""
+        doc = json.loads(render(build_report(two_methods(), bootstrap=0), "json"))
+        sloppy = next(c for c in doc["cohorts"] if c["key"]["method"] == "sloppy")
+        assert sloppy["ter"]["ci"] is None and sloppy["rr"]["ci"] is not None
+        assert doc["bootstrap"]["resamples"] == 0
+
+    def test_strict_json(self, report: Report) -> None:
+        """No NaN or Infinity anywhere: strict parsers accept the output."""
+        text = render(report, "json")
+        json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+
+
+class TestTextFormats:
+    """Tables, Markdown and CSV."""
+
+    def test_table(self, report: Report) -> None:
+        """The rich table shows every cohort, intervals, '—' for undefined RR, the checkpoint and difference tables."""
+        buf = io.StringIO()
+        render_table(report, Console(file=buf, width=200, color_system=None))
+        text = buf.getvalue()
+        assert "careful" in text and "sloppy" in text
+        assert "—" in text
+        assert "PEC@4" in text and "ΔTER" in text and "careful - sloppy" in text
+        assert "500 resamples" in text
+        assert render(report, "table", width=200) == text
+
+    def test_markdown(self, report: Report) -> None:
+        """Pipe tables with a dash for undefined RR."""
+        text = render(report, "markdown")
+        assert "### Prefix executability" in text
+        row = next(line for line in text.splitlines() if line.startswith("| bfcl | m | careful |"))
+        assert "| — |" in row
+        assert "### PEC checkpoints" in text
+
+    def test_csv(self, report: Report) -> None:
+        """One row per cohort then per difference; an undefined value is an empty cell."""
+        rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
+        assert [r["row"] for r in rows] == ["cohort", "cohort", "difference"]
+        careful = rows[0]
+        assert careful["method"] == "careful" and careful["rr"] == "" and careful["rr_eligible"] == "0"
+        assert float(careful["ter"]) == 1.0
+        assert rows[2]["method"] == "careful - sloppy"
+        assert float(rows[2]["ter"]) == pytest.approx(1.0 - float(rows[1]["ter"]))
+        assert not any(math.isnan(float(v)) for r in rows for v in r.values() if v and v[0].isdigit())
+
+    def test_build_from_a_path(self, tmp_path: Path) -> None:
+        """build_report also takes the path of a records file."""
+        path = tmp_path / "r.jsonl"
+        write_records(path, two_methods())
+        assert build_report(path, bootstrap=0).to_dict() == build_report(two_methods(), bootstrap=0).to_dict()
+
+    def test_unknown_format(self, report: Report) -> None:
+        """An unknown format is a ValueError listing the formats."""
+        with pytest.raises(ValueError, match="table, json, markdown, csv"):
+            render(report, "html")
+
+
+class TestPlot:
+    """PEC curves, one line per cohort."""
+
+    def test_png(self, report: Report, tmp_path: Path) -> None:
+        """A PNG file is written."""
+        path = plot_pec(report, tmp_path / "pec.png")
+        data = Path(path).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+    def test_svg_has_one_line_per_cohort(self, tmp_path: Path) -> None:
+        """The SVG has one labelled curve per cohort, panels per dataset."""
+        records = two_methods() + [
+            episode(i, {"dataset": "toolsandbox", "model": "m", "method": "careful"}, 2, 1 + i % 3, Outcome.SUCCESS)
+            for i in range(10)
+        ]
+        rep = build_report(records, bootstrap=0)
+        path = plot_pec(rep, tmp_path / "pec.svg", max_depth=5)
+        root = ET.parse(path).getroot()
+        ns = "{http://www.w3.org/2000/svg}"
+        curves = sorted(g.get("id", "") for g in root.iter(f"{ns}g") if g.get("id", "").startswith("pec:"))
+        assert curves == sorted(f"pec:{c.label}" for c in rep.cohorts)
+        assert len(curves) == 3
+        text = Path(path).read_text()
+        assert "bfcl" in text and "toolsandbox" in text
