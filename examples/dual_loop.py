@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 from prefixmon import Monitor, ToolSpec
-from prefixmon.plan import DUAL_LOOP, PlanFollower, PlanLike, revise_plan
+from prefixmon.plan import DUAL_LOOP, PlanLike, revise_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contact_repair import CONTACTS, build_toolset  # the same tool layer as the contact repair example
@@ -59,12 +59,13 @@ async def main() -> None:
         ep.labels.update(revision.labels())
 
         # Inner loop: the executor follows the approved plan; the monitor checks every call.
-        follower = PlanFollower(revision.plan, tools)
+        # The episode follows the plan: each recorded action notes its plan step and any deviation.
+        follower = ep.follow(revision.plan)
         while (step := follower.next_step) is not None:
             args = follower.concrete_args(step)
-            result = await ep.call(step.tool, args, call_id=f"call-{step.index}")
-            match = follower.match(step.tool, args, ran=True, result=result)
-            print(f"executed {step.label} with {args}: plan step {match.step}, deviation: {match.deviation}")
+            await ep.call(step.tool, args, call_id=f"call-{step.index}")
+            action = ep.actions[-1]
+            print(f"executed {step.label} with {args}: plan step {action.plan_step}, deviation: {action.deviation}")
         ep.finish("success" if "p-7f3a" not in CONTACTS else "failure")
 
     record = ep.record

@@ -19,6 +19,16 @@ from .logging import LiveLog as LiveLog
 from .monitor import Monitor as Monitor
 from .monitor import MonitorStats as MonitorStats
 from .observer import Observer as Observer
+from .plan import Plan as Plan
+from .plan import PlanFollower as PlanFollower
+from .plan import PlanStep as PlanStep
+from .plan import PlanVerdict as PlanVerdict
+from .plan import StepStatus as StepStatus
+from .plan import StepVerdict as StepVerdict
+from .plan import parse_plan as parse_plan
+from .plan import plan_effect as plan_effect
+from .plan import revise_plan as revise_plan
+from .plan import verify_plan as verify_plan
 from .policies import Approve as Approve
 from .policies import Deny as Deny
 from .policies import Edit as Edit
@@ -67,7 +77,11 @@ __all__ = (
     "MonitorStats",
     "Observer",
     "PendingCall",
+    "Plan",
     "PlanError",
+    "PlanFollower",
+    "PlanStep",
+    "PlanVerdict",
     "Policy",
     "Precondition",
     "PrefixmonError",
@@ -75,6 +89,8 @@ __all__ = (
     "Ref",
     "Replan",
     "SpecError",
+    "StepStatus",
+    "StepVerdict",
     "Telemetry",
     "ToolBlocked",
     "ToolCall",
@@ -87,5 +103,9 @@ __all__ = (
     "current_episode",
     "dry_run",
     "iter_records",
+    "parse_plan",
+    "plan_effect",
     "read_records",
+    "revise_plan",
+    "verify_plan",
 )

@@ -9,7 +9,6 @@ split the same work in two for frameworks that run the tool themselves.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -22,9 +21,10 @@ import anyio
 
 from . import predicate
 from .exceptions import SpecError, ToolBlocked
+from .plan import PlanFollower, PlanLike, PlanVerdict, verify_plan
 from .policies import Approve, Deny, Edit, Replan
 from .predicate import Failure, ToolCall, Verdict
-from .records import ActionRecord, EpisodeRecord, Status, build_record
+from .records import ActionRecord, EpisodeRecord, Status, build_record, trusted_action
 from .spec import Produce, ToolSpec, values_at
 from .state import TrackedState
 from .vocabulary import Cause, Decision, Outcome
@@ -128,7 +128,7 @@ class PendingCall:
 class _Slot:
     """Internal bookkeeping of one recorded action; turned into an ActionRecord on demand."""
 
-    __slots__ = ("decision", "error", "reached", "replacement", "turn", "verdict")
+    __slots__ = ("decision", "deviation", "error", "plan_step", "reached", "replacement", "turn", "verdict")
 
     def __init__(
         self, verdict: Verdict, decision: Decision, reached: bool, error: str | None, turn: int, replacement: str | None
@@ -139,21 +139,27 @@ class _Slot:
         self.error = error
         self.turn = turn
         self.replacement = replacement
+        self.plan_step: int | None = None
+        self.deviation: str | None = None
 
     def action(self) -> ActionRecord:
         v = self.verdict
-        return ActionRecord(
+        failure = v.failures[0] if v.failures else None
+        build = trusted_action if v.executable == (failure is None) and v.depth >= 1 else ActionRecord  # else: validate
+        return build(
             depth=v.depth,
             tool=v.tool,
             call_id=v.call_id,
             executable=v.executable,
-            cause=v.cause,
-            reason=v.reason or None,
+            cause=failure.cause if failure is not None else None,
+            reason=(failure.reason or None) if failure is not None else None,
             decision=self.decision,
             reached_environment=self.reached,
             error=self.error,
             turn=self.turn,
             replacement=self.replacement,
+            plan_step=self.plan_step,
+            deviation=self.deviation,
         )
 
 
@@ -172,6 +178,7 @@ class Episode:
         allows_no_tool: bool,
         facts: Mapping[str, Any] | None,
         bindings: Mapping[str, Iterable[Any]] | None = None,
+        plan: PlanLike | PlanVerdict | PlanFollower | None = None,
     ) -> None:
         self.monitor = monitor
         self.id = episode_id or uuid.uuid4().hex
@@ -184,6 +191,10 @@ class Episode:
             if n not in toolset:
                 raise SpecError(f"cannot expose unknown tool {n!r}")
         self.state = TrackedState(facts=facts, env=env, exposed=names)
+        self.plan: PlanFollower | None = (
+            None if plan is None else plan if isinstance(plan, PlanFollower) else PlanFollower(plan, toolset)
+        )
+        """Matches each recorded action to the approved plan, when the episode carries one."""
         for kind, values in (bindings or {}).items():
             for value in values:
                 self.state.bind(kind, value, depth=0)
@@ -229,6 +240,15 @@ class Episode:
         """The open (let through, not yet finished) call emitted with ``call_id``, if any."""
         depth = self._depth_of.get(call_id)
         return self._open.get(depth) if depth is not None else None
+
+    def follow(self, plan: PlanLike | PlanVerdict | PlanFollower) -> PlanFollower:
+        """Condition the rest of the episode on ``plan``: later actions note the step they matched."""
+        self.plan = plan if isinstance(plan, PlanFollower) else PlanFollower(plan, self.monitor.toolset)
+        return self.plan
+
+    def verify_plan(self, plan: PlanLike, **options: Any) -> PlanVerdict:
+        """Verify ``plan`` against this episode's current state without running anything (see :func:`prefixmon.verify_plan`)."""
+        return verify_plan(self, plan, **options)
 
     # -- information and exposure ------------------------------------------------------------
     def user(self, message: Any) -> None:
@@ -483,7 +503,17 @@ class Episode:
                     obs.call_result(self, verdict.depth, result, tok)
                 except Exception as e:
                     self._fault(f"observer {type(obs).__name__}.call_result", e, notify=False)
-        self._record(verdict, decision, not replaced, error_text, pending._token, name if replaced else None)
+        self._record(
+            verdict,
+            decision,
+            not replaced,
+            error_text,
+            pending._token,
+            name if replaced else None,
+            args=pending.args,
+            result=result,
+            ran=abandoned is None and error is None and rejection is None and not replaced,
+        )
 
     def _absorb(self, spec: ToolSpec, args: Mapping[str, Any], result: Any, accepted: bool) -> None:
         state = self.state
@@ -506,11 +536,27 @@ class Episode:
                     self._fault(f"effect {getattr(effect, '__name__', effect)!s} of {spec.name}", e)
 
     def _record(
-        self, verdict: Verdict, decision: Decision, reached: bool, error: str | None, token: Any, replacement: str | None
+        self,
+        verdict: Verdict,
+        decision: Decision,
+        reached: bool,
+        error: str | None,
+        token: Any,
+        replacement: str | None,
+        *,
+        args: Mapping[str, Any] | None = None,
+        result: Any = None,
+        ran: bool = False,
     ) -> None:
         depth = verdict.depth
         slot = _Slot(verdict, decision, reached, error, self.state.turn, replacement)
         self._slots[depth - 1] = slot
+        if self.plan is not None:
+            try:
+                match = self.plan.match(verdict.tool, verdict.args if verdict.args is not None else args, ran=ran, result=result)
+                slot.plan_step, slot.deviation = match.step, match.deviation
+            except Exception as e:
+                self._fault("plan matching", e)
         if not verdict.executable and (self._fed is None or depth < self._fed):
             self._fed = depth
         if token is not None:
@@ -580,10 +626,23 @@ class Episode:
         return record
 
 
-@functools.lru_cache(maxsize=1024)
+_PRODUCE_MAPS: dict[int, tuple[tuple[Produce, ...], Mapping[str, str]]] = {}
+
+
 def _produce_map(produces: tuple[Produce, ...]) -> Mapping[str, str]:
-    """``{result key: kind}`` of a spec's ``produces`` (cached: built once per spec, not per call)."""
-    return MappingProxyType({p.key: p.kind for p in produces})
+    """``{result key: kind}`` of a spec's ``produces``, built once per spec rather than per call.
+
+    Keyed by identity (hashing the dataclasses each call would cost what the cache saves); the
+    entry keeps the tuple alive, so its id is not reused while cached.
+    """
+    entry = _PRODUCE_MAPS.get(id(produces))
+    if entry is not None and entry[0] is produces:
+        return entry[1]
+    mapping = MappingProxyType({p.key: p.kind for p in produces})
+    if len(_PRODUCE_MAPS) >= 4096:  # toolsets built again and again: bounded
+        _PRODUCE_MAPS.clear()
+    _PRODUCE_MAPS[id(produces)] = (produces, mapping)
+    return mapping
 
 
 def _fault_failure(name: str) -> Failure:

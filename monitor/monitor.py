@@ -16,9 +16,11 @@ import structlog
 from .episode import Episode, _current
 from .exceptions import SpecError
 from .observer import Observer
+from .plan import PlanFollower, PlanLike, PlanVerdict, verify_plan
 from .policies import EscalateHook, Policy, ReplanHook
 from .records import EpisodeRecord, JsonlSink, Status
 from .spec import Toolset
+from .state import TrackedState
 
 Sink = Callable[[EpisodeRecord], "Awaitable[None] | None"]
 """Receives each finished record: a callable (sync, run in a worker thread, or async)."""
@@ -105,6 +107,7 @@ class Monitor:
         allows_no_tool: bool = False,
         facts: Mapping[str, Any] | None = None,
         bindings: Mapping[str, Iterable[Any]] | None = None,
+        plan: PlanLike | PlanVerdict | PlanFollower | None = None,
     ) -> Episode:
         """Open an episode that is closed explicitly with ``await episode.aclose()``.
 
@@ -121,6 +124,7 @@ class Monitor:
             allows_no_tool=allows_no_tool,
             facts=facts,
             bindings=bindings,
+            plan=plan,
         )
         self.stats.episodes += 1
         for obs in self.observers:
@@ -142,6 +146,7 @@ class Monitor:
         allows_no_tool: bool = False,
         facts: Mapping[str, Any] | None = None,
         bindings: Mapping[str, Iterable[Any]] | None = None,
+        plan: PlanLike | PlanVerdict | PlanFollower | None = None,
     ) -> AsyncIterator[Episode]:
         """Open an episode; its record is complete when the block exits, however it exits.
 
@@ -155,6 +160,8 @@ class Monitor:
             facts: initial facts of the tracked state.
             bindings: references known before the episode starts, ``{kind: values}`` (ids
                 the environment already holds), bound at depth 0.
+            plan: the plan that conditions the executor (a verified plan, or any plan); each
+                recorded action notes the plan step it matched and how it deviated.
         """
         ep = self.open_episode(
             task_id,
@@ -165,6 +172,7 @@ class Monitor:
             allows_no_tool=allows_no_tool,
             facts=facts,
             bindings=bindings,
+            plan=plan,
         )
         reset = _current.set(ep)
         status: Status = "finished"
@@ -180,6 +188,13 @@ class Monitor:
         finally:
             _current.reset(reset)
             await ep.aclose(status, error)
+
+    def verify_plan(self, plan: PlanLike, *, state: TrackedState | None = None, **options: Any) -> PlanVerdict:
+        """Verify ``plan`` against ``state`` (default: a fresh episode state) without running anything.
+
+        See :func:`prefixmon.verify_plan` for the options.
+        """
+        return verify_plan(self, plan, state=state, **options)
 
     async def _finished(self, ep: Episode, record: EpisodeRecord) -> None:
         for obs in self.observers:

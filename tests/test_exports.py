@@ -12,7 +12,8 @@ EXPECTED = {
     "Failure", "FirstFailure", "Grounded", "JsonlSink", "LiveLog", "Monitor", "MonitorStats", "Observer", "PendingCall",
     "PlanError", "Policy", "Precondition", "PrefixmonError", "RecordError", "Ref", "Replan", "SpecError", "Telemetry",
     "ToolBlocked", "ToolCall", "ToolSpec", "Toolset", "TrackedState", "Undetermined", "Verdict",
-    "__version__", "current_episode", "dry_run", "iter_records", "read_records",
+    "Plan", "PlanFollower", "PlanStep", "PlanVerdict", "StepStatus", "StepVerdict", "parse_plan", "plan_effect",
+    "revise_plan", "verify_plan", "__version__", "current_episode", "dry_run", "iter_records", "read_records",
 }  # fmt: skip
 
 

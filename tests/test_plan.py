@@ -853,3 +853,33 @@ def test_dual_loop_example_runs() -> None:
     assert "attempt 1: rejected\nattempt 2: approved" in out
     assert "search_contacts produces them" in out
     assert "FED: 3\nfully executable: True\noutcome: success" in out
+
+
+class TestEpisodeConditioning:
+    """An episode carrying the approved plan notes, per recorded action, the step it matched."""
+
+    async def test_actions_note_plan_steps_and_deviations(self) -> None:
+        """Followed steps get their index; an unplanned call is a deviation and an invalid call is still a prefix failure."""
+        from prefixmon import Monitor, ToolBlocked
+
+        from .conftest import build_contacts
+
+        tools, book = build_contacts()
+        plan = [
+            {"id": "find", "tool": "search_contacts", "args": {"name": "Fredrik"}},
+            {"tool": "remove_contact", "args": {"person_id": {"$ref": "find.person_id"}}},
+        ]
+        monitor = Monitor(tools, policy="block")
+        verdict = monitor.verify_plan(plan)
+        assert verdict.approved
+        async with monitor.episode("t", plan=verdict, env=book) as ep:
+            await ep.call("search_contacts", {"name": "Fredrik"})
+            await ep.call("set_cellular", {"on": True})  # not in the plan
+            with pytest.raises(ToolBlocked):
+                await ep.call("remove_contact", {"person_id": "made-up"})
+            await ep.call("remove_contact", {"person_id": "p-1"})
+        rec = ep.record
+        assert rec is not None
+        assert [a.plan_step for a in rec.actions][0] == 1 and rec.actions[3].plan_step == 2
+        assert rec.actions[1].deviation is not None and rec.actions[0].deviation is None
+        assert rec.fed == 3  # a verified plan followed by an invalid executor call is an ordinary prefix failure
