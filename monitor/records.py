@@ -11,12 +11,13 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from .exceptions import RecordError
 from .vocabulary import Cause, Decision, Outcome
@@ -65,6 +66,62 @@ class ActionRecord:
             raise ValueError(f"action at depth {self.depth} is executable but has cause {self.cause}")
         if not self.executable and self.cause is None:
             raise ValueError(f"action at depth {self.depth} is not executable but has no cause")
+
+
+_ACTION_FIELDS: Final = (
+    "depth", "tool", "call_id", "executable", "cause", "reason", "decision",
+    "reached_environment", "error", "turn", "replacement", "plan_step", "deviation",
+)  # fmt: skip
+_ACTION_SETTERS: Final = tuple(getattr(ActionRecord, f).__set__ for f in _ACTION_FIELDS)
+_FAST_ACTION: Final = tuple(f.name for f in fields(ActionRecord)) == _ACTION_FIELDS
+
+
+def trusted_action(
+    depth: int,
+    tool: str | None,
+    call_id: str | None,
+    executable: bool,
+    cause: Cause | None,
+    reason: str | None,
+    decision: Decision,
+    reached_environment: bool,
+    error: str | None,
+    turn: int,
+    replacement: str | None,
+    plan_step: int | None = None,
+    deviation: str | None = None,
+) -> ActionRecord:
+    """An :class:`ActionRecord` from values the monitor derived itself (internal).
+
+    Sets the slots directly: a frozen dataclass's ``__init__`` and ``__post_init__`` cost about
+    twice as much, once per call when observers are on and once per action when an episode
+    closes. The caller guarantees what ``__post_init__`` checks (depth >= 1, a cause exactly
+    when not executable); records read from outside are always validated.
+    """
+    if not _FAST_ACTION:  # the fields changed: the plain constructor is always right
+        return ActionRecord(
+            depth=depth, tool=tool, call_id=call_id, executable=executable, cause=cause, reason=reason,
+            decision=decision, reached_environment=reached_environment, error=error, turn=turn,
+            replacement=replacement, plan_step=plan_step, deviation=deviation,
+        )  # fmt: skip
+    rec: ActionRecord = object.__new__(ActionRecord)
+    s_depth, s_tool, s_call_id, s_exe, s_cause, s_reason, s_decision, s_reached, s_error, s_turn, s_repl, s_step, s_dev = (
+        _ACTION_SETTERS
+    )
+    s_depth(rec, depth)
+    s_tool(rec, tool)
+    s_call_id(rec, call_id)
+    s_exe(rec, executable)
+    s_cause(rec, cause)
+    s_reason(rec, reason)
+    s_decision(rec, decision)
+    s_reached(rec, reached_environment)
+    s_error(rec, error)
+    s_turn(rec, turn)
+    s_repl(rec, replacement)
+    s_step(rec, plan_step)
+    s_dev(rec, deviation)
+    return rec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,8 +242,31 @@ def build_record(
 
 
 def dumps_record(record: EpisodeRecord) -> str:
-    """One record as one JSON line (no trailing newline)."""
-    return RECORD_ADAPTER.dump_json(record, exclude_none=False).decode()
+    """One record as one JSON line (no trailing newline).
+
+    Text that cannot be encoded as UTF-8 (lone surrogates in a tool name or an exception
+    message, say) is written with backslash escapes, so that the record is still written.
+    """
+    try:
+        return RECORD_ADAPTER.dump_json(record, exclude_none=False).decode()
+    except PydanticSerializationError:
+        data = _scrub(RECORD_ADAPTER.dump_python(record, mode="json", exclude_none=False))
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _scrub(obj: Any) -> Any:
+    """Replace what UTF-8 cannot encode by backslash escapes, throughout JSON-ready data."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return obj.encode("utf-8", "backslashreplace").decode("utf-8")
+        return obj
+    if isinstance(obj, dict):
+        return {_scrub(k): _scrub(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_scrub(v) for v in obj]
+    return obj
 
 
 def loads_record(line: str | bytes, *, path: str | None = None, line_no: int | None = None) -> EpisodeRecord:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Protocol, TypeVar, get_args, get_origin, get_
 
 import fastjsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic_core import SchemaValidator
 
 from .exceptions import SpecError
 
@@ -220,7 +221,9 @@ def _format_pydantic_error(e: ValidationError) -> str:
 
 
 def _model_validator(model: type[BaseModel]) -> Validator:
-    validate = model.model_validate
+    # The core validator directly (what model_validate calls), skipping its Python wrapper.
+    core = model.__pydantic_validator__
+    validate = core.validate_python if isinstance(core, SchemaValidator) else model.model_validate
 
     def run(args: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -16,7 +16,7 @@ from typing import Any, Final
 MAX_WALK_DEPTH: Final = 64
 """Nesting below this depth in a tool result is not indexed."""
 MAX_WALK_ITEMS: Final = 200_000
-"""At most this many leaves of one tool result are indexed."""
+"""At most this many nodes (leaves and containers) of one tool result are visited."""
 MAX_TOKENISED_LENGTH: Final = 2_000
 """Strings up to this length are also indexed word by word."""
 
@@ -137,26 +137,61 @@ class TrackedState:
     ) -> None:
         if level > MAX_WALK_DEPTH or budget[0] <= 0:
             return
-        if isinstance(obj, Mapping):
+        t = type(obj)
+        if t is str or t is int or t is float:  # the common leaves first: no ABC or attribute checks
+            self._leaf(obj, key, produce, tool, budget)
+            return
+        if t is dict:
+            budget[0] -= 1  # containers count too: a result sharing lists (a DAG, a cycle) stays bounded
+            pool = self._pool
             for k, v in obj.items():
+                if budget[0] <= 0:
+                    return
+                if type(v) is str and level < MAX_WALK_DEPTH:  # a string leaf, inlined
+                    budget[0] -= 1
+                    pool.add(v)
+                    if len(v) <= MAX_TOKENISED_LENGTH and (" " in v or "\n" in v):
+                        self._add_words(v)
+                    if k in produce and isinstance(k, str):
+                        self.bind(produce[k], v, tool=tool)
+                else:
+                    self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
+            return
+        if isinstance(obj, Mapping):
+            budget[0] -= 1
+            for k, v in obj.items():
+                if budget[0] <= 0:
+                    return
                 self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
             return
         if isinstance(obj, (list, tuple, set, frozenset)):
+            budget[0] -= 1
             for v in obj:
+                if budget[0] <= 0:
+                    return
                 self._walk(v, key, produce, tool, level + 1, budget)
             return
         if hasattr(obj, "model_dump"):
             self._walk(obj.model_dump(), key, produce, tool, level + 1, budget)
             return
+        self._leaf(obj, key, produce, tool, budget)
+
+    def _leaf(self, obj: Any, key: str | None, produce: Mapping[str, str], tool: str | None, budget: list[int]) -> None:
         budget[0] -= 1
-        k = _key(obj)
-        if k is None:
-            return
-        self._pool.add(k)
-        if isinstance(obj, str):
-            self._add_words(obj)
+        pool = self._pool
+        if type(obj) is str:  # the common leaf, inlined: the value, and its words when it has several
+            pool.add(obj)
+            if len(obj) <= MAX_TOKENISED_LENGTH and (" " in obj or "\n" in obj):
+                self._add_words(obj)
         else:
-            self._pool.add(str(obj))
+            k = _key(obj)
+            if k is None:
+                return
+            pool.add(k)
+            if isinstance(obj, str):
+                self._add_words(obj)
+            else:
+                pool.add(str(obj))
         if key is not None and key in produce:
             self.bind(produce[key], obj, tool=tool)
 
@@ -182,6 +217,9 @@ class TrackedState:
         if isinstance(value, str):
             needle = value.casefold()
             return bool(needle) and any(needle in text for text in self._texts)
+        if type(value) is int:  # its only text form
+            form = str(value)
+            return form in self._pool or any(form in t for t in self._texts)
         if isinstance(value, float) and value.is_integer() and int(value) in self._pool:
             return True
         text_forms = {str(value)}
