@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -294,7 +294,7 @@ class _FirstFailures:
         self.limit = limit
         self.seen = 0
 
-    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> str:
+    def __call__(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> str:
         if event.get("event") != "first_failure":
             raise structlog.DropEvent
         self.seen += 1
@@ -306,7 +306,7 @@ class _FirstFailures:
         )
 
 
-def _label_method(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _label_method(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     episode = current_episode()
     event["labels_method"] = episode.labels.get("method", "") if episode is not None else ""
     return event
