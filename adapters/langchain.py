@@ -23,36 +23,41 @@ How the monitor acts through the middleware hooks:
   ``interrupt()`` with a request describing the call; resume with ``Command(resume=...)``
   given ``"approve"``, ``"deny"``, ``{"decision": "edit", "args": {...}}`` (or an
   :class:`~prefixmon.Approve` / :class:`~prefixmon.Edit` / :class:`~prefixmon.Deny`).
-  Nothing is recorded before the interrupt, and a call id already admitted is never admitted
-  again, so the code LangGraph re-runs on resume (the wrapper up to the interrupt, or a tool
-  that interrupts itself) does not record anything twice.
+  Nothing is recorded before the interrupt, and the episode finds a call id it has already
+  admitted or recorded (``Episode.pending`` / ``Episode.action_for``), so the code LangGraph
+  re-runs on resume (the wrapper up to the interrupt, or a tool that interrupts itself) does
+  not record anything twice. Async agents need Python 3.11+ for this (LangGraph's
+  ``interrupt()`` reads its config from a context variable asyncio tasks carry from 3.11 on).
 - A tool that raises is recorded as a state-consistency failure and answered with an error
   ``ToolMessage`` (``tool_errors="raise"`` re-raises instead, as LangChain does by default).
 - The conversation's human messages and earlier tool messages go into the information pool
   when the episode starts; every tool result when it arrives. The call id is the tool call's
   ``id``.
 
-The episode lives in the middleware instance while the graph is paused, keyed by an id kept
-in the agent state; resuming in another process starts over with a new episode.
+The episode is opened (``Monitor.open_episode``) in ``before_agent`` and closed
+(``Episode.aclose``) in ``after_agent``; it lives in the middleware instance while the graph
+is paused, keyed by an id kept in the agent state; resuming in another process starts over
+with a new episode. Sync agents run the monitor's async work with ``anyio.run``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
+import functools
 import json
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
 
+import anyio
 from prefixmon import (
+    ActionRecord,
     Approve,
     Deny,
     Edit,
     Episode,
-    EpisodeRecord,
     Monitor,
     Outcome,
     PendingCall,
@@ -76,13 +81,13 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 __all__ = ("PrefixmonMiddleware", "PrefixmonState", "interrupt_escalation", "parse_answer")
 
-if sys.version_info < (3, 11):  # pragma: no cover
-    raise ImportError("prefixmon.adapters.langchain needs Python 3.11+ (asyncio.Runner, Task contexts)")
-
 T = TypeVar("T")
 
 STATE_KEY = "prefixmon_episode"
 """The agent-state key holding the id of the invocation's episode."""
+
+_UNFINISHED = "RuntimeError"
+"""The error an episode is closed with when its invocation never reached ``after_agent``."""
 
 _ANSWER: contextvars.ContextVar[Approve | Edit | Deny | None] = contextvars.ContextVar(
     "prefixmon_langchain_answer", default=None
@@ -135,76 +140,22 @@ def parse_answer(value: Any) -> Approve | Edit | Deny:
     return Deny(f"unrecognised escalation answer {value!r}; expected approve, edit or deny")
 
 
-class _Held:
-    """An episode opened by one node and closed by another (each runs in its own Context).
-
-    ``Monitor.episode()`` sets and resets a context variable, so its enter and exit run in one
-    pinned ``contextvars.Context``: as asyncio tasks, or on a private event loop for sync agents.
-    """
-
-    def __init__(self, monitor: Monitor, **options: Any) -> None:
-        self._cm = monitor.episode(**options)
-        self._ctx = contextvars.copy_context()
-        self._runner: Any = None  # asyncio.Runner (3.11+)
-        self._closed = False
-        self.episode: Episode | None = None
-
-    async def open(self) -> Episode:
-        self.episode = await self._pinned(self._cm.__aenter__())
-        return self.episode
-
-    def open_sync(self) -> Episode:
-        self.episode = self.run_sync(self._cm.__aenter__(), pinned=True)
-        return self.episode
-
-    async def close(self, error: BaseException | None = None) -> EpisodeRecord | None:
-        if self._closed or self.episode is None:
-            return None
-        self._closed = True
-        await self._pinned(self._exit(error))
-        return self.episode.record
-
-    def close_sync(self, error: BaseException | None = None) -> EpisodeRecord | None:
-        if self._closed or self.episode is None:
-            return None
-        self._closed = True
-        try:
-            self.run_sync(self._exit(error), pinned=True)
-        finally:
-            if self._runner is not None:
-                self._runner.close()
-                self._runner = None
-        return self.episode.record
-
-    async def _exit(self, error: BaseException | None) -> None:
-        tb = error.__traceback__ if error is not None else None
-        await self._cm.__aexit__(type(error) if error is not None else None, error, tb)
-
-    def run_sync(self, coro: Coroutine[Any, Any, T], *, pinned: bool = False) -> T:
-        """Run monitor work from a sync agent (no event loop runs in this thread)."""
-        if sys.version_info >= (3, 11):
-            if self._runner is None:
-                self._runner = asyncio.Runner()
-            result: T = self._runner.run(coro, context=self._ctx if pinned else None)
-            return result
-        raise RuntimeError("sync LangChain agents need Python 3.11+")  # pragma: no cover
-
-    async def _pinned(self, coro: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.get_running_loop().create_task(coro, context=self._ctx)
+def _run_sync(func: Callable[[], Awaitable[T]]) -> T:
+    """Run monitor work from a sync agent, whose nodes run in threads with no event loop."""
+    return anyio.run(func)
 
 
 @dataclass(eq=False)
 class _Live:
-    """One open episode and the calls in flight, across the graph's nodes and interrupts."""
+    """One open episode across the graph's nodes and interrupts.
 
-    held: _Held
+    The calls in flight are the episode's own (``Episode.pending`` / ``Episode.action_for``
+    by call id), so the code LangGraph re-runs on resume finds them there.
+    """
+
     episode: Episode
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Serialises monitor work of a sync agent, whose tool calls run in threads."""
-    open_calls: dict[str, PendingCall] = field(default_factory=dict)
-    """Admitted calls whose tool has not returned (it may have interrupted), by call id."""
-    finished: set[str] = field(default_factory=set)
-    """Call ids already recorded."""
     tools: dict[str, BaseTool] = field(default_factory=dict)
 
 
@@ -285,54 +236,59 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         return self.monitor.escalate is interrupt_escalation
 
     # -- episode boundaries ------------------------------------------------------------------
-    def _new(self, state: Any, runtime: Runtime[Any]) -> _Held:
+    def _open(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
         task_id = self.task_id(state, runtime) if callable(self.task_id) else self.task_id
-        return _Held(self.monitor, task_id=task_id, labels=self.labels)
-
-    def _start(self, episode: Episode, held: _Held, state: Any) -> dict[str, Any]:
+        episode = self.monitor.open_episode(task_id, self.labels)
         for message in state.get("messages", ()):
             if isinstance(message, HumanMessage):
                 episode.user(_text(message.content))
             elif isinstance(message, ToolMessage):
                 episode.inform(_result_value(message))
-        self._live[episode.id] = _Live(held=held, episode=episode)
+        self._live[episode.id] = _Live(episode=episode)
         return {STATE_KEY: episode.id}
 
-    def _stale(self, state: Any) -> _Live | None:
-        return self._live.pop(state.get(STATE_KEY) or "", None)
+    def _pop(self, state: Any) -> Episode | None:
+        live = self._live.pop(state.get(STATE_KEY) or "", None)
+        return live.episode if live is not None else None
 
     async def abefore_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        stale = self._stale(state)
+        stale = self._pop(state)
         if stale is not None:  # the previous invocation never reached after_agent
-            await stale.held.close(RuntimeError("the agent invocation did not finish"))
-        held = self._new(state, runtime)
-        return self._start(await held.open(), held, state)
+            await stale.aclose("error", _UNFINISHED)
+        return self._open(state, runtime)
 
     def before_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        stale = self._stale(state)
+        stale = self._pop(state)
         if stale is not None:
-            stale.held.close_sync(RuntimeError("the agent invocation did not finish"))
-        held = self._new(state, runtime)
-        return self._start(held.open_sync(), held, state)
+            _run_sync(functools.partial(stale.aclose, "error", _UNFINISHED))
+        return self._open(state, runtime)
 
-    def _finishing(self, state: Any) -> _Live | None:
-        live = self._live.pop(state.get(STATE_KEY) or "", None)
-        if live is not None and self.outcome is not None:
+    def _set_outcome(self, episode: Episode, state: Any) -> None:
+        if self.outcome is not None:
             outcome = self.outcome(state)
             if outcome is not None:
-                live.episode.finish(outcome)
-        return live
+                episode.finish(outcome)
 
     async def aafter_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        live = self._finishing(state)
-        if live is not None:
-            await live.held.close()
+        episode = self._pop(state)
+        if episode is not None:
+            try:
+                self._set_outcome(episode, state)
+            except Exception as e:
+                await episode.aclose("error", type(e).__name__)
+                raise
+            await episode.aclose()
         return {STATE_KEY: None}
 
     def after_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        live = self._finishing(state)
-        if live is not None:
-            live.held.close_sync()
+        episode = self._pop(state)
+        if episode is not None:
+            try:
+                self._set_outcome(episode, state)
+            except Exception as e:
+                _run_sync(functools.partial(episode.aclose, "error", type(e).__name__))
+                raise
+            _run_sync(episode.aclose)
         return {STATE_KEY: None}
 
     def _live_for(self, state: Any) -> _Live | None:
@@ -376,7 +332,9 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         return live.lock if live is not None else threading.Lock()
 
     # -- tool calls --------------------------------------------------------------------------
-    def _escalation_answer(self, live: _Live, name: str, args: Any, call_id: str) -> Approve | Edit | Deny | None:
+    def _escalation_answer(
+        self, live: _Live, name: str, args: Any, call_id: str, *, asynchronous: bool
+    ) -> Approve | Edit | Deny | None:
         """Ask a human through ``interrupt()`` when the policy escalates this call.
 
         Nothing is recorded before ``interrupt()``: it raises the first time, and returns the
@@ -398,21 +356,34 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
             "reason": verdict.reason,
             "decisions": ["approve", "edit", "deny"],
         }
+        if asynchronous and sys.version_info < (3, 11):
+            raise RuntimeError(
+                f"cannot escalate {name} through interrupt_escalation: LangGraph's interrupt() in an async "
+                "agent needs Python 3.11+ (asyncio tasks carry its config only from 3.11 on); "
+                "run the agent with invoke() or use Python 3.11+"
+            )
         return parse_answer(interrupt(request))
 
-    def _blocked(self, live: _Live, blocked: ToolBlocked, name: str, call_id: str) -> ToolMessage:
-        live.finished.add(call_id)
+    @staticmethod
+    def _blocked(blocked: ToolBlocked, name: str, call_id: str) -> ToolMessage:
         return ToolMessage(content=str(blocked), tool_call_id=call_id, name=name, status="error")
+
+    @staticmethod
+    def _refused_again(action: ActionRecord, name: str, call_id: str) -> ToolMessage:
+        """The answer to a re-run of a call the monitor did not run: the decision stands."""
+        text = f"Call to {name!r} was not run: {action.reason or action.decision.value}"
+        return ToolMessage(content=text, tool_call_id=call_id, name=name, status="error")
 
     def _request_for(self, live: _Live, request: ToolCallRequest, pending: PendingCall) -> ToolCallRequest:
         if pending.call is pending.emitted:
             return request
-        call = {**request.tool_call, "name": pending.call.name, "args": dict(pending.args)}
-        return request.override(tool_call=call, tool=live.tools.get(pending.call.name, request.tool))
+        call = request.tool_call.copy()
+        call["name"], call["args"] = pending.call.name, dict(pending.args)
+        tool = live.tools.get(pending.call.name, request.tool)
+        return request.override(tool_call=call) if tool is None else request.override(tool_call=call, tool=tool)
 
-    def _settle(self, live: _Live, pending: PendingCall, call_id: str, result: ToolMessage | Command[Any]) -> None:
-        live.open_calls.pop(call_id, None)
-        live.finished.add(call_id)
+    @staticmethod
+    def _settle(pending: PendingCall, call_id: str, result: ToolMessage | Command[Any]) -> None:
         message = _tool_message_for(result, call_id)
         if message is None:
             pending.done(None)
@@ -421,9 +392,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         else:
             pending.done(_result_value(message))
 
-    def _failed(self, live: _Live, pending: PendingCall, call_id: str, name: str, error: Exception) -> ToolMessage:
-        live.open_calls.pop(call_id, None)
-        live.finished.add(call_id)
+    def _failed(self, pending: PendingCall, call_id: str, name: str, error: Exception) -> ToolMessage:
         pending.failed(error)
         if self.tool_errors == "raise":
             raise error
@@ -441,31 +410,32 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
             return await handler(request)
         call = request.tool_call
         call_id, name, args = call.get("id") or "", call["name"], call.get("args")
-        pending = live.open_calls.get(call_id)
+        episode = live.episode
+        pending = episode.pending(call_id)  # admitted before an interrupt inside the tool
         if pending is None:
-            if call_id in live.finished:  # re-run of a recorded call: not a new action
+            recorded = episode.action_for(call_id)
+            if recorded is not None:  # a re-run of a recorded call: not a new action
+                if not recorded.reached_environment:
+                    return self._refused_again(recorded, name, call_id)
                 return await handler(request)
-            answer = self._escalation_answer(live, name, args, call_id)
+            answer = self._escalation_answer(live, name, args, call_id, asynchronous=True)
             token = _ANSWER.set(answer)
             try:
-                pending = await live.episode.begin(name, args, call_id=call_id)
+                pending = await episode.begin(name, args, call_id=call_id)
             except ToolBlocked as blocked:
-                return self._blocked(live, blocked, name, call_id)
+                return self._blocked(blocked, name, call_id)
             finally:
                 _ANSWER.reset(token)
-            live.open_calls[call_id] = pending
         try:
             result = await handler(self._request_for(live, request, pending))
         except GraphBubbleUp:
             raise  # an interrupt inside the tool: the call stays open until the graph resumes
         except Exception as e:
-            return self._failed(live, pending, call_id, name, e)
+            return self._failed(pending, call_id, name, e)
         except BaseException:
-            live.open_calls.pop(call_id, None)
-            live.finished.add(call_id)
             pending.abandon()
             raise
-        self._settle(live, pending, call_id, result)
+        self._settle(pending, call_id, result)
         return result
 
     def wrap_tool_call(
@@ -478,43 +448,42 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
             return handler(request)
         call = request.tool_call
         call_id, name, args = call.get("id") or "", call["name"], call.get("args")
+        episode = live.episode
         with live.lock:
-            pending = live.open_calls.get(call_id)
-            rerun = pending is None and call_id in live.finished
-        if rerun:  # re-run of a recorded call: not a new action
+            pending = episode.pending(call_id)
+            recorded = episode.action_for(call_id) if pending is None else None
+        if recorded is not None:  # a re-run of a recorded call: not a new action
+            if not recorded.reached_environment:
+                return self._refused_again(recorded, name, call_id)
             return handler(request)
         if pending is None:
-            answer = self._escalation_answer(live, name, args, call_id)
+            answer = self._escalation_answer(live, name, args, call_id, asynchronous=False)
             with live.lock:
                 try:
-                    pending = live.held.run_sync(self._begin(live.episode, name, args, call_id, answer))
+                    pending = _run_sync(functools.partial(self._begin, episode, name, args, call_id, answer))
                 except ToolBlocked as blocked:
-                    return self._blocked(live, blocked, name, call_id)
-                live.open_calls[call_id] = pending
+                    return self._blocked(blocked, name, call_id)
         try:
             result = handler(self._request_for(live, request, pending))
         except GraphBubbleUp:
             raise  # an interrupt inside the tool: the call stays open until the graph resumes
         except Exception as e:
             with live.lock:
-                return self._failed(live, pending, call_id, name, e)
+                return self._failed(pending, call_id, name, e)
         except BaseException:
             with live.lock:
-                live.open_calls.pop(call_id, None)
-                live.finished.add(call_id)
                 pending.abandon()
             raise
         with live.lock:
-            self._settle(live, pending, call_id, result)
+            self._settle(pending, call_id, result)
         return result
 
     @staticmethod
     async def _begin(
         episode: Episode, name: str, args: Any, call_id: str, answer: Approve | Edit | Deny | None
     ) -> PendingCall:
-        token = _ANSWER.set(answer)  # the private loop's task copies the context at creation
+        token = _ANSWER.set(answer)
         try:
             return await episode.begin(name, args, call_id=call_id)
         finally:
             _ANSWER.reset(token)
-

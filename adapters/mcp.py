@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
-from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import Any, Protocol, TypeAlias, cast
 
 import anyio
-import anyio.from_thread
 
 try:
     from mcp import Client, ClientSession
@@ -302,48 +301,6 @@ def _settle(pending: PendingCall, result: CallToolResult | Mapping[str, Any]) ->
 
 
 # -- server side ----------------------------------------------------------------------------
-class _DetachedEpisode:
-    """An episode whose opening and closing happen in different tasks.
-
-    ``Monitor.episode`` is a context manager that must be entered and exited in one task; a
-    server's connection outlives any one request, so the context manager lives in a task of
-    its own (an anyio blocking portal) from the first checked call until the connection
-    closes.
-    """
-
-    def __init__(self, monitor: Monitor, task_id: str | None, labels: Mapping[str, str]) -> None:
-        self._monitor = monitor
-        self._task_id = task_id
-        self._labels = dict(labels)
-        self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
-        self._episode_cm: AbstractContextManager[Episode] | None = None
-        self.episode: Episode | None = None
-
-    def _open(self) -> Episode:
-        self._portal_cm = anyio.from_thread.start_blocking_portal()
-        portal = self._portal_cm.__enter__()
-        self._episode_cm = portal.wrap_async_context_manager(self._monitor.episode(self._task_id, self._labels))
-        self.episode = self._episode_cm.__enter__()
-        return self.episode
-
-    async def open(self) -> Episode:
-        return await anyio.to_thread.run_sync(self._open)
-
-    def _close(self) -> None:
-        try:
-            if self._episode_cm is not None:
-                self._episode_cm.__exit__(None, None, None)
-        finally:
-            self._episode_cm = None
-            if self._portal_cm is not None:
-                self._portal_cm.__exit__(None, None, None)
-                self._portal_cm = None
-
-    async def aclose(self) -> None:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._close)
-
-
 class MonitorMiddleware:
     """Server middleware that checks every ``tools/call`` before the tool runs.
 
@@ -388,7 +345,7 @@ class MonitorMiddleware:
         self.task_id = task_id
         self.labels: dict[str, str] = dict(labels or {})
         self._listed = False
-        self._episodes: dict[Hashable, _DetachedEpisode] = {}
+        self._episodes: dict[Hashable, Episode] = {}
         self._lock = anyio.Lock()
 
     @property
@@ -409,7 +366,7 @@ class MonitorMiddleware:
             return await call_next(ctx)  # the SDK answers malformed params itself
         if not self._listed:
             await self._list(ctx, call_next)
-        ep = await self._episode_for(ctx)
+        ep = self._episode_for(ctx)
         _expose(ep, name)
         try:
             pending = await ep.begin(name, params.get("arguments"), call_id=str(ctx.request_id))
@@ -434,10 +391,9 @@ class MonitorMiddleware:
         tools = result.get("tools") if isinstance(result, Mapping) else getattr(result, "tools", None)
         if isinstance(tools, list):
             changed = declare_tools(self.toolset, tools, rules=self.rules)
-            for handle in self._episodes.values():
-                if handle.episode is not None:
-                    for name in changed:
-                        _expose(handle.episode, name)
+            for ep in self._episodes.values():
+                for name in changed:
+                    _expose(ep, name)
             self._listed = True
 
     async def _list(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:
@@ -457,27 +413,22 @@ class MonitorMiddleware:
                     break
             self._listed = True
 
-    async def _episode_for(self, ctx: ServerRequestContext[Any, Any]) -> Episode:
+    def _episode_for(self, ctx: ServerRequestContext[Any, Any]) -> Episode:
+        """The episode of the request's connection (or ``key``), opened on its first checked call."""
         connection = _connection_of(ctx)
         key = self.key(ctx) if self.key is not None else (id(connection) if connection is not None else None)
-        handle = self._episodes.get(key)
-        if handle is not None and handle.episode is not None:
-            return handle.episode
-        async with self._lock:
-            handle = self._episodes.get(key)
-            if handle is None or handle.episode is None:
-                handle = _DetachedEpisode(self.monitor, self.task_id, self.labels)
-                await handle.open()
-                self._episodes[key] = handle
-                if connection is not None and self.key is None:
-                    connection.exit_stack.push_async_callback(self._finish, key)
-        assert handle.episode is not None
-        return handle.episode
+        ep = self._episodes.get(key)
+        if ep is None:  # no await between the lookup and the insert: no other request can race it
+            ep = self.monitor.open_episode(self.task_id, self.labels)
+            self._episodes[key] = ep
+            if connection is not None and self.key is None:
+                connection.exit_stack.push_async_callback(self._finish, key)
+        return ep
 
     async def _finish(self, key: Hashable) -> None:
-        handle = self._episodes.pop(key, None)
-        if handle is not None:
-            await handle.aclose()
+        ep = self._episodes.pop(key, None)
+        if ep is not None:
+            await ep.aclose()
 
     async def aclose(self) -> None:
         """Finish every episode still open (their records go to the sink)."""

@@ -43,7 +43,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefixmon import Episode, Monitor, Outcome, PendingCall, ToolBlocked
+from prefixmon import Episode, Monitor, Outcome, ToolBlocked
 
 try:
     from agents import (
@@ -75,8 +75,6 @@ GUARDRAIL_NAME = "prefixmon"
 @dataclass(eq=False)
 class _RunState:
     episode: Episode
-    pending: dict[str, PendingCall] = field(default_factory=dict)
-    """Admitted calls awaiting their tool's outcome, by call id."""
     errors: dict[str, Exception] = field(default_factory=dict)
     """Exceptions the tools' failure handlers turned into messages, by call id."""
     order: list[tuple[str, str, str, bool]] = field(default_factory=list)
@@ -290,18 +288,17 @@ class AgentsMonitor:
         context = data.context
         await run.record_unknown(context.tool_call_id)
         try:
-            pending = await run.episode.begin(context.tool_name, context.tool_arguments, call_id=context.tool_call_id)
+            await run.episode.begin(context.tool_name, context.tool_arguments, call_id=context.tool_call_id)
         except ToolBlocked as blocked:
             verdict = blocked.verdict
             info = {"cause": verdict.cause.value if verdict.cause else None, "decision": blocked.decision}
             return ToolGuardrailFunctionOutput.reject_content(str(blocked), output_info=info)
-        run.pending[context.tool_call_id] = pending
-        return ToolGuardrailFunctionOutput.allow()
+        return ToolGuardrailFunctionOutput.allow()  # the admitted call waits in the episode for its tool
 
     def _wrap(self, invoke: Callable[[ToolContext[Any], str], Any]) -> Callable[[ToolContext[Any], str], Any]:
         async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
             run = _RUN.get()
-            pending = run.pending.pop(context.tool_call_id, None) if run is not None else None
+            pending = run.episode.pending(context.tool_call_id) if run is not None else None
             if run is None or pending is None:
                 return await invoke(context, arguments)
             if pending.call is not pending.emitted:

@@ -33,13 +33,13 @@ How the monitor acts through pydantic-ai's own hooks:
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
-import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
+import anyio
 from prefixmon import (
     Approve,
     Deny,
@@ -48,7 +48,6 @@ from prefixmon import (
     EpisodeRecord,
     Monitor,
     Outcome,
-    PendingCall,
     ToolBlocked,
     ToolCall,
     Verdict,
@@ -85,8 +84,6 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 __all__ = ("PrefixmonCapability", "deferred_approval")
 
-T = TypeVar("T")
-
 _ANSWER: contextvars.ContextVar[Approve | Edit | Deny | None] = contextvars.ContextVar(
     "prefixmon_pydantic_ai_answer", default=None
 )
@@ -107,52 +104,36 @@ async def deferred_approval(verdict: Verdict, call: ToolCall) -> Approve | Edit 
     return Deny("this call needs approval, which only a pydantic-ai run with PrefixmonCapability can ask for")
 
 
-class _Held:
-    """An episode opened by one hook and closed by another, possibly in another task.
+async def _close(episode: Episode, error: BaseException | None = None) -> EpisodeRecord:
+    """Close the run's episode; an exception that ended the run marks it cancelled or errored."""
+    if error is None:
+        return await episode.aclose()
+    if isinstance(error, anyio.get_cancelled_exc_class()):
+        return await episode.aclose("cancelled")
+    return await episode.aclose("error", type(error).__name__)
 
-    ``Monitor.episode()`` is an async context manager that sets and resets a context
-    variable, so its enter and exit must run in one ``contextvars.Context``; both are run as
-    tasks pinned to the Context captured here.
-    """
 
-    def __init__(self, monitor: Monitor, **options: Any) -> None:
-        self._cm = monitor.episode(**options)
-        self._ctx = contextvars.copy_context()
-        self._closed = False
-        self.episode: Episode | None = None
+@dataclass(eq=False)
+class _Escalated:
+    """A call waiting for a deferred approval (checked, not yet emitted to the episode)."""
 
-    async def open(self) -> Episode:
-        self.episode = await self._pinned(self._cm.__aenter__())
-        return self.episode
-
-    async def close(self, error: BaseException | None = None) -> EpisodeRecord | None:
-        if self._closed or self.episode is None:
-            return None if self.episode is None else self.episode.record
-        self._closed = True
-        tb = error.__traceback__ if error is not None else None
-        await self._pinned(self._cm.__aexit__(type(error) if error is not None else None, error, tb))
-        return self.episode.record
-
-    async def _pinned(self, coro: Coroutine[Any, Any, T]) -> T:
-        if sys.version_info >= (3, 11):
-            return await asyncio.get_running_loop().create_task(coro, context=self._ctx)
-        return await self._ctx.run(asyncio.ensure_future, coro)  # pragma: no cover
+    tool: str
+    args: RawToolArgs
+    """The arguments the model emitted."""
 
 
 @dataclass(eq=False)
 class _RunState:
     """What one episode needs across the hooks (and runs) that make it up."""
 
-    held: _Held
     episode: Episode
-    pending: dict[str, PendingCall] = field(default_factory=dict)
-    """Admitted calls awaiting execution, by call id."""
-    seen: set[str] = field(default_factory=set)
-    """Call ids already handled (recorded, admitted, or escalated)."""
-    escalations: dict[str, RawToolArgs] = field(default_factory=dict)
-    """Calls waiting for a deferred approval: call id -> the arguments the model emitted."""
-    tools: dict[str, str] = field(default_factory=dict)
-    """Tool names of escalated calls, by call id."""
+    escalations: dict[str, _Escalated] = field(default_factory=dict)
+    """Calls waiting for a deferred approval, by call id."""
+
+    def handled(self, call_id: str) -> bool:
+        """Whether the call is recorded, admitted, or waiting for an approval already."""
+        ep = self.episode
+        return call_id in self.escalations or ep.action_for(call_id) is not None or ep.pending(call_id) is not None
 
 
 @dataclass(eq=False)
@@ -177,8 +158,6 @@ def _last_response(messages: Sequence[ModelMessage]) -> ModelResponse | None:
 
 
 def _same_args(a: RawToolArgs | None, b: RawToolArgs | None) -> bool:
-    import json
-
     def norm(x: RawToolArgs | None) -> Any:
         if isinstance(x, str):
             try:
@@ -191,8 +170,6 @@ def _same_args(a: RawToolArgs | None, b: RawToolArgs | None) -> bool:
 
 
 def _as_dict(args: RawToolArgs) -> dict[str, Any]:
-    import json
-
     if isinstance(args, dict):
         return args
     parsed = json.loads(args) if args.strip() else {}
@@ -246,19 +223,17 @@ class PrefixmonCapability(AbstractCapability[Any]):
         records: list[EpisodeRecord] = []
         for state in states:
             await self._deny_open_escalations(state, "the approval was never given")
-            record = await state.held.close()
-            if record is not None:
-                records.append(record)
+            records.append(await _close(state.episode))
         return records
 
     # -- run boundaries ---------------------------------------------------------------------
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
-        state = self._resume(ctx) or await self._open(ctx)
+        state = self._resume(ctx) or self._open(ctx)
         self._state = state
         try:
             result = await handler()
         except BaseException as e:
-            await state.held.close(e)
+            await _close(state.episode, e)
             raise
         await self._reconcile(ctx, state, result.all_messages())
         output = result.output
@@ -276,11 +251,11 @@ class PrefixmonCapability(AbstractCapability[Any]):
             try:
                 outcome = self.outcome(result)
             except Exception as e:
-                await state.held.close(e)
+                await _close(state.episode, e)
                 raise
             if outcome is not None:
                 state.episode.finish(outcome)
-        await state.held.close()
+        await _close(state.episode)
         return result
 
     def _resume(self, ctx: RunContext[Any]) -> _RunState | None:
@@ -298,13 +273,12 @@ class PrefixmonCapability(AbstractCapability[Any]):
                 return state
         return None
 
-    async def _open(self, ctx: RunContext[Any]) -> _RunState:
+    def _open(self, ctx: RunContext[Any]) -> _RunState:
         labels = dict(self.labels or {})
         if "model" not in labels and "model" not in self.monitor.labels:
             labels["model"] = ctx.model.model_name
         task_id = self.task_id(ctx) if callable(self.task_id) else self.task_id
-        held = _Held(self.monitor, task_id=task_id, labels=labels)
-        episode = await held.open()
+        episode = self.monitor.open_episode(task_id, labels)
         for message in ctx.messages:
             if not isinstance(message, ModelRequest):
                 continue
@@ -317,7 +291,7 @@ class PrefixmonCapability(AbstractCapability[Any]):
         if ctx.prompt is not None:
             for text in _text_of(ctx.prompt):
                 episode.user(text)
-        return _RunState(held=held, episode=episode)
+        return _RunState(episode=episode)
 
     # -- calls the hooks never see -----------------------------------------------------------
     async def before_model_request(
@@ -343,11 +317,10 @@ class PrefixmonCapability(AbstractCapability[Any]):
             call_id = part.tool_call_id
             if call_id == upto:
                 return
-            if call_id in state.seen:
+            if state.handled(call_id):
                 continue
             if manager is None or manager.get_tool_def(part.tool_name) is not None:
-                continue
-            state.seen.add(call_id)
+                continue  # the tool hooks see this call
             try:
                 pending = await state.episode.begin(part.tool_name, part.args, call_id=call_id)
             except ToolBlocked:
@@ -371,10 +344,10 @@ class PrefixmonCapability(AbstractCapability[Any]):
             reason = denials.get(call_id, why)
             if reason is None:
                 continue
-            args = state.escalations.pop(call_id)
+            escalated = state.escalations.pop(call_id)
             token = _ANSWER.set(Deny(reason))
             try:
-                pending = await state.episode.begin(state.tools.pop(call_id, ""), args, call_id=call_id)
+                pending = await state.episode.begin(escalated.tool, escalated.args, call_id=call_id)
             except ToolBlocked:
                 continue
             finally:
@@ -405,19 +378,17 @@ class PrefixmonCapability(AbstractCapability[Any]):
         if state is None or tool_def.kind == "output":
             return await handler(args)
         call_id = call.tool_call_id
-        await self._reconcile(ctx, state, ctx.messages, upto=call_id)
-        if call_id in state.pending:  # an admitted call validated again (approved after a deferral)
-            return await handler(args)
-        state.seen.add(call_id)
-        self._declare(state, tool_def)
         episode = state.episode
+        await self._reconcile(ctx, state, ctx.messages, upto=call_id)
+        if episode.pending(call_id) is not None:  # an admitted call validated again (deferred, then approved)
+            return await handler(args)
+        self._declare(state, tool_def)
         name = call.tool_name
-        emitted = state.escalations.pop(call_id, None) if ctx.tool_call_approved else None
+        escalated = state.escalations.pop(call_id, None) if ctx.tool_call_approved else None
         answer: Approve | Edit | Deny | None = None
-        if emitted is not None:
-            state.tools.pop(call_id, None)
-            answer = Approve() if _same_args(emitted, args) else Edit(_as_dict(args))
-            args = emitted
+        if escalated is not None:
+            answer = Approve() if _same_args(escalated.args, args) else Edit(_as_dict(args))
+            args = escalated.args
         elif self.monitor.escalate is deferred_approval and not ctx.tool_call_approved:
             verdict = episode.check(name, args, call_id=call_id)
             if (
@@ -427,8 +398,7 @@ class PrefixmonCapability(AbstractCapability[Any]):
                 and self.monitor.policy(verdict) == "escalate"
             ):
                 await handler(args)
-                state.escalations[call_id] = args
-                state.tools[call_id] = name
+                state.escalations[call_id] = _Escalated(tool=name, args=args)
                 raise ApprovalRequired(
                     metadata={"prefixmon": {"cause": verdict.cause.value, "reason": verdict.reason}}
                 )
@@ -447,18 +417,15 @@ class PrefixmonCapability(AbstractCapability[Any]):
             )
         run_args: RawToolArgs = pending.args if pending.call is not pending.emitted else args
         try:
-            validated = await handler(run_args)
+            return await handler(run_args)
         except (ApprovalRequired, CallDeferred):
-            state.pending[call_id] = pending
-            raise
+            raise  # the call stays open in the episode until a later run executes it
         except ModelRetry as e:
             pending.failed(e.message)
             raise
         except Exception as e:
             pending.failed(e)
             raise
-        state.pending[call_id] = pending
-        return validated
 
     async def wrap_tool_execute(
         self,
@@ -470,14 +437,13 @@ class PrefixmonCapability(AbstractCapability[Any]):
         handler: WrapToolExecuteHandler,
     ) -> Any:
         state = self._state
-        pending = state.pending.pop(call.tool_call_id, None) if state is not None else None
-        if state is None or pending is None:
+        pending = state.episode.pending(call.tool_call_id) if state is not None else None
+        if pending is None:
             return await handler(args)
         try:
             result = await handler(args)
         except (ApprovalRequired, CallDeferred):
-            state.pending[call.tool_call_id] = pending
-            raise
+            raise  # the call stays open in the episode until a later run executes it
         except SkipToolExecution:
             pending.abandon("a capability skipped the execution")
             raise

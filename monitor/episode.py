@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from types import CoroutineType, MappingProxyType
@@ -240,6 +240,27 @@ class Episode:
         """The open (let through, not yet finished) call emitted with ``call_id``, if any."""
         depth = self._depth_of.get(call_id)
         return self._open.get(depth) if depth is not None else None
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator[Episode]:
+        """Make this the current episode (and its observers' contexts current) inside the block.
+
+        ``Monitor.episode`` does this for its body; code using :meth:`Monitor.open_episode`
+        may wrap each request or hook with it, in whatever task runs it.
+        """
+        reset = _current.set(self)
+        try:
+            with contextlib.ExitStack() as stack:
+                for obs in self.monitor.observers:
+                    try:
+                        cm = obs.episode_context(self)
+                        if cm is not None:
+                            stack.enter_context(cm)
+                    except Exception as e:
+                        self._fault(f"observer {type(obs).__name__}.episode_context", e, notify=False)
+                yield self
+        finally:
+            _current.reset(reset)
 
     def follow(self, plan: PlanLike | PlanVerdict | PlanFollower) -> PlanFollower:
         """Condition the rest of the episode on ``plan``: later actions note the step they matched."""

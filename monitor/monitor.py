@@ -13,7 +13,7 @@ from typing import Any, Literal
 import anyio
 import structlog
 
-from .episode import Episode, _current
+from .episode import Episode
 from .exceptions import SpecError
 from .observer import Observer
 from .plan import PlanFollower, PlanLike, PlanVerdict, verify_plan
@@ -174,11 +174,11 @@ class Monitor:
             bindings=bindings,
             plan=plan,
         )
-        reset = _current.set(ep)
         status: Status = "finished"
         error: str | None = None
         try:
-            yield ep
+            with ep.activate():
+                yield ep
         except anyio.get_cancelled_exc_class():
             status = "cancelled"
             raise
@@ -186,7 +186,6 @@ class Monitor:
             status, error = "error", type(e).__name__
             raise
         finally:
-            _current.reset(reset)
             await ep.aclose(status, error)
 
     def verify_plan(self, plan: PlanLike, *, state: TrackedState | None = None, **options: Any) -> PlanVerdict:

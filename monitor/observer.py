@@ -23,6 +23,10 @@ class Observer:
     def episode_started(self, episode: Episode) -> None:
         """An episode was opened."""
 
+    def episode_context(self, episode: Episode) -> contextlib.AbstractContextManager[Any] | None:
+        """A context entered while the episode is active in a task (e.g. make its span current)."""
+        return None
+
     def call_started(self, episode: Episode, tool: str, call_id: str | None, depth: int) -> Any:
         """A call was emitted, before it is checked; the return value comes back as ``token``."""
         return None

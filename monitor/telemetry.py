@@ -29,16 +29,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from contextvars import Token
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.context import Context
 from opentelemetry.metrics import Meter, MeterProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
@@ -52,7 +49,6 @@ if TYPE_CHECKING:
     from .records import ActionRecord, EpisodeRecord
 
 __all__ = ["ContentKind", "Redactor", "Telemetry", "redact_keys"]
-
 
 
 def _package_version() -> str:
@@ -120,8 +116,6 @@ class _EpisodeSpan:
     span: Span | None
     """The episode span (ours or the framework's), or ``None`` when not tracing."""
     own: bool
-    token: Token[Context] | None
-    """Context token of our span while it is current."""
     first_failure: int | None = None
     """Depth of the first failure already reported."""
 
@@ -183,7 +177,9 @@ class Telemetry(Observer):
         buckets = [float(d) for d in range(1, max_depth + 1)]
         self._m_episodes = meter.create_counter(sc.METRIC_EPISODES, "{episode}", "Finished episodes")
         self._m_fed = meter.create_histogram(
-            sc.METRIC_FED, "{action}", "First-error depth (horizon + 1 when fully executable)",
+            sc.METRIC_FED,
+            "{action}",
+            "First-error depth (horizon + 1 when fully executable)",
             explicit_bucket_boundaries_advisory=buckets,
         )
         self._m_horizon = meter.create_histogram(
@@ -191,9 +187,7 @@ class Telemetry(Observer):
         )
         self._m_calls = meter.create_counter(sc.METRIC_CALLS, "{call}", "Checked tool calls")
         self._m_first = meter.create_counter(sc.METRIC_FIRST_FAILURES, "{episode}", "Primary cause at FED")
-        self._m_interventions = meter.create_counter(
-            sc.METRIC_INTERVENTIONS, "{call}", "Calls blocked, replanned or escalated"
-        )
+        self._m_interventions = meter.create_counter(sc.METRIC_INTERVENTIONS, "{call}", "Calls blocked, replanned or escalated")
         self._m_errors = meter.create_counter(sc.METRIC_INTERNAL_ERRORS, "{error}", "Errors caught inside the monitor")
 
     # -- content ------------------------------------------------------------------------------
@@ -217,7 +211,7 @@ class Telemetry(Observer):
             current = trace.get_current_span()
             if current.is_recording():
                 current.set_attributes(self._episode_start_attributes(episode))
-                self._episodes[id(episode)] = _EpisodeSpan(span=current, own=False, token=None)
+                self._episodes[id(episode)] = _EpisodeSpan(span=current, own=False)
                 return
         agent = self.agent_name or episode.labels.get("agent")
         span = self._tracer.start_span(
@@ -228,8 +222,14 @@ class Telemetry(Observer):
         if not span.is_recording():
             return
         span.set_attributes(self._episode_start_attributes(episode))
-        token = otel_context.attach(trace.set_span_in_context(span))
-        self._episodes[id(episode)] = _EpisodeSpan(span=span, own=True, token=token)
+        self._episodes[id(episode)] = _EpisodeSpan(span=span, own=True)
+
+    def episode_context(self, episode: Episode) -> AbstractContextManager[Any] | None:
+        """Make our episode span current while the episode is active in a task."""
+        st = self._episodes.get(id(episode))
+        if st is None or not st.own or st.span is None:
+            return None
+        return trace.use_span(st.span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
 
     def _episode_start_attributes(self, episode: Episode) -> dict[str, Any]:
         attrs: dict[str, Any] = {
@@ -250,8 +250,6 @@ class Telemetry(Observer):
         st = self._episodes.pop(id(episode), None)
         if st is not None and st.span is not None:
             span = st.span
-            if st.token is not None:
-                otel_context.detach(st.token)
             if span.is_recording():
                 span.set_attributes(self._episode_end_attributes(record, own=st.own))
                 if record.status == "error":
@@ -313,7 +311,10 @@ class Telemetry(Observer):
         fed = episode.fed
         if fed is not None:
             attrs[sc.PREFIXMON_FED] = fed
-        return self._tracer.start_span(f"{sc.EXECUTE_TOOL} {tool}", kind=SpanKind.INTERNAL, attributes=attrs)
+        parent = None
+        if st.span is not None and trace.get_current_span().get_span_context().trace_id != st.span.get_span_context().trace_id:
+            parent = trace.set_span_in_context(st.span)  # called outside the episode's trace (another task): nest anyway
+        return self._tracer.start_span(f"{sc.EXECUTE_TOOL} {tool}", context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
 
     def execution_context(self, episode: Episode, call: ToolCall, token: Any) -> AbstractContextManager[Any] | None:
         """Make the call's span current while the tool runs, so the tool's own spans nest."""
@@ -411,9 +412,7 @@ class Telemetry(Observer):
             self._m_errors.add(1, {sc.PREFIXMON_WHERE: where.split(" ", 1)[0], sc.ERROR_TYPE: type(error).__name__})
         st = self._episodes.get(id(episode)) if episode is not None else None
         if st is not None and st.span is not None and st.span.is_recording():
-            st.span.add_event(
-                "prefixmon.internal_error", {sc.PREFIXMON_WHERE: where, sc.ERROR_TYPE: type(error).__name__}
-            )
+            st.span.add_event("prefixmon.internal_error", {sc.PREFIXMON_WHERE: where, sc.ERROR_TYPE: type(error).__name__})
 
 
 def _get_meter(provider: MeterProvider | None) -> Meter:

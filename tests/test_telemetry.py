@@ -605,6 +605,34 @@ class TestContent:
         assert child.parent is not None and child.parent.span_id == call_span.context.span_id
         assert json.loads(attrs(call_span)[sc.GEN_AI_TOOL_CALL_RESULT]) == {"body": "ok"}
 
+    async def test_open_episode_across_tasks_nests_and_detaches_cleanly(self, otel: Otel, caplog: pytest.LogCaptureFixture) -> None:
+        """An episode opened with open_episode and used from several tasks: call spans nest under it, nothing leaks."""
+        telemetry = otel.telemetry()
+        tools = Toolset()
+
+        @tools.tool
+        def ping(n: int) -> int:
+            """Ping."""
+            return n
+
+        monitor = Monitor(tools, observers=[telemetry])
+        ep = monitor.open_episode("t")
+
+        async def one(n: int) -> None:
+            await ep.call("ping", {"n": n})
+
+        async with anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(one, n)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ep.aclose)
+        assert trace.get_current_span() is trace.INVALID_SPAN
+        (episode_span,) = [s for s in otel.finished() if s.name.startswith("invoke_agent")]
+        calls = [s for s in otel.finished() if s.name == "execute_tool ping"]
+        assert len(calls) == 3
+        assert all(c.parent is not None and c.parent.span_id == episode_span.context.span_id for c in calls)
+        assert "Failed to detach context" not in caplog.text
+
 
 class TestTelemetryOff:
     """No span work at all when no SDK is installed or tracing is off."""

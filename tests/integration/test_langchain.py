@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,10 @@ from pydantic import Field
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 Script = Callable[[list[BaseMessage]], AIMessage]
+
+needs_async_interrupts = pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="LangGraph's interrupt() in async code needs Python 3.11+"
+)
 
 
 @pytest.fixture
@@ -245,6 +250,7 @@ class TestInterrupts:
             checkpointer=InMemorySaver(),
         )
 
+    @needs_async_interrupts
     async def test_approve_after_interrupt(self) -> None:
         """The graph pauses with the monitor's request; approving runs the call once, recorded once."""
         app = self.app()
@@ -263,6 +269,7 @@ class TestInterrupts:
         (action,) = record.actions
         assert action.decision is Decision.APPROVE and action.cause is Cause.PRECONDITION and action.reached_environment
 
+    @needs_async_interrupts
     async def test_edit_and_deny(self) -> None:
         """An edit runs the edited (checked) call; a denial reaches the model and never runs the tool."""
         app = self.app()
@@ -299,6 +306,62 @@ class TestInterrupts:
         app.agent.invoke(Command(resume=True), config)
         (record,) = app.records
         assert record.actions[0].decision is Decision.APPROVE and app.runs == {"send_money": 1}
+
+
+    @pytest.mark.skipif(sys.version_info >= (3, 11), reason="only Python 3.10 lacks async interrupts")
+    async def test_async_interrupt_on_python_310_says_why(self) -> None:
+        """On Python 3.10 an async agent cannot escalate through interrupts, and the error says so."""
+        app = self.app()
+        with pytest.raises(RuntimeError, match=r"needs Python 3\.11\+"):
+            await app.agent.ainvoke({"messages": [HumanMessage("send Fredrik 500")]}, {"configurable": {"thread_id": "t"}})
+
+
+def crash_once_script() -> Script:
+    """Search, then crash the model once; the next invocation answers."""
+    crashed: list[bool] = []
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if answers(messages) == 0:
+            return call("search_contacts", {"name": "Fredrik"}, "s1")
+        if not crashed:
+            crashed.append(True)
+            raise ConnectionError("model backend down")
+        return AIMessage("done")
+
+    return script
+
+
+def assert_closed_as_unfinished(app: Contacts) -> None:
+    first, second = app.records
+    assert (first.status, first.error, first.outcome) == ("error", "RuntimeError", None)
+    assert [(a.call_id, a.reached_environment) for a in first.actions] == [("s1", True)]
+    assert (second.status, second.outcome) == ("finished", Outcome.SUCCESS)
+    assert [a.tool for a in second.actions if a.tool is not None] == []  # the answer needed no tool call
+    assert first.episode_id != second.episode_id and app.middleware.open_episodes == []
+
+
+class TestEpisodeLifetime:
+    """An invocation that never reaches after_agent has its episode closed when the thread runs again."""
+
+    async def test_async_unfinished_invocation(self) -> None:
+        """ainvoke: the crashed invocation's episode stays open, then closes as error at the next invocation."""
+        app = Contacts(crash_once_script(), checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": "th-crash"}}
+        with pytest.raises(ConnectionError):
+            await app.agent.ainvoke({"messages": [HumanMessage("find Fredrik")]}, config)
+        assert app.records == [] and [ep.depth for ep in app.middleware.open_episodes] == [1]
+        await app.agent.ainvoke({"messages": [HumanMessage("try again")]}, config)
+        assert_closed_as_unfinished(app)
+
+    def test_sync_unfinished_invocation(self) -> None:
+        """invoke: the same, with the monitor's async work run from sync nodes."""
+        app = Contacts(crash_once_script(), checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": "th-crash-sync"}}
+        with pytest.raises(ConnectionError):
+            app.agent.invoke({"messages": [HumanMessage("find Fredrik")]}, config)
+        assert app.records == [] and [ep.depth for ep in app.middleware.open_episodes] == [1]
+        app.agent.invoke({"messages": [HumanMessage("try again")]}, config)
+        assert_closed_as_unfinished(app)
 
 
 class TestParseAnswer:

@@ -9,6 +9,7 @@ number the user gave as if it were a ``person_id``, reads the refusal, follows i
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -197,6 +198,63 @@ class TestServerSide:
         [record] = records
         assert (record.horizon, record.fed) == (2, 2)
         assert record.first_failure is not None and record.first_failure.cause is Cause.SCHEMA
+
+
+async def echo_server(guard: MonitorMiddleware, ran: list[str]) -> Server[Any]:
+    """A low-level server with one ``echo`` tool, guarded by ``guard``."""
+
+    async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+        schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+        return ListToolsResult(tools=[Tool(name="echo", input_schema=schema)])
+
+    async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+        ran.append(str((params.arguments or {}).get("text")))
+        return CallToolResult(content=[TextContent(type="text", text=ran[-1])])
+
+    server: Server[Any] = Server("echo", on_list_tools=list_tools, on_call_tool=call_tool)
+    server.middleware.append(guard)
+    return server
+
+
+class TestServerEpisodeLifetime:
+    """Server-side episodes are opened and closed by the middleware itself, on any anyio backend."""
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+    async def test_each_connection_is_an_episode_closed_at_teardown(self, anyio_backend: str) -> None:
+        """Two connections give two records, each written when its client disconnects; no helper thread is started."""
+        ran: list[str] = []
+        records: list[EpisodeRecord] = []
+        guard = MonitorMiddleware(sink=records.append, task_id="echo-task")
+        server = await echo_server(guard, ran)
+        threads = threading.active_count()
+        async with Client(server, mode="legacy") as client:
+            await client.call_tool("echo", {"text": "one"})
+            await client.call_tool("echo", {"txt": "typo"})
+            assert threading.active_count() <= threads  # the open episode needs no thread of its own
+            assert records == []
+        assert [(r.horizon, r.fed, r.status) for r in records] == [(2, 2, "finished")]
+        async with Client(server, mode="legacy") as client:
+            await client.call_tool("echo", {"text": "two"})
+        assert [(r.horizon, r.fed, r.executable) for r in records] == [(2, 2, False), (1, 2, True)]
+        assert records[0].episode_id != records[1].episode_id
+        assert {r.task_id for r in records} == {"echo-task"}
+        await guard.aclose()  # nothing is left open
+        assert len(records) == 2 and ran == ["one", "two"]
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+    async def test_aclose_finishes_episodes_under_a_custom_key(self, anyio_backend: str) -> None:
+        """Episodes grouped by key= outlive connections and are finished by aclose()."""
+        ran: list[str] = []
+        records: list[EpisodeRecord] = []
+        guard = MonitorMiddleware(sink=records.append, key=lambda ctx: "everyone")
+        server = await echo_server(guard, ran)
+        for text_ in ("a", "b"):
+            async with Client(server, mode="legacy") as client:
+                await client.call_tool("echo", {"text": text_})
+        assert records == []
+        await guard.aclose()
+        [record] = records
+        assert record.horizon == 2 and [a.reached_environment for a in record.actions] == [True, True]
 
 
 class TestDeclareTools:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 pytest.importorskip("pydantic_ai")
 
@@ -18,6 +25,7 @@ from prefixmon import (
     Outcome,
     Policy,
     Ref,
+    Telemetry,
     Toolset,
     TrackedState,
     read_records,
@@ -28,6 +36,7 @@ from pydantic_ai import (
     DeferredToolRequests,
     DeferredToolResults,
     ModelResponse,
+    RetryPromptPart,
     TextPart,
     ToolApproved,
     ToolCallPart,
@@ -48,10 +57,10 @@ def anyio_backend() -> str:
 
 
 def tool_returns(messages: list[ModelMessage]) -> list[str]:
-    """Contents of the tool returns in the last request (what the model is shown now)."""
+    """Contents of the tool returns (and retry prompts, as older pydantic-ai sends) in the last request."""
     last = messages[-1]
     assert isinstance(last, ModelRequest)
-    return [str(p.content) for p in last.parts if isinstance(p, ToolReturnPart)]
+    return [str(p.content) for p in last.parts if isinstance(p, (ToolReturnPart, RetryPromptPart))]
 
 
 def responses(messages: list[ModelMessage]) -> int:
@@ -314,3 +323,79 @@ class TestEscalation:
         await app.agent.run("send Fredrik 500")
         (record,) = await app.capability.close_parked()
         assert record.actions[0].decision is Decision.DENY and app.records == [record]
+
+
+class TestEpisodeLifetime:
+    """Each run opens its episode in wrap_run and closes it there, however the run ends (pydantic-ai: asyncio only)."""
+
+    @staticmethod
+    def search_then(final: Callable[[], ModelResponse]) -> Any:
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if responses(messages) == 0:
+                return ModelResponse(parts=[ToolCallPart("search_contacts", {"name": "Fredrik"}, tool_call_id="s1")])
+            return final()
+
+        return script
+
+    async def test_failed_run_closes_the_episode_as_error(self) -> None:
+        """A model that raises ends the run; the record keeps the calls so far and says error."""
+
+        def crash() -> ModelResponse:
+            raise ConnectionError("model backend down")
+
+        app = Contacts(self.search_then(crash))
+        with pytest.raises(ConnectionError):
+            await app.agent.run("find Fredrik")
+        (record,) = app.records
+        assert (record.status, record.error, record.outcome) == ("error", "ConnectionError", None)
+        assert [(a.call_id, a.reached_environment) for a in record.actions] == [("s1", True)]
+
+    @pytest.mark.xfail(
+        sys.version_info < (3, 11),
+        strict=True,
+        reason="asyncio before 3.11 cannot retract the cancel that hits aclose's shielded sink delivery",
+    )
+    async def test_cancelled_run_closes_the_episode_as_cancelled(self) -> None:
+        """Cancelling a run mid-tool abandons the call; the record still reaches the sink."""
+        started = anyio.Event()
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            return ModelResponse(parts=[ToolCallPart("wait_for_reply", {}, tool_call_id="w1")])
+
+        records: list[EpisodeRecord] = []
+        agent: Agent[None, str] = Agent(
+            FunctionModel(script), capabilities=[PrefixmonCapability(Monitor(Toolset(), sink=records.append))]
+        )
+
+        @agent.tool_plain
+        async def wait_for_reply() -> str:
+            started.set()
+            await anyio.sleep_forever()
+            return "never"  # pragma: no cover
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent.run, "wait for the reply")
+            await started.wait()
+            tg.cancel_scope.cancel()
+        (record,) = records
+        assert record.status == "cancelled"
+        (action,) = record.actions
+        assert action.call_id == "w1" and action.reached_environment  # it was running: its outcome is unknown
+        assert action.error == "cancelled before the call finished"
+
+    async def test_tool_spans_are_children_of_the_episode_span(self) -> None:
+        """With Telemetry, each execute_tool span nests under the run's invoke_agent span, which ends with the run."""
+        spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        app = Contacts(
+            self.search_then(lambda: ModelResponse(parts=[TextPart("found")])),
+            observers=[Telemetry(tracer_provider=provider, metrics=False)],
+        )
+        await app.agent.run("find Fredrik")
+        assert not trace.get_current_span().is_recording()  # the episode span does not outlive the run
+        by_name = {span.name: span for span in spans.get_finished_spans()}
+        episode, tool = by_name["invoke_agent"], by_name["execute_tool search_contacts"]
+        assert tool.parent is not None and episode.context is not None
+        assert tool.parent.span_id == episode.context.span_id
+        assert episode.attributes is not None and episode.attributes["prefixmon.episode.id"] == app.records[0].episode_id
