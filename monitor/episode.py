@@ -398,7 +398,13 @@ class Episode:
         """
         pending = await self.begin(name, args, call_id=call_id)
         try:
-            result = await pending.run(execute)
+            func = pending.spec.func if execute is None and pending._token is None and pending.spec is not None else None
+            if func is not None:  # the common case, without run()'s extra coroutine
+                result = func(**pending.args)
+                if type(result) is CoroutineType or inspect.isawaitable(result):
+                    result = await result
+            else:
+                result = await pending.run(execute)
         except anyio.get_cancelled_exc_class():
             pending.abandon()
             raise

@@ -153,15 +153,16 @@ def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, An
         return {}
     if isinstance(raw, dict):
         return raw
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    if isinstance(raw, bytes):
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            return f"arguments are not valid UTF-8 (byte 0x{raw[e.start]:02x} at position {e.start})"
-    if not isinstance(raw, str):
-        return f"arguments must be a JSON object, got {type(raw).__name__}"
+    if type(raw) is not str:  # JSON text, the other common case, skips these checks
+        if isinstance(raw, Mapping):
+            return dict(raw)
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return f"arguments are not valid UTF-8 (byte 0x{raw[e.start]:02x} at position {e.start})"
+        if not isinstance(raw, str):
+            return f"arguments must be a JSON object, got {type(raw).__name__}"
     if not raw or raw.isspace():  # (no stripped copy of a large payload)
         return {}
     try:

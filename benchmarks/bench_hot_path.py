@@ -1,0 +1,510 @@
+"""Hot-path benchmark of the runtime monitor (issue 8). Not part of pytest.
+
+Run:  .venv/bin/python benchmarks/bench_hot_path.py [--calls 60000] [--quick] [--markdown FILE]
+
+Every number is measured in this run, and every ratio compares two measurements taken
+interleaved in the same process (rounds alternate between the two sides), so machine load
+shifts both sides alike. Per-call times are taken with ``time.perf_counter_ns`` around each
+single ``await``; the garbage collector is frozen after setup, disabled inside each timed
+chunk and run between chunks (so a collection pause lands on neither side).
+
+1. Overhead per checked call, telemetry off: ``await episode.call(name, args)`` against a
+   bare ``await tool(**args)``, for a tool with no rules, for a tool with a reference, a
+   precondition, a grounded argument and a produced reference, and for raw JSON arguments
+   (bare side: ``await tool(**json.loads(text))``). Target: overhead <= 5 us at p50.
+2. OpenTelemetry SDK on (BatchSpanProcessor into an exporter that drops spans, metrics to an
+   in-memory reader): the monitor's total cost (checks, spans, events, metrics) against a
+   bare ``execute_tool`` span with the same attributes and no checks. Target: <= 1.3x.
+3. Check cost against state size: 100,000 facts, 100,000 reference bindings and 100,000
+   pooled values against 10 of each. Target: median ratio <= 1.2.
+4. Throughput, telemetry off, one process: episodes of 20 calls one after another (records
+   built; with and without a JSON Lines sink), and 1,000 concurrent episodes x 20 calls
+   (the agent yields to the event loop between calls). Target: >= 50,000 checked calls/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
+
+import anyio
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind
+from opentelemetry.util.types import AttributeValue
+from prefixmon import Episode, Monitor, Ref, Toolset, TrackedState, read_records
+from prefixmon import semconv as sc
+from prefixmon.telemetry import Telemetry
+
+OVERHEAD_TARGET_US: Final = 5.0
+OTEL_RATIO_TARGET: Final = 1.3
+STATE_RATIO_TARGET: Final = 1.2
+THROUGHPUT_TARGET: Final = 50_000
+CHUNK: Final = 500
+"""Calls per timed chunk (one episode per chunk)."""
+
+
+# -- the tool layer --------------------------------------------------------------------------
+def in_stock(state: TrackedState, args: Any) -> bool:
+    """the item is out of stock"""
+    return bool(state.facts.get("in_stock", True))
+
+
+def build_tools() -> Toolset:
+    """A shop: a plain tool, a producing search, and an order tool with every kind of rule."""
+    tools = Toolset()
+
+    @tools.tool
+    async def ping(n: int) -> int:
+        """No rules: schema only."""
+        return n
+
+    @tools.tool(produces="item_id")
+    async def find_item(name: str) -> dict[str, Any]:
+        """Search; the ids in the result become references."""
+        return {"item_id": "i-1", "name": name, "price": 12.5}
+
+    @tools.tool(requires=[in_stock], produces="order_id", grounded=["quantity"])
+    async def order(item_id: Annotated[str, Ref("item_id")], quantity: int, note: str = "") -> dict[str, Any]:
+        """Reference + precondition + grounded argument + produced reference."""
+        return {"order_id": "o-1", "status": "placed"}
+
+    @tools.tool
+    async def ping_yield(n: int) -> int:
+        """Yields to the event loop once, like a tool doing I/O."""
+        await anyio.sleep(0)
+        return n
+
+    return tools
+
+
+ORDER_ARGS: Final = {"item_id": "i-1", "quantity": 2}
+PING_ARGS: Final = {"n": 7}
+
+
+async def prime(ep: Episode) -> None:
+    """Bind the item id and make the quantity available information."""
+    ep.user("please order 2 of the blue mug")
+    await ep.call("find_item", {"name": "blue mug"})
+
+
+# -- statistics ------------------------------------------------------------------------------
+def pct(samples: Sequence[int], q: float) -> float:
+    """The q-th percentile (nearest rank) of nanosecond samples, in microseconds."""
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(q / 100 * len(s)))] / 1000
+
+
+@dataclass
+class Row:
+    """One line of the result table."""
+
+    name: str
+    value: str
+    target: str
+    ok: bool | None
+    detail: str = ""
+
+
+ROWS: list[Row] = []
+
+
+def add(name: str, value: str, target: str = "", ok: bool | None = None, detail: str = "") -> None:
+    ROWS.append(Row(name, value, target, ok, detail))
+    mark = "" if ok is None else ("  ok" if ok else "  MISSED")
+    print(f"  {name:<58} {value:>16} {target:>10}{mark}   {detail}", flush=True)
+
+
+class timed_chunk:
+    """Disable GC inside a timed chunk; collect outside it."""
+
+    def __enter__(self) -> None:
+        gc.collect()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        gc.enable()
+
+
+# -- 1. overhead, telemetry off --------------------------------------------------------------
+async def overhead(tools: Toolset, calls: int) -> None:
+    print("\n1. overhead per checked call, telemetry off (per-call perf_counter_ns)")
+    monitor = Monitor(tools, policy="block")
+    pc = time.perf_counter_ns
+    rounds = max(1, calls // CHUNK)
+
+    async def scenario(label: str, name: str, args: dict[str, Any], as_json: bool) -> None:
+        func = tools[name].func
+        assert func is not None
+        text = json.dumps(args)
+        bare: list[int] = []
+        checked: list[int] = []
+        open_close: list[int] = []
+        for _ in range(rounds):
+            with timed_chunk():
+                if as_json:
+                    for _ in range(CHUNK):
+                        t0 = pc()
+                        await func(**json.loads(text))
+                        bare.append(pc() - t0)
+                else:
+                    for _ in range(CHUNK):
+                        t0 = pc()
+                        await func(**args)
+                        bare.append(pc() - t0)
+            with timed_chunk():
+                t0 = pc()
+                async with monitor.episode(task_id="bench") as ep:
+                    await prime(ep)
+                    open_close.append(pc() - t0)
+                    raw: Any = text if as_json else args
+                    for _ in range(CHUNK):
+                        t0 = pc()
+                        await ep.call(name, raw)
+                        checked.append(pc() - t0)
+                    t0 = pc()
+                open_close[-1] += pc() - t0
+                assert ep.record is not None and ep.record.executable and ep.record.horizon == CHUNK + 1
+        b50, c50, b99, c99 = pct(bare, 50), pct(checked, 50), pct(bare, 99), pct(checked, 99)
+        over50, over99 = c50 - b50, c99 - b99
+        add(
+            f"overhead p50, {label}",
+            f"{over50:.2f} us",
+            f"<= {OVERHEAD_TARGET_US:g} us",
+            over50 <= OVERHEAD_TARGET_US,
+            f"bare {b50:.2f} us, checked {c50:.2f} us",
+        )
+        add(f"overhead p99, {label}", f"{over99:.2f} us", "", None, f"bare {b99:.2f} us, checked {c99:.2f} us")
+        per = statistics.median(open_close) / 1000
+        add(f"episode open + close ({CHUNK + 1}-call record), {label}", f"{per:.0f} us", "", None,
+            f"{per / (CHUNK + 1):.2f} us per call")
+
+    await scenario("no rules (ping)", "ping", PING_ARGS, False)
+    await scenario("every rule (order)", "order", ORDER_ARGS, False)
+    await scenario("every rule, JSON text args", "order", ORDER_ARGS, True)
+
+
+# -- 2. OpenTelemetry SDK on -----------------------------------------------------------------
+class DropExporter(SpanExporter):
+    """Counts spans and drops them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.count += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+START_ATTRS: Final[dict[str, AttributeValue]] = {
+    sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
+    sc.GEN_AI_TOOL_NAME: "order",
+    sc.PREFIXMON_EPISODE_ID: "bench",
+}
+END_ATTRS: Final[dict[str, AttributeValue]] = {
+    sc.PREFIXMON_EXECUTABLE: True,
+    sc.PREFIXMON_DECISION: "allow",
+    sc.PREFIXMON_REACHED_ENVIRONMENT: True,
+    sc.PREFIXMON_TURN: 0,
+}
+GUARDRAIL_EVENT: Final[dict[str, AttributeValue]] = {
+    sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: sc.GUARDRAIL_COMPONENT,
+    sc.GEN_AI_GUARDRAIL_SOURCE: sc.GUARDRAIL_SOURCE_TOOL_INPUT,
+    sc.GEN_AI_GUARDRAIL_RESULT_TYPE: "pass",
+    sc.GEN_AI_GUARDRAIL_RESULT_VALUE: True,
+    sc.GEN_AI_GUARDRAIL_RESULT_REASON: "executable",
+}
+
+
+async def with_otel(tools: Toolset, calls: int) -> None:
+    print("\n2. OpenTelemetry SDK on (BatchSpanProcessor -> dropping exporter; in-memory metric reader)")
+    exporter = DropExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 16))
+    reader = InMemoryMetricReader()
+    mp = MeterProvider(metric_readers=[reader])
+    monitors = {
+        "monitor": Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=tp, meter_provider=mp)]),
+        "monitor, no metrics": Monitor(
+            tools, policy="block", observers=[Telemetry(tracer_provider=tp, meter_provider=mp, metrics=False)]
+        ),
+        "checks only": Monitor(tools, policy="block"),
+    }
+    tracer = tp.get_tracer("bench")
+    pc = time.perf_counter_ns
+    rounds = max(1, calls // CHUNK)
+    func = tools["order"].func
+    assert func is not None
+    args = ORDER_ARGS
+    t: dict[str, list[int]] = {k: [] for k in ("bare", "span", "span + event", *monitors)}
+
+    async def bare_spans(event: bool) -> None:
+        # What a GenAI-instrumented agent pays anyway: an execute_tool span with the monitor's
+        # attributes (start and end), current while the tool runs, under an agent span.
+        samples = t["span + event" if event else "span"]
+        with tracer.start_as_current_span(sc.INVOKE_AGENT, kind=SpanKind.INTERNAL):
+            for depth in range(2, CHUNK + 2):
+                t0 = pc()
+                with tracer.start_as_current_span(
+                    f"{sc.EXECUTE_TOOL} order", kind=SpanKind.INTERNAL, attributes={**START_ATTRS, sc.PREFIXMON_DEPTH: depth}
+                ) as span:
+                    await func(**args)
+                    span.set_attributes(END_ATTRS)
+                    if event:
+                        span.add_event(sc.GEN_AI_GUARDRAIL_RESULT, GUARDRAIL_EVENT)
+                samples.append(pc() - t0)
+
+    for r in range(rounds):
+        with timed_chunk():
+            for _ in range(CHUNK):
+                t0 = pc()
+                await func(**args)
+                t["bare"].append(pc() - t0)
+        for event in (False, True):
+            with timed_chunk():
+                await bare_spans(event)
+        for label, monitor in monitors.items():
+            with timed_chunk():
+                async with monitor.episode(task_id=f"otel-{r}") as ep:
+                    await prime(ep)
+                    for _ in range(CHUNK):
+                        t0 = pc()
+                        await ep.call("order", args)
+                        t[label].append(pc() - t0)
+    tp.force_flush()
+    expected = rounds * (CHUNK * 4 + 2 + 4)  # per round: 2 x (chunk + agent span), 2 x (chunk + prime call + episode span)
+    cost50 = {k: pct(v, 50) - pct(t["bare"], 50) for k, v in t.items()}
+    cost99 = {k: pct(v, 99) - pct(t["bare"], 99) for k, v in t.items()}
+    ratio50 = cost50["monitor"] / cost50["span"]
+    add(
+        "monitor total / bare execute_tool span (same attributes), p50",
+        f"{ratio50:.2f}x",
+        f"<= {OTEL_RATIO_TARGET:g}x",
+        ratio50 <= OTEL_RATIO_TARGET,
+        f"span {cost50['span']:.1f} us, monitor {cost50['monitor']:.1f} us",
+    )
+    add("monitor total / bare execute_tool span (same attributes), p99", f"{cost99['monitor'] / cost99['span']:.2f}x", "", None,
+        f"span {cost99['span']:.1f} us, monitor {cost99['monitor']:.1f} us")
+    add("monitor total / same span and guardrail event, p50", f"{cost50['monitor'] / cost50['span + event']:.2f}x", "", None,
+        f"span + event {cost50['span + event']:.1f} us")
+    add("  of which: checks and bookkeeping (telemetry off)", f"{cost50['checks only']:.1f} us")
+    add("  of which: the guardrail event (span + event - span)", f"{cost50['span + event'] - cost50['span']:.1f} us")
+    add("  of which: per-call metrics (monitor - monitor without metrics)",
+        f"{cost50['monitor'] - cost50['monitor, no metrics']:.1f} us")
+    add("spans exported (every one reached the exporter)", f"{exporter.count:,}", "", exporter.count == expected,
+        f"expected {expected:,}")
+    tp.shutdown()
+    mp.shutdown()
+
+
+# -- 3. state size ---------------------------------------------------------------------------
+async def state_size(tools: Toolset, calls: int) -> None:
+    print("\n3. check cost against state size (interleaved rounds)")
+    monitor = Monitor(tools, policy="block")
+    pc = time.perf_counter_ns
+    rounds = max(1, calls // CHUNK)
+    big_n = 100_000
+
+    async def episode_of(n: int) -> Episode:
+        ep = monitor.open_episode(task_id=f"state-{n}", facts={f"fact-{i}": i for i in range(n)})
+        for i in range(n):
+            ep.state.bind("item_id" if i % 2 else "order_id", f"id-{i}", tool="find_item")
+        ep.state.ingest([{"sku": f"sku-{i}", "stock": i} for i in range(n)])
+        await prime(ep)
+        return ep
+
+    small, big = await episode_of(10), await episode_of(big_n)
+    assert big.state.binding_count >= big_n and len(big.state.facts) == big_n
+    check_t: dict[int, list[int]] = {10: [], big_n: []}
+    call_t: dict[int, list[int]] = {10: [], big_n: []}
+    args = ORDER_ARGS
+    for _ in range(rounds):
+        for ep, n in ((small, 10), (big, big_n)):
+            with timed_chunk():
+                for _ in range(CHUNK):
+                    t0 = pc()
+                    v = ep.check("order", args)
+                    check_t[n].append(pc() - t0)
+                assert v.executable
+                for _ in range(CHUNK):
+                    t0 = pc()
+                    await ep.call("order", args)
+                    call_t[n].append(pc() - t0)
+    for ep in (small, big):
+        rec = await ep.aclose()
+        assert rec.executable
+    for label, t in (("pure check (episode.check)", check_t), ("checked call (episode.call)", call_t)):
+        m_small, m_big = pct(t[10], 50), pct(t[big_n], 50)
+        ratio = m_big / m_small
+        add(
+            f"{label}: 100,000 vs 10 facts/bindings, p50",
+            f"{ratio:.2f}x",
+            f"<= {STATE_RATIO_TARGET:g}x",
+            ratio <= STATE_RATIO_TARGET,
+            f"{m_small:.2f} us vs {m_big:.2f} us",
+        )
+
+
+# -- 4. throughput ---------------------------------------------------------------------------
+CALLS_PER_EPISODE: Final = 20
+
+
+async def agent(monitor: Monitor, i: int, tool: str, yield_between: bool) -> None:
+    """One episode of 20 calls: a search, then orders and pings."""
+    async with monitor.episode(task_id=f"t-{i}", labels={"model": "bench", "method": "react"}) as ep:
+        await prime(ep)
+        for k in range(CALLS_PER_EPISODE - 1):
+            if yield_between:
+                await anyio.sleep(0)
+            if k % 2:
+                await ep.call("order", ORDER_ARGS)
+            else:
+                await ep.call(tool, PING_ARGS)
+        ep.finish("success")
+
+
+async def bare_agent(tools: Toolset, tool: str, yield_between: bool) -> None:
+    """The same 20 calls without a monitor."""
+    find, order, ping = tools["find_item"].func, tools["order"].func, tools[tool].func
+    assert find is not None and order is not None and ping is not None
+    await find(name="blue mug")
+    for k in range(CALLS_PER_EPISODE - 1):
+        if yield_between:
+            await anyio.sleep(0)
+        if k % 2:
+            await order(**ORDER_ARGS)
+        else:
+            await ping(**PING_ARGS)
+
+
+async def throughput(tools: Toolset, episodes: int) -> None:
+    print("\n4. throughput, telemetry off, one process (GC on)")
+    calls = episodes * CALLS_PER_EPISODE
+
+    async def sequential(monitor: Monitor | None) -> float:
+        t0 = time.perf_counter()
+        for i in range(episodes):
+            if monitor is None:
+                await bare_agent(tools, "ping", False)
+            else:
+                await agent(monitor, i, "ping", False)
+        return calls / (time.perf_counter() - t0)
+
+    bare_rate = await sequential(None)
+    rate = await sequential(Monitor(tools, policy="block"))
+    add(
+        f"sequential episodes x {CALLS_PER_EPISODE} calls, records built, no sink",
+        f"{rate:,.0f}/s",
+        f">= {THROUGHPUT_TARGET:,}",
+        rate >= THROUGHPUT_TARGET,
+        f"bare tools {bare_rate:,.0f}/s",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "records.jsonl")
+        rate_sink = await sequential(Monitor(tools, policy="block", sink=path))
+        n = len(read_records(path))
+        add(
+            f"sequential episodes x {CALLS_PER_EPISODE} calls, JSON Lines sink",
+            f"{rate_sink:,.0f}/s",
+            f">= {THROUGHPUT_TARGET:,}",
+            rate_sink >= THROUGHPUT_TARGET and n == episodes,
+            f"{n:,} records written and read back",
+        )
+
+    async def concurrent(monitor: Monitor | None, n_eps: int) -> float:
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for i in range(n_eps):
+                if monitor is None:
+                    tg.start_soon(bare_agent, tools, "ping_yield", True)
+                else:
+                    tg.start_soon(agent, monitor, i, "ping_yield", True)
+        return n_eps * CALLS_PER_EPISODE / (time.perf_counter() - t0)
+
+    records: list[Any] = []
+
+    async def keep(record: Any) -> None:
+        records.append(record)
+
+    bare_c = await concurrent(None, 1000)
+    rate_c = await concurrent(Monitor(tools, policy="block", sink=keep), 1000)
+    complete = len(records) == 1000 and all(r.horizon == CALLS_PER_EPISODE and r.executable for r in records)
+    add(
+        f"1,000 concurrent episodes x {CALLS_PER_EPISODE} calls (yielding tools)",
+        f"{rate_c:,.0f}/s",
+        f">= {THROUGHPUT_TARGET:,}",
+        rate_c >= THROUGHPUT_TARGET and complete,
+        f"bare {bare_c:,.0f}/s; {len(records):,} complete records",
+    )
+
+
+# -- main ------------------------------------------------------------------------------------
+def markdown() -> str:
+    lines = [
+        "| measurement | result | target | met | detail |",
+        "|---|---:|---:|:---:|---|",
+    ]
+    for r in ROWS:
+        met = "" if r.ok is None else ("yes" if r.ok else "**no**")
+        lines.append(f"| {r.name} | {r.value} | {r.target} | {met} | {r.detail} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=60_000, help="timed calls per side and scenario")
+    parser.add_argument("--episodes", type=int, default=5_000, help="sequential episodes in the throughput run")
+    parser.add_argument("--quick", action="store_true", help="a short run (10,000 calls, 1,000 episodes)")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the table as markdown")
+    parser.add_argument("--only", default="1234", help="sections to run, e.g. 13 (default: all)")
+    ns = parser.parse_args(argv)
+    calls, episodes = (10_000, 1_000) if ns.quick else (ns.calls, ns.episodes)
+    print(f"prefixmon hot path: python {sys.version.split()[0]}, {os.cpu_count()} cores, {calls:,} calls per side")
+    tools = build_tools()
+
+    async def run() -> None:
+        gc.collect()
+        gc.freeze()
+        sections: list[Callable[[], Awaitable[None]]] = [
+            lambda: overhead(tools, calls),
+            lambda: with_otel(tools, calls),
+            lambda: state_size(tools, calls),
+            lambda: throughput(tools, episodes),
+        ]
+        for number, section in enumerate(sections, 1):
+            if str(number) in ns.only:
+                await section()
+
+    anyio.run(run)
+    table = markdown()
+    print("\n" + table)
+    if ns.markdown:
+        with open(ns.markdown, "w", encoding="utf-8") as f:
+            f.write(table + "\n")
+    missed = [r.name for r in ROWS if r.ok is False]
+    if missed:
+        print(f"\nMISSED: {', '.join(missed)}", file=sys.stderr)
+        return 1
+    print("\nevery target met")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,333 @@
+"""Property-based fuzzing (hypothesis) of argument parsing, checking, result indexing and the record reader.
+
+Properties: parsing any input returns a dict or a reason and never raises; every check returns
+a consistent verdict; running any call under any policy either returns, raises ToolBlocked,
+or raises the tool's own error, and always leaves a valid record; indexing any result never
+raises; reading any bytes as a record file yields records and bad lines (or RecordError in
+strict mode), never another exception, and never loses a good line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Any
+
+import anyio
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from prefixmon import (
+    ActionRecord,
+    BadLine,
+    Cause,
+    Decision,
+    Grounded,
+    Monitor,
+    Outcome,
+    RecordError,
+    Ref,
+    ToolBlocked,
+    Toolset,
+    TrackedState,
+    iter_records,
+)
+from prefixmon.predicate import parse_arguments
+from prefixmon.records import EpisodeRecord, build_record, dumps_record, loads_record
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+arg_names = st.sampled_from(["text", "n", "person_id", "amount", "x", ""]) | st.text(max_size=6)
+arg_dicts = st.dictionaries(arg_names, json_values, max_size=5)
+
+
+def json_text(draw_value: Any) -> str:
+    return json.dumps(draw_value, allow_nan=True)
+
+
+raw_arguments = st.one_of(
+    st.none(),
+    arg_dicts,
+    arg_dicts.map(json_text),
+    json_values.map(json_text),  # valid JSON that may not be an object
+    st.text(max_size=60),  # mostly invalid JSON
+    st.binary(max_size=60),  # often invalid UTF-8
+    arg_dicts.map(lambda d: json_text(d).encode("utf-8", "surrogatepass")),
+    arg_dicts.map(json_text).map(lambda s: s[: len(s) // 2]),  # truncated JSON
+)
+
+
+def build_tools() -> Toolset:
+    """Every rule kind, over both schema styles."""
+    tools = Toolset()
+
+    @tools.tool(produces="person_id")
+    def search(text: str = "") -> list[dict[str, str]]:
+        """Search."""
+        return [{"person_id": "p-1", "name": text}]
+
+    @tools.tool(requires=[lambda state, args: bool(state.facts.get("on")) or "service is off"], invalidates="person_id")
+    def remove(person_id: Annotated[str, Ref("person_id")]) -> dict[str, str]:
+        """Remove."""
+        return {"removed": person_id}
+
+    @tools.tool
+    def pay(person_id: Annotated[str, Ref("person_id", user=True)], amount: Annotated[float, Grounded()]) -> str:
+        """Pay."""
+        return "paid"
+
+    @tools.tool(effects=[lambda state, args, result: state.facts.__setitem__("on", True)])
+    def switch_on() -> bool:
+        """Turn the service on."""
+        return True
+
+    tools.add_schema(
+        "schema_tool",
+        {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0}, "text": {"type": "string"}}, "required": ["x"]},
+        func=lambda x, text="": {"x": x},
+        grounded=["text"],
+    )
+
+    @tools.tool
+    def crash(n: int = 0) -> None:
+        """The environment rejects everything."""
+        raise RuntimeError(f"rejected {n}")
+
+    return tools
+
+
+TOOL_NAMES = ["search", "remove", "pay", "switch_on", "schema_tool", "crash", "missing", ""]
+
+
+class TestParsing:
+    """parse_arguments and the schema check on arbitrary input."""
+
+    @FUZZ
+    @given(raw=raw_arguments)
+    def test_parse_returns_dict_or_reason(self, raw: Any) -> None:
+        """Any input parses to a dict or to a non-empty reason string; nothing raises."""
+        parsed = parse_arguments(raw)
+        assert isinstance(parsed, (dict, str))
+        if isinstance(parsed, str):
+            assert parsed and len(parsed) < 300
+
+    @FUZZ
+    @given(value=json_values)
+    def test_json_objects_round_trip(self, value: Any) -> None:
+        """Valid JSON objects without NaN/inf parse to what json.loads gives."""
+        assume(isinstance(value, dict))
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except ValueError:
+            return
+        assert parse_arguments(text) == json.loads(text)
+        assert parse_arguments(text.encode()) == json.loads(text)
+
+    @FUZZ
+    @given(name=st.sampled_from(TOOL_NAMES) | st.text(max_size=10), raw=raw_arguments, user=st.text(max_size=30))
+    def test_every_check_gives_a_consistent_verdict(self, name: str, raw: Any, user: str) -> None:
+        """Executable iff no failures; the primary cause is the first in tie-break order; args only when valid."""
+        ep = Monitor(build_tools()).open_episode(task_id="fuzz")
+        ep.user(user)
+        v = ep.check(name, raw)
+        assert v.executable == (not v.failures)
+        if v.executable:
+            assert isinstance(v.args, dict)
+        else:
+            causes = [f.cause for f in v.failures]
+            assert causes == sorted(causes, key=list(Cause).index)
+            assert v.cause is causes[0] and v.reason and v.code
+            if v.cause is Cause.SCHEMA:
+                assert v.args is None
+        assert v.depth == 1 and v.tool == name
+
+
+class TestCalls:
+    """Whole episodes of arbitrary calls under every policy."""
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        calls=st.lists(st.tuples(st.sampled_from(TOOL_NAMES), raw_arguments), min_size=0, max_size=8),
+        policy=st.sampled_from(["observe", "block"]),
+        failure_mode=st.sampled_from(["fail_open", "fail_closed"]),
+    )
+    def test_any_call_sequence_leaves_a_valid_record(self, calls: list[tuple[str, Any]], policy: str, failure_mode: Any) -> None:
+        """Each call returns, is blocked, or re-raises the tool's error; the record is valid and consistent."""
+        monitor = Monitor(build_tools(), policy=policy, failure_mode=failure_mode)
+        outcomes: list[str] = []
+
+        async def run() -> EpisodeRecord:
+            async with monitor.episode(task_id="fuzz") as ep:
+                ep.user("pay p-1 the 5 dollars")
+                for name, raw in calls:
+                    try:
+                        await ep.call(name, raw)
+                        outcomes.append("ran")
+                    except ToolBlocked:
+                        outcomes.append("blocked")
+                    except RuntimeError as e:
+                        assert "rejected" in str(e)
+                        outcomes.append("rejected")
+                    except TypeError:  # observe runs a call whose arguments do not fit the signature
+                        assert policy == "observe"
+                        outcomes.append("rejected")
+            assert ep.record is not None
+            return ep.record
+
+        rec = anyio.run(run)
+        assert loads_record(dumps_record(rec)) == rec
+        assert rec.horizon == max(1, len(calls))
+        if calls:
+            assert [a.reached_environment for a in rec.actions] == [o != "blocked" for o in outcomes]
+            for a, o in zip(rec.actions, outcomes, strict=True):
+                if o == "rejected":
+                    assert not a.executable
+                if a.decision is Decision.BLOCK:
+                    assert o == "blocked" and not a.executable
+        assert monitor.stats.internal_errors == 0
+
+
+class TestIndexing:
+    """The information pool and reference bindings on arbitrary results."""
+
+    @FUZZ
+    @given(
+        result=json_values | st.binary(max_size=30) | json_values.map(json_text),
+        kinds=st.sampled_from([None, {"id": "id", "": "empty"}]),
+    )
+    def test_ingest_never_raises_and_finds_scalar_leaves(self, result: Any, kinds: Any) -> None:
+        """Any result is indexed; every finite scalar string/int leaf is then 'seen'."""
+        state = TrackedState()
+        state.ingest(result, produce=kinds, tool="t")
+        leaves: list[Any] = []
+
+        def collect(obj: Any) -> None:
+            if isinstance(obj, dict):
+                for v in obj.values():
+                    collect(v)
+            elif isinstance(obj, list):
+                for v in obj:
+                    collect(v)
+            elif isinstance(obj, (str, int)) and not isinstance(obj, bool):
+                leaves.append(obj)
+
+        shown = result
+        if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
+            with contextlib.suppress(ValueError):  # JSON text results are parsed and indexed as data
+                shown = json.loads(result)
+        collect(shown)
+        for leaf in leaves:
+            assert state.seen(leaf)
+
+
+def record_strategy() -> st.SearchStrategy[EpisodeRecord]:
+    """Consistent records built by build_record from arbitrary actions."""
+    texts = st.text(max_size=12)
+
+    @st.composite
+    def make(draw: st.DrawFn) -> EpisodeRecord:
+        n = draw(st.integers(min_value=0, max_value=5))
+        actions = []
+        for depth in range(1, n + 1):
+            executable = draw(st.booleans())
+            actions.append(
+                ActionRecord(
+                    depth=depth,
+                    tool=draw(texts),
+                    call_id=draw(st.none() | texts),
+                    executable=executable,
+                    cause=None if executable else draw(st.sampled_from(list(Cause))),
+                    reason=None if executable else draw(texts),
+                    decision=draw(st.sampled_from(list(Decision))),
+                    reached_environment=draw(st.booleans()),
+                    error=draw(st.none() | texts),
+                    turn=draw(st.integers(0, 3)),
+                )
+            )
+        start = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=draw(st.integers(0, 10**6)))
+        return build_record(
+            episode_id=draw(texts),
+            task_id=draw(texts),
+            labels=draw(st.dictionaries(texts, texts, max_size=3)),
+            actions=actions,
+            outcome=draw(st.none() | st.sampled_from(list(Outcome))),
+            started_at=start,
+            ended_at=start + timedelta(seconds=1),
+            allows_no_tool=draw(st.booleans()),
+        )
+
+    return make()
+
+
+def _read(data: bytes, on_error: Any) -> tuple[list[EpisodeRecord], list[BadLine]]:
+    fd, name = tempfile.mkstemp(suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        errors: list[BadLine] = []
+        return list(iter_records(name, on_error=on_error, errors=errors)), errors
+    finally:
+        os.unlink(name)
+
+
+class TestRecordReader:
+    """iter_records on arbitrary and corrupted files."""
+
+    @FUZZ
+    @given(records=st.lists(record_strategy(), max_size=4))
+    def test_round_trip(self, records: list[EpisodeRecord]) -> None:
+        """Written records read back equal, in order."""
+        data = "".join(dumps_record(r) + "\n" for r in records).encode()
+        got, errors = _read(data, "raise")
+        assert got == records and errors == []
+
+    @FUZZ
+    @given(data=st.binary(max_size=400))
+    def test_arbitrary_bytes(self, data: bytes) -> None:
+        """Random bytes: skip mode never raises; strict mode raises only RecordError."""
+        got, errors = _read(data, "skip")
+        assert all(isinstance(r, EpisodeRecord) for r in got)
+        lines = [ln for ln in data.split(b"\n") if ln.strip()]
+        assert len(got) + len(errors) == len(lines)
+        try:
+            _read(data, "raise")
+        except RecordError as e:
+            assert e.path is not None and e.line is not None
+
+    @FUZZ
+    @given(
+        records=st.lists(record_strategy(), min_size=1, max_size=4),
+        where=st.integers(min_value=0),
+        garbage=st.binary(min_size=1, max_size=8),
+        mode=st.sampled_from(["truncate", "insert", "replace"]),
+    )
+    def test_corrupted_file_keeps_every_intact_line(
+        self, records: list[EpisodeRecord], where: int, garbage: bytes, mode: str
+    ) -> None:
+        """A corrupted byte range damages at most the lines it touches; every other record is kept."""
+        lines = [(dumps_record(r) + "\n").encode() for r in records]
+        data = b"".join(lines)
+        pos = where % len(data)
+        if mode == "truncate":
+            bad = data[:pos]
+        elif mode == "insert":
+            bad = data[:pos] + garbage + data[pos:]
+        else:
+            bad = data[:pos] + garbage + data[pos + len(garbage) :]
+        got, errors = _read(bad, "skip")
+        intact = [r for r, ln in zip(records, lines, strict=True) if ln in bad.split(b"\n") or ln[:-1] in bad.split(b"\n")]
+        for r in intact:
+            assert r in got
+        assert len(errors) <= max(1, len(garbage) + 1)
+        tail = bad.rsplit(b"\n", 1)[-1]
+        if mode == "truncate" and tail.strip() and tail + b"\n" not in lines:  # cut inside a record
+            assert errors and errors[-1].truncated
+            assert len(got) == bad.count(b"\n")  # every finished line before it is kept

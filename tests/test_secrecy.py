@@ -1,0 +1,292 @@
+"""Secrecy: by default no argument or result value reaches telemetry, whatever path it takes.
+
+tests/test_telemetry.py and tests/test_telemetry_logging.py check the canary against spans and
+log lines for blocked calls and tool errors. This suite pushes one canary through every other
+path a value can travel (JSON text and bytes arguments, user messages, results, error results,
+precondition messages, exceptions raised by rules, effects, hooks, sinks and the agent body,
+replan guidance, escalation edits and denials, unknown tools) with every default observer
+on, and searches every channel at once: finished spans (names, attributes, events, status,
+resource), metric data, structlog JSON lines, standard-library log records, and the OTLP JSON
+file an exporter wrote. Then it checks that opt-in capture applies redaction and size caps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+import structlog
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prefixmon import Deny, Edit, Grounded, Monitor, Policy, Ref, Replan, ToolBlocked, ToolCall, Toolset, TrackedState, Verdict
+from prefixmon import semconv as sc
+from prefixmon.logging import LiveLog, configure_json_logging
+from prefixmon.otel_setup import OtlpJsonFileSpanExporter
+from prefixmon.telemetry import Telemetry, redact_keys
+
+CANARY = "CANARY-c0ffee-51gn4l"
+
+
+@dataclass
+class Channels:
+    """Every place telemetry and logs can end up, all in memory or in tmp files."""
+
+    spans: InMemorySpanExporter
+    reader: InMemoryMetricReader
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    log_stream: io.StringIO
+    otlp_file: Path
+    caplog: pytest.LogCaptureFixture
+
+    def observers(self, **telemetry: Any) -> list[Any]:
+        return [
+            Telemetry(tracer_provider=self.tracer_provider, meter_provider=self.meter_provider, **telemetry),
+            LiveLog(log_calls=True),
+        ]
+
+    def text(self) -> str:
+        """Everything emitted so far, as one searchable text."""
+        self.tracer_provider.force_flush()
+        parts: list[str] = []
+        for s in self.spans.get_finished_spans():
+            parts += [s.name, json.dumps(dict(s.attributes or {}), default=str), s.status.description or ""]
+            parts += [e.name + json.dumps(dict(e.attributes or {}), default=str) for e in s.events]
+            parts.append(json.dumps(dict(s.resource.attributes), default=str))
+        data = self.reader.get_metrics_data()
+        if data is not None:
+            parts.append(data.to_json())
+        parts.append(self.log_stream.getvalue())
+        parts += [f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in self.caplog.records]
+        parts.append(self.otlp_file.read_text(encoding="utf-8") if self.otlp_file.exists() else "")
+        return "\n".join(parts)
+
+
+@pytest.fixture
+def channels(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[Channels]:
+    spans = InMemorySpanExporter()
+    otlp_file = tmp_path / "spans.otlp.jsonl"
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    tp.add_span_processor(SimpleSpanProcessor(OtlpJsonFileSpanExporter(otlp_file)))
+    reader = InMemoryMetricReader()
+    mp = MeterProvider(metric_readers=[reader])
+    stream = io.StringIO()
+    configure_json_logging(level="debug", stream=stream)
+    caplog.set_level(logging.DEBUG)
+    yield Channels(spans, reader, tp, mp, stream, otlp_file, caplog)
+    structlog.reset_defaults()
+    tp.shutdown()
+    mp.shutdown()
+
+
+def secret_tools() -> Toolset:
+    """A tool layer in which the canary can travel every path."""
+    tools = Toolset()
+
+    @tools.tool(produces="account_id")
+    def find_account(owner: str) -> dict[str, str]:
+        """The result carries the secret."""
+        return {"account_id": "acc-1", "owner": owner, "token": CANARY}
+
+    def has_funds(state: TrackedState, args: Any) -> bool | str:
+        return f"account {args['account_id']} has no funds for {args['memo']}"  # quotes argument values
+
+    @tools.tool(requires=[has_funds])
+    def transfer(account_id: Annotated[str, Ref("account_id")], memo: str) -> str:
+        """Blocked by a precondition whose message quotes the arguments."""
+        return "done"
+
+    @tools.tool(grounded=["amount"])
+    def pay(phone: Annotated[str, Grounded()], amount: float) -> str:
+        """Grounded arguments: reasons quote the invented values."""
+        return "paid"
+
+    def exploding_rule(state: TrackedState, args: Any) -> bool:
+        raise ValueError(f"rule saw {args['password']}")
+
+    def exploding_effect(state: TrackedState, args: Any, result: Any) -> None:
+        raise KeyError(f"effect saw {result}")
+
+    @tools.tool(requires=[exploding_rule], effects=[exploding_effect])
+    def login(password: str) -> str:
+        """Rules that raise with the secret in their messages."""
+        return f"session for {password}"
+
+    @tools.tool(error_result=lambda r: f"denied: {r}" if "denied" in str(r) else None)
+    def fetch(key: str) -> str:
+        """An error result that echoes the secret."""
+        return f"denied {key}"
+
+    @tools.tool
+    def explode(key: str) -> None:
+        """The environment raises with the secret in the message."""
+        raise PermissionError(f"no access with {key}")
+
+    return tools
+
+
+async def _travel_every_path(monitor: Monitor) -> Any:
+    async with monitor.episode(task_id="t", labels={"model": "m"}) as ep:
+        ep.user(f"my password is {CANARY}")
+        ep.inform({"note": CANARY})
+        await ep.call("find_account", {"owner": CANARY})
+        await ep.call("find_account", json.dumps({"owner": CANARY}))
+        await ep.call("find_account", json.dumps({"owner": CANARY}).encode())
+        calls: list[tuple[str, dict[str, Any] | str]] = [
+            ("transfer", {"account_id": "acc-1", "memo": CANARY}),
+            ("transfer", {"account_id": CANARY, "memo": "x"}),  # unbound reference, quoted in the reason
+            ("pay", {"phone": CANARY + "-0", "amount": 1.5}),
+            ("find_account", '{"owner": "' + CANARY),  # malformed JSON quoting the secret
+            ("find_account", {"owner": CANARY, "extra": CANARY}),  # unknown argument
+            ("no_such_tool", {"secret": CANARY}),
+        ]
+        for name, args in calls:
+            with pytest.raises(ToolBlocked) as info:
+                await ep.call(name, args)
+            assert "was not run" in str(info.value)  # the model is told; telemetry is not
+        assert await ep.call("login", {"password": CANARY}) == f"session for {CANARY}"  # fail-open
+        await ep.call("fetch", {"key": CANARY})  # error result
+        with pytest.raises(PermissionError):
+            await ep.call("explode", {"key": CANARY})
+        ep.finish("partial")
+    return ep
+
+
+class TestDefaultsSendNothing:
+    """With default settings the canary reaches no telemetry or log channel."""
+
+    async def test_every_path_block_policy(self, channels: Channels, tmp_path: Path) -> None:
+        """Arguments, results, user text, reasons, errors and rule exceptions: none of them leak."""
+
+        def sink(record: Any) -> None:
+            raise OSError(f"cannot store record mentioning {CANARY}")
+
+        monitor = Monitor(secret_tools(), policy="block", observers=channels.observers(), sink=sink)
+        ep = await _travel_every_path(monitor)
+        assert monitor.stats.internal_errors >= 3  # rule, effect, sink: all logged, without their messages
+        record_text = json.dumps(str(ep.record))
+        assert CANARY in record_text  # the record (not telemetry) keeps model-readable reasons
+        text = channels.text()
+        assert "execute_tool transfer" in text and "monitor_internal_error" in text and "first_failure" in text
+        assert CANARY not in text
+
+    async def test_hooks_and_agent_body(self, channels: Channels) -> None:
+        """Replan guidance, escalation edits and denials, and the agent's own exception do not leak."""
+
+        async def replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> Replan:
+            return Replan(guidance=f"ask again about {CANARY}", call=ToolCall(name="find_account", args={"owner": CANARY}))
+
+        async def escalate(verdict: Verdict, call: ToolCall) -> Any:
+            if "memo" in (call.args or {}):
+                return Deny(f"not with {CANARY}")
+            return Edit({"phone": CANARY, "amount": 2.0})
+
+        monitor = Monitor(
+            secret_tools(),
+            policy=Policy(default="escalate", tools={"transfer": "replan"}),
+            replan=replan,
+            escalate=escalate,
+            observers=channels.observers(),
+        )
+        with pytest.raises(RuntimeError):
+            async with monitor.episode(task_id="t") as ep:
+                ep.user(f"send 2 dollars to {CANARY}")
+                await ep.call("transfer", {"account_id": CANARY, "memo": "m"})  # replaced by find_account
+                await ep.call("pay", {"phone": CANARY, "amount": 7.0})  # ungrounded amount: edited
+                raise RuntimeError(f"agent crashed holding {CANARY}")
+        assert ep.record is not None and ep.record.status == "error"
+        text = channels.text()
+        assert "call_replanned" in text and "call_escalated" in text and "RuntimeError" in text
+        assert CANARY not in text
+
+    async def test_observe_policy_and_fail_closed(self, channels: Channels) -> None:
+        """Other settings that change what runs do not change what is sent."""
+        for monitor in (
+            Monitor(secret_tools(), policy="observe", observers=channels.observers()),
+            Monitor(secret_tools(), policy="block", failure_mode="fail_closed", observers=channels.observers()),
+        ):
+            async with monitor.episode(task_id="t") as ep:
+                await ep.call("find_account", {"owner": CANARY})
+                calls: list[tuple[str, dict[str, Any]]] = [
+                    ("pay", {"phone": CANARY, "amount": 9.0}),
+                    ("login", {"password": CANARY}),
+                ]
+                for name, args in calls:
+                    with contextlib.suppress(ToolBlocked):
+                        await ep.call(name, args)
+        assert CANARY not in channels.text()
+
+
+class TestOptInCapture:
+    """capture_content records values, through redaction and a size cap."""
+
+    async def test_redaction_applies_to_arguments_and_results(self, channels: Channels) -> None:
+        """Keys named in redact_keys are masked in arguments and results; other content is recorded."""
+        monitor = Monitor(
+            secret_tools(),
+            policy="block",
+            observers=channels.observers(capture_content=True, redact=redact_keys("owner", "token", "password")),
+        )
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("find_account", {"owner": CANARY})
+        (span,) = [s for s in channels.spans.get_finished_spans() if s.name == "execute_tool find_account"]
+        a = dict(span.attributes or {})
+        assert json.loads(str(a[sc.GEN_AI_TOOL_CALL_ARGUMENTS])) == {"owner": "[REDACTED]"}
+        result = json.loads(str(a[sc.GEN_AI_TOOL_CALL_RESULT]))
+        assert result == {"account_id": "acc-1", "owner": "[REDACTED]", "token": "[REDACTED]"}
+        assert CANARY not in channels.text()
+
+    async def test_size_cap_applies_to_every_content_attribute(self, channels: Channels) -> None:
+        """No captured value is longer than the cap plus its marker, however large the argument, result or error."""
+        cap = 64
+        observers = channels.observers(capture_content=True, max_content_chars=cap)
+        monitor = Monitor(secret_tools(), policy="block", observers=observers)
+        huge = CANARY * 10_000
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("find_account", {"owner": huge})
+            with pytest.raises(ToolBlocked):
+                await ep.call("transfer", {"account_id": huge, "memo": huge})
+            with pytest.raises(PermissionError):
+                await ep.call("explode", {"key": huge})
+        content_keys = {sc.GEN_AI_TOOL_CALL_ARGUMENTS, sc.GEN_AI_TOOL_CALL_RESULT, sc.PREFIXMON_REASON, sc.PREFIXMON_ERROR}
+        seen = 0
+        for s in channels.spans.get_finished_spans():
+            for key, value in (s.attributes or {}).items():
+                if key in content_keys:
+                    seen += 1
+                    assert len(str(value)) <= cap + len("...[9999999 more chars]"), key
+        assert seen >= 6
+        assert len(channels.text()) < 200_000  # 3 calls with 300 KB of arguments each
+
+    async def test_a_redactor_that_raises_drops_content_not_the_call(self, channels: Channels) -> None:
+        """A buggy redaction hook is an observer fault: the call completes and nothing unredacted is sent."""
+
+        def broken(kind: str, value: Any) -> Any:
+            raise RuntimeError("redactor bug")
+
+        monitor = Monitor(secret_tools(), observers=channels.observers(capture_content=True, redact=broken))
+        async with monitor.episode(task_id="t") as ep:
+            assert (await ep.call("find_account", {"owner": CANARY}))["account_id"] == "acc-1"
+        assert monitor.stats.internal_errors >= 1
+        assert CANARY not in channels.text()
+
+    async def test_log_reasons_are_opt_in_and_bounded(self, channels: Channels) -> None:
+        """LiveLog quotes reasons only with include_reasons=True, and quoted values are cut short."""
+        monitor = Monitor(secret_tools(), policy="block", observers=[LiveLog(include_reasons=True)])
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked):
+                await ep.call("transfer", {"account_id": CANARY * 1000, "memo": "m"})
+        lines = [json.loads(line) for line in channels.log_stream.getvalue().splitlines()]
+        reasons = [e["reason"] for e in lines if "reason" in e]
+        assert reasons and all(CANARY in r and len(r) < 500 for r in reasons)
