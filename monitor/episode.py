@@ -126,14 +126,35 @@ class PendingCall:
 
 
 class _Slot:
-    """Internal bookkeeping of one recorded action; turned into an ActionRecord on demand."""
+    """Internal bookkeeping of one recorded action; turned into an ActionRecord on demand.
 
-    __slots__ = ("decision", "deviation", "error", "plan_step", "reached", "replacement", "turn", "verdict")
+    It keeps what the record needs and drops the verdict (whose arguments may be large), so
+    an episode's memory grows with its number of calls, not with their payloads.
+    """
+
+    __slots__ = (
+        "call_id",
+        "decision",
+        "depth",
+        "deviation",
+        "error",
+        "executable",
+        "failure",
+        "plan_step",
+        "reached",
+        "replacement",
+        "tool",
+        "turn",
+    )
 
     def __init__(
         self, verdict: Verdict, decision: Decision, reached: bool, error: str | None, turn: int, replacement: str | None
     ) -> None:
-        self.verdict = verdict
+        self.tool = verdict.tool
+        self.call_id = verdict.call_id
+        self.depth = verdict.depth
+        self.executable = verdict.executable
+        self.failure = verdict.failures[0] if verdict.failures else None
         self.decision = decision
         self.reached = reached
         self.error = error
@@ -143,14 +164,14 @@ class _Slot:
         self.deviation: str | None = None
 
     def action(self) -> ActionRecord:
-        v = self.verdict
-        failure = v.failures[0] if v.failures else None
-        build = trusted_action if v.executable == (failure is None) and v.depth >= 1 else ActionRecord  # else: validate
+        failure = self.failure
+        consistent = self.executable == (failure is None) and self.depth >= 1
+        build = trusted_action if consistent else ActionRecord  # else: the validating constructor
         return build(
-            depth=v.depth,
-            tool=v.tool,
-            call_id=v.call_id,
-            executable=v.executable,
+            depth=self.depth,
+            tool=self.tool,
+            call_id=self.call_id,
+            executable=self.executable,
             cause=failure.cause if failure is not None else None,
             reason=(failure.reason or None) if failure is not None else None,
             decision=self.decision,
@@ -448,7 +469,10 @@ class Episode:
         emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
         if hook is not None:
             try:
-                answer = await hook(verdict, emitted, self.state)
+                with anyio.move_on_after(self.monitor.replan_timeout) as scope:
+                    answer = await hook(verdict, emitted, self.state)
+                if scope.cancelled_caught:
+                    self._fault("replan hook", TimeoutError(f"no answer within {self.monitor.replan_timeout:g} s"))
             except Exception as e:
                 self._fault("replan hook", e)
                 answer = None

@@ -47,7 +47,8 @@ class Monitor:
         policy: ``"observe"`` (default: record only), ``"block"``, ``"replan"``,
             ``"escalate"``, or a :class:`Policy` per tool and cause.
         replan: ``async (verdict, call, state) -> Replan | ToolCall | str | None``; required
-            when the policy can replan. A hook that raises falls back to block.
+            when the policy can replan. A hook that raises, or does not answer within
+            ``replan_timeout`` seconds, falls back to block.
         escalate: ``async (verdict, call) -> Approve | Edit | Deny``; required when the
             policy can escalate. No answer within ``escalate_timeout`` seconds denies.
         failure_mode: what a monitor-internal error (a precondition that raises, say) does to
@@ -66,6 +67,7 @@ class Monitor:
         *,
         policy: Policy | str = "observe",
         replan: ReplanHook | None = None,
+        replan_timeout: float = 60.0,
         escalate: EscalateHook | None = None,
         escalate_timeout: float = 60.0,
         failure_mode: FailureMode = "fail_open",
@@ -85,6 +87,7 @@ class Monitor:
         if failure_mode not in ("fail_open", "fail_closed"):
             raise SpecError(f"failure_mode must be 'fail_open' or 'fail_closed', got {failure_mode!r}")
         self.replan = replan
+        self.replan_timeout = replan_timeout
         self.escalate = escalate
         self.escalate_timeout = escalate_timeout
         self.failure_mode: FailureMode = failure_mode

@@ -365,3 +365,33 @@ class TestExplicitLifetime:
             action = ep.action_for("c1")
             assert action is not None and action.executable and action.depth == 1
             assert ep.action_for("nope") is None
+
+
+class TestBoundedResources:
+    async def test_hanging_replan_hook_times_out_and_blocks(self, tools: Toolset) -> None:
+        """A replan hook that never answers is abandoned after replan_timeout; the call is blocked."""
+
+        async def replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> None:
+            await anyio.sleep(60)
+
+        monitor = Monitor(tools, policy="replan", replan=replan, replan_timeout=0.05)
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked) as info:
+                await ep.call("remove_contact", {"person_id": "x"})
+        assert info.value.decision == "block" and monitor.stats.internal_errors == 1
+
+    async def test_recorded_calls_do_not_keep_their_arguments(self, tools: Toolset) -> None:
+        """An episode's memory grows with its calls, not with their payloads (1 MB arguments)."""
+        import tracemalloc
+
+        big = "x" * 1_000_000
+        tracemalloc.start()
+        try:
+            async with Monitor(tools).episode(task_id="t") as ep:
+                base = tracemalloc.get_traced_memory()[0]
+                for i in range(30):
+                    await ep.call("search_contacts", {"name": f"{big}{i}"})  # a fresh 1 MB string each time
+                held = tracemalloc.get_traced_memory()[0] - base
+        finally:
+            tracemalloc.stop()
+        assert held < 5_000_000, f"{held:,} bytes held for 30 calls"
