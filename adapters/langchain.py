@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
+from typing_extensions import NotRequired
+
 from prefixmon import (
     ActionRecord,
     Approve,
@@ -65,7 +67,6 @@ from prefixmon import (
     ToolCall,
     Verdict,
 )
-from typing_extensions import NotRequired
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ToolCallRequest

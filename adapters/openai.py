@@ -49,8 +49,9 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError('pip install "prefixmon[openai]"') from e
 import anyio
-from prefixmon import Episode, EpisodeRecord, Monitor, Outcome, PendingCall, SpecError, ToolBlocked, Toolset
 from pydantic import BaseModel
+
+from prefixmon import Episode, EpisodeRecord, Monitor, Outcome, PendingCall, SpecError, ToolBlocked, Toolset
 
 __all__ = [
     "ChatRun",

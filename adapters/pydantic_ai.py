@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
+
 from prefixmon import (
     Approve,
     Deny,

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from typing import Final
 
 import numpy as np
+
 from prefixmon.analytics import EpisodeColumns, Report, build_report, load_columns
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record, dumps_record, loads_record, read_records, write_records
 from prefixmon.vocabulary import Cause, Outcome
@@ -96,8 +97,9 @@ def paper_grid(seed: int = 7) -> list[EpisodeRecord]:
 
 def scipy_equivalent(columns: EpisodeColumns, report: Report) -> float:
     """Same statistics with scipy.stats.bootstrap: one call per cohort and statistic."""
-    from prefixmon.analytics.metrics import episode_statistics, group
     from scipy.stats import bootstrap  # type: ignore[import-untyped]
+
+    from prefixmon.analytics.metrics import episode_statistics, group
 
     grouping = group(columns, report.by, report.strata)
     stats = episode_statistics(columns, report.checkpoints)

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import anyio
+
 from prefixmon import Grounded, Monitor, Ref, Toolset, TrackedState
 from prefixmon.plan import Plan, PlanFollower, parse_plan, verify_plan
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+
 from prefixmon import Monitor, Ref, ToolBlocked, Toolset, TrackedState
 
 CONTACTS: dict[str, dict[str, str]] = {

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+
 from prefixmon import Monitor, ToolSpec
 from prefixmon.plan import DUAL_LOOP, PlanLike, revise_plan
 

@@ -21,6 +21,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
+
 from prefixmon import Monitor, Policy, Toolset, TrackedState, read_records
 from prefixmon.adapters.langchain import PrefixmonMiddleware, interrupt_escalation
 

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
+
 from prefixmon import EpisodeRecord, Outcome
 from prefixmon.adapters.mcp import MonitoredSession, result_value
 

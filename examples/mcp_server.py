@@ -79,6 +79,7 @@ async def demo() -> None:
 
     from mcp import ClientSession, StdioServerParameters, stdio_client
     from mcp.types import TextContent
+
     from prefixmon import read_records
 
     path = Path(tempfile.mkdtemp()) / "server.jsonl"

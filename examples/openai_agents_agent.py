@@ -16,6 +16,7 @@ import anyio
 from agents import Agent, function_tool, set_tracing_disabled
 from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+
 from prefixmon import Monitor, Toolset, read_records
 from prefixmon.adapters.openai_agents import AgentsMonitor
 

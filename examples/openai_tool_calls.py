@@ -21,6 +21,7 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionToolUnionParam
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_function_tool_call import ChatCompletionMessageFunctionToolCall, Function
+
 from prefixmon import Monitor, Outcome
 from prefixmon.adapters.openai import run_chat, toolset_from_openai
 

@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from prefixmon import Monitor, Policy, Ref, Toolset, TrackedState, read_records
-from prefixmon.adapters.pydantic_ai import PrefixmonCapability, deferred_approval
 from pydantic_ai import (
     Agent,
     DeferredToolRequests,
@@ -28,6 +26,9 @@ from pydantic_ai import (
 )
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from prefixmon import Monitor, Policy, Ref, Toolset, TrackedState, read_records
+from prefixmon.adapters.pydantic_ai import PrefixmonCapability, deferred_approval
 
 BOOK = {"p-7f3a": {"person_id": "p-7f3a", "name": "Fredrik Lind", "phone": "+1 555 0100"}}
 

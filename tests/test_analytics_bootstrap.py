@@ -6,13 +6,14 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pytest
+from scipy.stats import binomtest  # type: ignore[import-untyped]
+from scipy.stats import bootstrap as scipy_bootstrap
+
 from prefixmon.analytics import build_report, columns_from_records, percentile_interval, wilson_interval
 from prefixmon.analytics.bootstrap import resample_sums
 from prefixmon.analytics.metrics import FloatArray, episode_statistics, group
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record
 from prefixmon.vocabulary import Cause, Outcome
-from scipy.stats import binomtest  # type: ignore[import-untyped]
-from scipy.stats import bootstrap as scipy_bootstrap
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

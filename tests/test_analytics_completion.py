@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+
 from prefixmon import RecordError
 from prefixmon.analytics import (
     CHECKLIST,

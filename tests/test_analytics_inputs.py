@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from prefixmon import Monitor, RecordError, ToolBlocked, Toolset
 from prefixmon.analytics import build_report, columns_from_records, load_columns, register_reader
 from prefixmon.analytics import inputs as inputs_module

@@ -8,6 +8,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from prefixmon.analytics import build_report, columns_from_records
 from prefixmon.analytics.metrics import cohort_sums, group
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record

@@ -11,10 +11,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+
 from prefixmon.analytics import Report, build_report, plot_pec, render, render_table
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record, write_records
 from prefixmon.vocabulary import Cause, Outcome
-from rich.console import Console
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -19,6 +19,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from prefixmon import Cause, Decision, Monitor, ToolBlocked, Toolset, Verdict, read_records
 from prefixmon.records import dumps_record
 from prefixmon.telemetry import Telemetry

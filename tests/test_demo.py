@@ -34,7 +34,10 @@ class TestDemo:
     def test_demo_is_reproducible(self, tmp_path: Path) -> None:
         """The same seed gives the same episodes."""
         for name in ("a", "b"):
-            assert main(["demo", "--out", str(tmp_path / name), "--tasks", "6", "--trials", "1", "--bootstrap", "50", "--quiet"]) == 0
+            assert (
+                main(["demo", "--out", str(tmp_path / name), "--tasks", "6", "--trials", "1", "--bootstrap", "50", "--quiet"])
+                == 0
+            )
         a, b = (read_records(tmp_path / n / "records.jsonl") for n in ("a", "b"))
         assert [(r.task_id, r.fed, r.outcome) for r in a] == [(r.task_id, r.fed, r.outcome) for r in b]
 

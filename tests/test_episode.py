@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,9 @@ class TestReplan:
 
         async def replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> Replan:
             seen.append(verdict)
-            return Replan(guidance="look the contact up first", call=ToolCall(name="search_contacts", args={"phone_number": "+1 555 0100"}))
+            return Replan(
+                guidance="look the contact up first", call=ToolCall(name="search_contacts", args={"phone_number": "+1 555 0100"})
+            )
 
         monitor = Monitor(tools, policy="replan", replan=replan)
         async with monitor.episode(task_id="t", env=book) as ep:
@@ -310,7 +313,7 @@ class TestRecords:
 class TestConcurrency:
     async def test_200_episodes_do_not_share_state(self, anyio_backend: str) -> None:
         """200 concurrent episodes: each sees only its own bindings, facts and FED."""
-        tools, book = build_contacts()
+        tools, _book = build_contacts()
         monitor = Monitor(tools, policy="block")
         records: dict[int, Any] = {}
 
@@ -321,10 +324,8 @@ class TestConcurrency:
                     await anyio.sleep(0)
                     await ep.call("set_cellular", {"on": True})
                 await anyio.sleep(0)
-                try:
+                with contextlib.suppress(ToolBlocked):
                     await ep.call("send_message", {"person_id": "p-2", "text": f"hi {i}"})
-                except ToolBlocked:
-                    pass
             records[i] = ep.record
 
         async with anyio.create_task_group() as tg:

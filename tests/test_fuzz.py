@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import anyio
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+
 from prefixmon import (
     ActionRecord,
     BadLine,

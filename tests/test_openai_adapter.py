@@ -25,6 +25,7 @@ from openai.types.chat.chat_completion_message_function_tool_call import (
 )
 from openai.types.responses import FunctionToolParam, Response, ResponseFunctionToolCall, ResponseOutputMessage
 from openai.types.responses.response_output_text import ResponseOutputText
+
 from prefixmon import Cause, Decision, Monitor, Outcome, SpecError
 from prefixmon.adapters.openai import (
     feed_messages,

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+
 from prefixmon import (
     EpisodeRecord,
     Monitor,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+
 from prefixmon import Cause, Monitor, PlanError, Ref, ToolBlocked, Toolset, ToolSpec, TrackedState, Undetermined
 from prefixmon.plan import (
     DEFAULT_BUDGET,
@@ -880,6 +881,6 @@ class TestEpisodeConditioning:
             await ep.call("remove_contact", {"person_id": "p-1"})
         rec = ep.record
         assert rec is not None
-        assert [a.plan_step for a in rec.actions][0] == 1 and rec.actions[3].plan_step == 2
+        assert next(a.plan_step for a in rec.actions) == 1 and rec.actions[3].plan_step == 2
         assert rec.actions[1].deviation is not None and rec.actions[0].deviation is None
         assert rec.fed == 3  # a verified plan followed by an invalid executor call is an ordinary prefix failure

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Annotated, Any
 
 import pytest
 
-from prefixmon import Cause, Monitor, Ref, SpecError, Toolset, ToolBlocked, TrackedState
+from prefixmon import Cause, Monitor, Ref, SpecError, ToolBlocked, Toolset, TrackedState
 
 
 async def run_calls(tools: Toolset, calls: list[tuple[str, Any]], user: str | None = None, **episode: Any) -> Any:
@@ -17,10 +18,8 @@ async def run_calls(tools: Toolset, calls: list[tuple[str, Any]], user: str | No
         if user:
             ep.user(user)
         for name, args in calls:
-            try:
+            with contextlib.suppress(ToolBlocked, Exception):
                 await ep.call(name, args)
-            except (ToolBlocked, Exception):
-                pass
     assert ep.record is not None
     return ep.record
 
@@ -166,7 +165,9 @@ class TestDependency:
         def get_user(user_id: Annotated[str, Ref("user_id", user=True)]) -> dict[str, str]:
             return {"user_id": user_id}
 
-        rec = await run_calls(tools, [("get_user", {"user_id": "mia_li_3668"}), ("get_user", {"user_id": "bob_9"})], user="I am mia_li_3668")
+        rec = await run_calls(
+            tools, [("get_user", {"user_id": "mia_li_3668"}), ("get_user", {"user_id": "bob_9"})], user="I am mia_li_3668"
+        )
         assert [a.executable for a in rec.actions] == [True, False]
 
     async def test_nested_reference_paths(self) -> None:
@@ -183,7 +184,9 @@ class TestDependency:
         async with monitor.episode(task_id="t") as ep:
             pending = await ep.begin("get_methods", {})
             pending.done([{"id": "gift_1", "balance": 50}])
-            v = ep.check("pay", {"payment_methods": [{"payment_id": "gift_1", "amount": 50}, {"payment_id": "cc_9", "amount": 50}]})
+            v = ep.check(
+                "pay", {"payment_methods": [{"payment_id": "gift_1", "amount": 50}, {"payment_id": "cc_9", "amount": 50}]}
+            )
             assert v.cause is Cause.DEPENDENCY and "payment_methods[1].payment_id" in v.reason
             v = ep.check("pay", {"payment_methods": [{"payment_id": "gift_1", "amount": 77}]})
             assert v.cause is Cause.INFORMATION and "payment_methods[0].amount" in v.reason
@@ -192,7 +195,9 @@ class TestDependency:
 class TestPrecondition:
     async def test_failing_precondition_uses_its_message(self, tools: Toolset) -> None:
         """A precondition returning False fails with its docstring message."""
-        rec = await run_calls(tools, [("search_contacts", {"name": "Amara"}), ("send_message", {"person_id": "p-2", "text": "hi"})])
+        rec = await run_calls(
+            tools, [("search_contacts", {"name": "Amara"}), ("send_message", {"person_id": "p-2", "text": "hi"})]
+        )
         a = rec.actions[1]
         assert a.cause is Cause.PRECONDITION
         assert a.reason == "send_message: cellular service is off; turn it on first"
@@ -201,7 +206,11 @@ class TestPrecondition:
         """An effect of an earlier call changes what later preconditions see."""
         rec = await run_calls(
             tools,
-            [("search_contacts", {"name": "Amara"}), ("set_cellular", {"on": True}), ("send_message", {"person_id": "p-2", "text": "hi"})],
+            [
+                ("search_contacts", {"name": "Amara"}),
+                ("set_cellular", {"on": True}),
+                ("send_message", {"person_id": "p-2", "text": "hi"}),
+            ],
         )
         assert rec.executable and rec.fed == 4
 
@@ -240,7 +249,10 @@ class TestInformation:
         """Grounded arguments must appear in user messages or earlier results."""
         rec = await run_calls(
             tools,
-            [("send_money", {"phone_number": "+1 555 0100", "amount": 20}), ("send_money", {"phone_number": "+1 555 0100", "amount": 2000})],
+            [
+                ("send_money", {"phone_number": "+1 555 0100", "amount": 20}),
+                ("send_money", {"phone_number": "+1 555 0100", "amount": 2000}),
+            ],
             user="Send $20 to +1 555 0100 please",
         )
         assert rec.actions[0].executable

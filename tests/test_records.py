@@ -19,7 +19,16 @@ NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
 
 def make(actions: list[ActionRecord], **kw: object) -> object:
-    return build_record(episode_id="e", task_id="t", labels={"model": "m"}, actions=actions, outcome=Outcome.SUCCESS, started_at=NOW, ended_at=NOW, **kw)  # type: ignore[arg-type]
+    return build_record(
+        episode_id="e",
+        task_id="t",
+        labels={"model": "m"},
+        actions=actions,
+        outcome=Outcome.SUCCESS,
+        started_at=NOW,
+        ended_at=NOW,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 class TestBuild:

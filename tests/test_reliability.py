@@ -21,6 +21,8 @@ from typing import Any
 import anyio
 import pytest
 import structlog
+from structlog.testing import capture_logs
+
 from prefixmon import (
     Approve,
     Cause,
@@ -38,7 +40,6 @@ from prefixmon import (
 )
 from prefixmon.otel_setup import configure_otel
 from prefixmon.telemetry import Telemetry
-from structlog.testing import capture_logs
 
 SECRET = "s3cr3t-in-an-exception-message"
 

@@ -28,6 +28,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from prefixmon import Deny, Edit, Grounded, Monitor, Policy, Ref, Replan, ToolBlocked, ToolCall, Toolset, TrackedState, Verdict
 from prefixmon import semconv as sc
 from prefixmon.logging import LiveLog, configure_json_logging

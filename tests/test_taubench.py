@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from prefixmon import Cause, EpisodeRecord, read_records
 from prefixmon.adapters.taubench import DataNotFoundError, Sandbox, data_dir, load_tables, load_tasks, reward
 from prefixmon.adapters.taubench.data import ENV_VAR, Domain

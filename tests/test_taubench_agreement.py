@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+
 from prefixmon.adapters.taubench import DataNotFoundError, data_dir
 from prefixmon.adapters.taubench.agreement import SCHEMA_KINDS, format_summary, run_suite
 

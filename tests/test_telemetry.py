@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+
 from prefixmon import (
     Approve,
     Deny,
@@ -605,7 +606,9 @@ class TestContent:
         assert child.parent is not None and child.parent.span_id == call_span.context.span_id
         assert json.loads(attrs(call_span)[sc.GEN_AI_TOOL_CALL_RESULT]) == {"body": "ok"}
 
-    async def test_open_episode_across_tasks_nests_and_detaches_cleanly(self, otel: Otel, caplog: pytest.LogCaptureFixture) -> None:
+    async def test_open_episode_across_tasks_nests_and_detaches_cleanly(
+        self, otel: Otel, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """An episode opened with open_episode and used from several tasks: call spans nest under it, nothing leaks."""
         telemetry = otel.telemetry()
         tools = Toolset()

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 import structlog
+from structlog.testing import capture_logs
+
 from prefixmon import Approve, Monitor, ToolBlocked, ToolCall, Toolset, TrackedState, Verdict
 from prefixmon.logging import LiveLog, configure_json_logging
-from structlog.testing import capture_logs
 
 CANARY = "CANARY-51d0e2-secret"
 

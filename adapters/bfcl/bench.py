@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
+
 from prefixmon import Cause, EpisodeRecord, Monitor
 from prefixmon.records import write_records
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import anyio
+
 from prefixmon import EpisodeRecord, Monitor, SpecError
 from prefixmon.records import write_records
 

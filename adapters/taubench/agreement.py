@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+
 from prefixmon import Episode, Monitor, ToolBlocked
 
 from .data import TauTask, load_policy, load_tasks, split_domain

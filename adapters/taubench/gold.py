@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+
 from prefixmon import EpisodeRecord, Monitor, ToolBlocked, Toolset, TrackedState
 
 from .data import TauTask, load_policy, load_tasks, split_domain

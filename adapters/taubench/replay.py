@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import anyio
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
 from prefixmon import Episode, EpisodeRecord, Monitor, ToolBlocked, Toolset
 from prefixmon.records import write_records
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .data import Domain
 from .sandbox import Sandbox, is_error_result

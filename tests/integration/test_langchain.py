@@ -17,9 +17,10 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
+from pydantic import Field
+
 from prefixmon import Cause, Decision, Deny, EpisodeRecord, Monitor, Outcome, Policy, Toolset, TrackedState
 from prefixmon.adapters.langchain import PrefixmonMiddleware, interrupt_escalation, parse_answer
-from pydantic import Field
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -22,6 +22,7 @@ pytest.importorskip("mcp")
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.server import Server
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, PaginatedRequestParams, TextContent, Tool
+
 from prefixmon import Cause, Decision, EpisodeRecord, Outcome, SpecError, Toolset, read_records
 from prefixmon.adapters.mcp import MonitoredSession, MonitorMiddleware, declare_tools, result_value
 

@@ -12,6 +12,7 @@ pytest.importorskip("agents")
 from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
 from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+
 from prefixmon import Cause, Decision, EpisodeRecord, Monitor, Outcome, Toolset
 from prefixmon.adapters.openai_agents import AgentsMonitor
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from prefixmon import Monitor, ToolBlocked, Toolset, read_records
 from prefixmon import semconv as sc
 from prefixmon.otel_setup import configure_otel

@@ -16,21 +16,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 pytest.importorskip("pydantic_ai")
 
-from prefixmon import (
-    Cause,
-    Decision,
-    EpisodeRecord,
-    JsonlSink,
-    Monitor,
-    Outcome,
-    Policy,
-    Ref,
-    Telemetry,
-    Toolset,
-    TrackedState,
-    read_records,
-)
-from prefixmon.adapters.pydantic_ai import PrefixmonCapability, deferred_approval
 from pydantic_ai import (
     Agent,
     DeferredToolRequests,
@@ -47,6 +32,22 @@ from pydantic_ai.capabilities import HandleDeferredToolCalls
 from pydantic_ai.messages import ModelMessage, ModelRequest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import RunContext
+
+from prefixmon import (
+    Cause,
+    Decision,
+    EpisodeRecord,
+    JsonlSink,
+    Monitor,
+    Outcome,
+    Policy,
+    Ref,
+    Telemetry,
+    Toolset,
+    TrackedState,
+    read_records,
+)
+from prefixmon.adapters.pydantic_ai import PrefixmonCapability, deferred_approval
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
