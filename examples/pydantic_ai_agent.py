@@ -39,7 +39,7 @@ def scripted_llm(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse
     for text in shown:
         print(f"  model sees: {text}")
     step = sum(isinstance(m, ModelResponse) for m in messages)
-    prompt = str(messages[0].parts[-1].content) if messages[0].parts else ""
+    prompt = str(getattr(messages[0].parts[-1], "content", "")) if messages[0].parts else ""
     if "send" in prompt:
         if step == 0:
             return ModelResponse(parts=[ToolCallPart("send_money", {"person_id": "p-7f3a", "amount": 500})])

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Strict mypy over the package as users import it (prefixmon, prefixmon.adapters) and ruff
-# over the tree. The folders are mapped to import names by setuptools package-dir, which
+# Ruff over the tree, then strict mypy over the package as users import it (prefixmon,
+# prefixmon.adapters) and over the tests, examples and benchmarks. The folders are mapped to import names by setuptools package-dir, which
 # mypy cannot follow through an editable install, so a tree of symlinks shows it the layout.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,3 +12,4 @@ ln -s "$root/adapters" "$shadow/prefixmon/adapters"
 cd "$root"
 "$root/.venv/bin/ruff" check .
 MYPYPATH="$shadow" "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" -p prefixmon
+MYPYPATH="$shadow" "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" tests examples benchmarks

@@ -261,7 +261,10 @@ class TestInternalErrors:
         import threading
 
         release = threading.Event()
-        monitor = Monitor(tools, sink=lambda r: release.wait(5), sink_timeout=0.05)
+        def sink(record: Any) -> None:
+            release.wait(5)
+
+        monitor = Monitor(tools, sink=sink, sink_timeout=0.05)
         async with monitor.episode(task_id="t") as ep:
             await ep.call("set_cellular", {"on": True})
         release.set()

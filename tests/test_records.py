@@ -12,13 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from prefixmon import ActionRecord, BadLine, Cause, Decision, JsonlSink, Outcome, RecordError, iter_records, read_records
+from prefixmon import (
+    ActionRecord,
+    BadLine,
+    Cause,
+    Decision,
+    EpisodeRecord,
+    JsonlSink,
+    Outcome,
+    RecordError,
+    iter_records,
+    read_records,
+)
 from prefixmon.records import build_record, dumps_record, loads_record
 
 NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
 
-def make(actions: list[ActionRecord], **kw: object) -> object:
+def make(actions: list[ActionRecord]) -> EpisodeRecord:
     return build_record(
         episode_id="e",
         task_id="t",
@@ -27,8 +38,7 @@ def make(actions: list[ActionRecord], **kw: object) -> object:
         outcome=Outcome.SUCCESS,
         started_at=NOW,
         ended_at=NOW,
-        **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 class TestBuild:
@@ -41,18 +51,18 @@ class TestBuild:
                 ActionRecord(depth=3, tool="c", executable=False, cause=Cause.SCHEMA, reason="s"),
             ]
         )
-        assert (rec.horizon, rec.fed, rec.executable) == (3, 2, False)  # type: ignore[attr-defined]
-        assert rec.first_failure.cause is Cause.PRECONDITION  # type: ignore[attr-defined]
+        assert (rec.horizon, rec.fed, rec.executable) == (3, 2, False)
+        assert rec.first_failure is not None and rec.first_failure.cause is Cause.PRECONDITION
 
     def test_fully_executable(self) -> None:
         """A fully executable episode has FED = T + 1 and no first failure."""
         rec = make([ActionRecord(depth=1, tool="a", executable=True)])
-        assert (rec.fed, rec.executable, rec.first_failure) == (2, True, None)  # type: ignore[attr-defined]
+        assert (rec.fed, rec.executable, rec.first_failure) == (2, True, None)
 
     def test_round_trip(self) -> None:
         """dumps/loads is lossless and carries the schema version."""
         rec = make([ActionRecord(depth=1, tool="a", executable=True, call_id="c1")])
-        line = dumps_record(rec)  # type: ignore[arg-type]
+        line = dumps_record(rec)
         assert '"schema":"prefixmon.episode/1"' in line
         assert loads_record(line) == rec
 
@@ -66,7 +76,7 @@ class TestBuild:
     )
     def test_invalid_records_are_rejected(self, patch: tuple[str, str], message: str) -> None:
         """Inconsistent or wrongly typed records fail validation with a pointed message."""
-        line = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)])).replace(*patch)  # type: ignore[arg-type]
+        line = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)])).replace(*patch)
         with pytest.raises(RecordError, match=message):
             loads_record(line)
 
@@ -74,7 +84,7 @@ class TestBuild:
 class TestReader:
     def test_bad_lines_name_file_and_line(self, tmp_path: Path) -> None:
         """The reader reports a bad line with file and line number, or skips it when asked."""
-        good = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)]))  # type: ignore[arg-type]
+        good = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)]))
         path = tmp_path / "r.jsonl"
         path.write_text(f"{good}\n{{not json\n\n{good}\n")
         with pytest.raises(RecordError, match=r"r\.jsonl:2: not valid JSON"):
@@ -85,7 +95,7 @@ class TestReader:
 
     def test_truncated_last_line_is_reported_and_skipped(self, tmp_path: Path) -> None:
         """An unterminated last line (killed writer) is reported as truncated; the rest is kept."""
-        good = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)]))  # type: ignore[arg-type]
+        good = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)]))
         path = tmp_path / "r.jsonl"
         path.write_text(f"{good}\n{good[:40]}")
         errors: list[BadLine] = []
@@ -127,6 +137,6 @@ class TestReader:
         """JsonlSink appends complete lines."""
         sink = JsonlSink(tmp_path / "sub" / "r.jsonl")
         rec = make([ActionRecord(depth=1, tool="a", executable=True)])
-        sink(rec)  # type: ignore[arg-type]
-        sink(rec)  # type: ignore[arg-type]
+        sink(rec)
+        sink(rec)
         assert len(read_records(sink.path)) == 2

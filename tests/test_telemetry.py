@@ -509,6 +509,7 @@ class TestContent:
             with pytest.raises(RuntimeError):
                 await ep.call("flaky", {"x": 3})
         blocked, flaky = (attrs(s) for s in otel.tool_spans())
+        assert ep.record is not None
         assert json.loads(blocked[sc.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"person_id": "x-1"}
         assert blocked[sc.PREFIXMON_REASON] == ep.record.actions[0].reason
         assert json.loads(flaky[sc.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"x": 3}

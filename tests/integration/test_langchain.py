@@ -51,7 +51,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=self.script(messages))])
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:
         self.bound = [t.name for t in tools]
         return self
 
@@ -279,7 +279,8 @@ class TestInterrupts:
         edit = {"decision": "edit", "args": {"person_id": "p-17", "amount": 90}}
         edited = await app.agent.ainvoke(Command(resume=edit), config)
         assert [m.content for m in edited["messages"] if isinstance(m, ToolMessage)] == ["sent 90"]
-        assert app.records[-1].actions[0].decision is Decision.EDIT
+        decisions = [app.records[-1].actions[0].decision]
+        assert decisions == [Decision.EDIT]
 
         config = {"configurable": {"thread_id": "th-deny"}}
         await app.agent.ainvoke({"messages": [HumanMessage("send Fredrik 500")]}, config)
