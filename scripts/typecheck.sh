@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ruff over the tree, then strict mypy over the package as users import it (prefixmon,
-# prefixmon.adapters) and over the tests, examples and benchmarks. The folders are mapped to import names by setuptools package-dir, which
-# mypy cannot follow through an editable install, so a tree of symlinks shows it the layout.
+# prefixmon.adapters) and over the tests, examples and benchmarks. The folders are mapped to
+# import names by setuptools package-dir, which mypy cannot follow through an editable
+# install, so a tree of symlinks shows it the layout.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shadow="$(mktemp -d)"
