@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Table(Mapping[str, Any]):
@@ -14,13 +16,14 @@ class Table(Mapping[str, Any]):
     :meth:`for_write` (copies the record into the overlay once) or :meth:`insert`.
     """
 
-    __slots__ = ("_base", "_deleted", "_new", "_over")
+    __slots__ = ("_base", "_deleted", "_derived", "_new", "_over")
 
     def __init__(self, base: Mapping[str, Any]) -> None:
         self._base = base
         self._over: dict[str, Any] = {}
         self._new: list[str] = []
         self._deleted: set[str] = set()
+        self._derived: dict[str, Any] = {}
 
     def __getitem__(self, key: str) -> Any:
         if key in self._over:
@@ -66,7 +69,15 @@ class Table(Mapping[str, Any]):
         twin._over = copy.deepcopy(self._over)
         twin._new = list(self._new)
         twin._deleted = set(self._deleted)
+        twin._derived = self._derived
         return twin
+
+    def derived(self, name: str, build: Callable[[Mapping[str, Any]], T]) -> T:
+        """Data derived from the shared base (an index), built once and shared with forks."""
+        if name not in self._derived:
+            self._derived[name] = build(self._base)
+        value: T = self._derived[name]
+        return value
 
     @property
     def base(self) -> Mapping[str, Any]:

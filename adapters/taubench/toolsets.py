@@ -414,24 +414,17 @@ def _user_found(state: TrackedState, match: Callable[[Mapping[str, Any]], bool],
     if not isinstance(env, Sandbox):
         return True
     users: Table = env.db["users"]
-    return any(match(users[uid]) for uid in (*_user_index(env.domain, users).get(key, ()), *users.written))
+    return any(match(users[uid]) for uid in (*users.derived("user_index", _user_index).get(key, ()), *users.written))
 
 
-_INDEXES: dict[tuple[int, Domain], dict[tuple[str, ...], list[str]]] = {}
-
-
-def _user_index(domain: Domain, users: Table) -> dict[tuple[str, ...], list[str]]:
-    """Base users by lower-cased email and by (first, last, zip); built once per base table."""
-    base = users.base
-    index = _INDEXES.get((id(base), domain))
-    if index is None:
-        index = {}
-        for uid, profile in base.items():
-            index.setdefault((profile["email"].lower(),), []).append(uid)
-            name = profile["name"]
-            key = (name["first_name"].lower(), name["last_name"].lower(), profile["address"]["zip"])
-            index.setdefault(key, []).append(uid)
-        _INDEXES[(id(base), domain)] = index
+def _user_index(base: Mapping[str, Any]) -> dict[tuple[str, ...], list[str]]:
+    """Base users by lower-cased email and by (first, last, zip)."""
+    index: dict[tuple[str, ...], list[str]] = {}
+    for uid, profile in base.items():
+        index.setdefault((profile["email"].lower(),), []).append(uid)
+        name = profile["name"]
+        key = (name["first_name"].lower(), name["last_name"].lower(), profile["address"]["zip"])
+        index.setdefault(key, []).append(uid)
     return index
 
 
