@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import datetime, timezone
-from types import CoroutineType, MappingProxyType
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
@@ -25,7 +25,7 @@ from .plan import PlanFollower, PlanLike, PlanVerdict, verify_plan
 from .policies import Approve, Deny, Edit, Replan
 from .predicate import Failure, ToolCall, Verdict
 from .records import ActionRecord, EpisodeRecord, Status, build_record, trusted_action
-from .spec import Produce, ToolSpec, values_at
+from .spec import ToolSpec, values_at
 from .state import TrackedState
 from .vocabulary import Cause, Decision, Outcome
 
@@ -570,7 +570,7 @@ class Episode:
         state = self.state
         try:
             if result is not None:
-                produce = _produce_map(spec.produces) if accepted and spec.produces else None
+                produce = spec.produce_map if accepted and spec.produces else None
                 state.ingest(result, produce=produce, tool=spec.name)
             if accepted and spec.invalidates:
                 for path, ref in spec.refs:
@@ -675,25 +675,6 @@ class Episode:
         )
         self.record = record
         return record
-
-
-_PRODUCE_MAPS: dict[int, tuple[tuple[Produce, ...], Mapping[str, str]]] = {}
-
-
-def _produce_map(produces: tuple[Produce, ...]) -> Mapping[str, str]:
-    """``{result key: kind}`` of a spec's ``produces``, built once per spec rather than per call.
-
-    Keyed by identity (hashing the dataclasses each call would cost what the cache saves); the
-    entry keeps the tuple alive, so its id is not reused while cached.
-    """
-    entry = _PRODUCE_MAPS.get(id(produces))
-    if entry is not None and entry[0] is produces:
-        return entry[1]
-    mapping = MappingProxyType({p.key: p.kind for p in produces})
-    if len(_PRODUCE_MAPS) >= 4096:  # toolsets built again and again: bounded
-        _PRODUCE_MAPS.clear()
-    _PRODUCE_MAPS[id(produces)] = (produces, mapping)
-    return mapping
 
 
 def _fault_failure(name: str) -> Failure:

@@ -12,6 +12,7 @@ import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Annotated, Any, Protocol, TypeVar, get_args, get_origin, get_type_hints, overload
 
 import fastjsonschema
@@ -139,6 +140,11 @@ class ToolSpec:
     exposed: bool = True
     """Whether the tool is available from the start of an episode."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    produce_map: Mapping[str, str] = field(init=False, repr=False, compare=False)
+    """``{result key: kind}`` of :attr:`produces`, derived once so no call rebuilds it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "produce_map", MappingProxyType({p.key: p.kind for p in self.produces}))
 
 
 Produces = str | Sequence[str | tuple[str, str]] | Mapping[str, str] | None
