@@ -15,7 +15,7 @@ from prefixmon.records import ActionRecord, EpisodeRecord, build_record
 from prefixmon.vocabulary import Cause, Outcome
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
-LABELS = {"dataset": "bfcl", "model": "llama-4", "method": "plan_react"}
+LABELS = {"dataset": "bfcl", "model": "llama-4", "method": "plan_conditioned_react"}
 
 
 def episode(
