@@ -173,7 +173,9 @@ def main() -> int:
     report = None
     for _ in range(5):
         t0 = time.perf_counter()
-        report = build_report(columns, bootstrap=args.resamples, seed=0, compare=["method=dual_loop,method=plan_conditioned_react"])
+        report = build_report(
+            columns, bootstrap=args.resamples, seed=0, compare=["method=dual_loop,method=plan_conditioned_react"]
+        )
         runs.append(time.perf_counter() - t0)
     assert report is not None
     t_grid = statistics.median(runs)
@@ -189,7 +191,10 @@ def main() -> int:
         f"(runs: {', '.join(f'{r * 1000:.0f}' for r in runs)})  -> {'OK' if t_grid < 0.5 else 'OVER'} target 500 ms"
     )
     c = report.cohort(dataset="bfcl", model="llama-4", method="plan_conditioned_react")
-    print(f"    e.g. bfcl/llama-4/plan_conditioned_react: TER {c.ter.value:.3f} {c.ter.ci}, RR {c.rr.value:.3f} (eligible {c.rr.eligible})")
+    print(
+        f"    e.g. bfcl/llama-4/plan_conditioned_react: TER {c.ter.value:.3f} {c.ter.ci}, "
+        f"RR {c.rr.value:.3f} (eligible {c.rr.eligible})"
+    )
     if not args.skip_scipy:
         t_scipy = scipy_equivalent(columns, report)
         calls = len(report.cohorts) * n_stats
