@@ -326,8 +326,15 @@ def main(*, out: str | Path, tasks: int, trials: int, seed: int, bootstrap: int,
     logger = structlog.wrap_logger(
         structlog.PrintLogger(sys.stdout), processors=[_label_method, printer], wrapper_class=structlog.BoundLogger
     )
-    pipeline = configure_otel(service_name="prefixmon-demo", otlp_file=traces, otlp_metrics=False)
-    observers = [LiveLog(logger, include_reasons=True), Telemetry(tracer_provider=pipeline.tracer_provider, metrics=False)]
+    observers: list[Observer] = [LiveLog(logger, include_reasons=True)]
+    try:
+        pipeline = configure_otel(service_name="prefixmon-demo", otlp_file=traces, otlp_metrics=False)
+    except ImportError as e:  # traces need the otlp extra; the rest of the demo does not
+        pipeline = configure_otel(service_name="prefixmon-demo")
+        traces_note = f"(not written: {e})"
+    else:
+        observers.append(Telemetry(tracer_provider=pipeline.tracer_provider, metrics=False))
+        traces_note = str(traces)
     population = make_tasks(tasks, seed)
     print(f"prefixmon demo: {len(METHODS)} scripted agents x {len(population)} tasks x {trials} rollouts, policy=block")
     if live:
@@ -345,5 +352,6 @@ def main(*, out: str | Path, tasks: int, trials: int, seed: int, bootstrap: int,
     (folder / "report.json").write_text(render(report, "json"), encoding="utf-8")
     (folder / "report.md").write_text(render(report, "markdown"), encoding="utf-8")
     print(f"episodes: {monitor.stats.episodes}, monitor-internal errors: {monitor.stats.internal_errors}")
-    print(f"records: {records}\ntraces:  {traces}\nreport:  {folder / 'report.json'}, {folder / 'report.md'}\nplot:    {plot}")
+    print(f"records: {records}\ntraces:  {traces_note}")
+    print(f"report:  {folder / 'report.json'}, {folder / 'report.md'}\nplot:    {plot}")
     return 0

@@ -67,6 +67,15 @@ def _hex_ids(obj: Any) -> Any:
     return obj
 
 
+def _encoder() -> tuple[Any, Any]:
+    try:
+        from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped,unused-ignore]
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    except ImportError as e:
+        raise ImportError(_INSTALL_HINT) from e
+    return MessageToDict, encode_spans
+
+
 def encode_otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     """Encode finished SDK spans as one OTLP JSON ``TracesData`` object.
 
@@ -76,11 +85,7 @@ def encode_otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     Raises:
         ImportError: ``opentelemetry-exporter-otlp-proto-common`` is missing.
     """
-    try:
-        from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped,unused-ignore]
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-    except ImportError as e:  # pragma: no cover - the otlp extra is part of the test setup
-        raise ImportError(_INSTALL_HINT) from e
+    MessageToDict, encode_spans = _encoder()
     message = encode_spans(spans)
     data: dict[str, Any] = _hex_ids(MessageToDict(message, use_integers_for_enums=True))
     return data
@@ -95,6 +100,13 @@ class OtlpJsonFileSpanExporter(SpanExporter):
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Open ``path`` for appending.
+
+        Raises:
+            ImportError: the ``otlp`` extra (the protobuf encoder) is missing; fails here,
+                not at the first export.
+        """
+        _encoder()
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
