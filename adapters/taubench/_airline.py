@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ._table import Db
+from ._table import Db, dumps_row
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -187,19 +187,12 @@ def cancel_reservation(data: Db, reservation_id: str) -> str:
 
 @_tool("get_reservation_details", "GetReservationDetails")
 def get_reservation_details(data: Db, reservation_id: str) -> str:
-    reservations = data["reservations"]
-    if reservation_id in reservations:
-        return json.dumps(reservations[reservation_id])
-    # The original says "user", not "reservation", here.
-    return "Error: user not found"
+    return dumps_row(data["reservations"], reservation_id, "Error: user not found")  # sic: the original says "user"
 
 
 @_tool("get_user_details", "GetUserDetails")
 def get_user_details(data: Db, user_id: str) -> str:
-    users = data["users"]
-    if user_id in users:
-        return json.dumps(users[user_id])
-    return "Error: user not found"
+    return dumps_row(data["users"], user_id, "Error: user not found")
 
 
 @_tool("list_all_airports", "ListAllAirports")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ._airline import CALCULATOR_CHARS
-from ._table import Db
+from ._table import Db, dumps_row
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -148,26 +148,17 @@ def find_user_id_by_name_zip(data: Db, first_name: str, last_name: str, zip: str
 
 @_tool("get_order_details", "GetOrderDetails")
 def get_order_details(data: Db, order_id: str) -> str:
-    orders = data["orders"]
-    if order_id in orders:
-        return json.dumps(orders[order_id])
-    return "Error: order not found"
+    return dumps_row(data["orders"], order_id, "Error: order not found")
 
 
 @_tool("get_product_details", "GetProductDetails")
 def get_product_details(data: Db, product_id: str) -> str:
-    products = data["products"]
-    if product_id in products:
-        return json.dumps(products[product_id])
-    return "Error: product not found"
+    return dumps_row(data["products"], product_id, "Error: product not found")
 
 
 @_tool("get_user_details", "GetUserDetails")
 def get_user_details(data: Db, user_id: str) -> str:
-    users = data["users"]
-    if user_id in users:
-        return json.dumps(users[user_id])
-    return "Error: user not found"
+    return dumps_row(data["users"], user_id, "Error: user not found")
 
 
 @_tool("list_all_product_types", "ListAllProductTypes")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -92,3 +93,8 @@ class Table(Mapping[str, Any]):
 
 Db = Mapping[str, Table]
 """A domain database: table name → :class:`Table`."""
+
+
+def dumps_row(table: Mapping[str, Any], key: str, missing: str) -> str:
+    """The record under ``key`` as JSON text, or the environment's ``missing`` error string."""
+    return json.dumps(table[key]) if key in table else missing
