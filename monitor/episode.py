@@ -21,6 +21,7 @@ import anyio
 
 from . import predicate
 from .exceptions import SpecError, ToolBlocked
+from .observer import Observer, _CallHooks
 from .plan import PlanFollower, PlanLike, PlanVerdict, verify_plan
 from .policies import Approve, Deny, Edit, Replan
 from .predicate import Failure, ToolCall, Verdict
@@ -98,13 +99,19 @@ class PendingCall:
             func = self.spec.func if self.spec is not None else None
             if func is None:
                 raise SpecError(f"tool {self.call.name!r} has no implementation; pass execute= to run it")
-        if self._token is None:
+        entered = self._episode._enter_execution(self) if self._token is not None else None
+        if entered is None:
             result = func(**self.args) if func is not None else execute(self.args)  # type: ignore[misc]
             return (await result) if type(result) is CoroutineType or inspect.isawaitable(result) else result
-        with contextlib.ExitStack() as stack:
-            self._episode._enter_execution(stack, self.call, self._token)
+        try:
             result = func(**self.args) if func is not None else execute(self.args)  # type: ignore[misc]
-            return (await result) if inspect.isawaitable(result) else result
+            if type(result) is CoroutineType or inspect.isawaitable(result):
+                result = await result
+        except BaseException as e:
+            self._episode._exit_execution(entered, e)
+            raise
+        self._episode._exit_execution(entered, None)
+        return result
 
     def done(self, result: Any = None) -> None:
         """The call ran and returned ``result``; judge acceptance and update the state."""
@@ -133,6 +140,7 @@ class _Slot:
     """
 
     __slots__ = (
+        "_built",
         "call_id",
         "decision",
         "depth",
@@ -162,8 +170,15 @@ class _Slot:
         self.replacement = replacement
         self.plan_step: int | None = None
         self.deviation: str | None = None
+        self._built: ActionRecord | None = None
 
     def action(self) -> ActionRecord:
+        if self._built is not None:  # built once: for the observers, then for the record
+            return self._built
+        self._built = self._build()
+        return self._built
+
+    def _build(self) -> ActionRecord:
         failure = self.failure
         consistent = self.executable == (failure is None) and self.depth >= 1
         build = trusted_action if consistent else ActionRecord  # else: the validating constructor
@@ -229,6 +244,8 @@ class Episode:
         self._depth_of: dict[str, int] = {}
         self._fed: int | None = None
         self._closed = False
+        self._hooks = _CallHooks(monitor.observers)
+        """The observers taking part in each per-call hook."""
 
     # -- live view -------------------------------------------------------------------------
     @property
@@ -371,7 +388,7 @@ class Episode:
         if call_id is not None:
             self._depth_of[call_id] = depth
         monitor = self.monitor
-        token = self._notify_start(name, call_id, depth) if monitor.observers else None
+        token = self._notify_start(name, call_id, depth) if self._hooks.any else None
         verdict = self._judge(name, args, depth, call_id)
         if verdict.executable:
             return self._pending(verdict, args, verdict.args, Decision.ALLOW, token)  # type: ignore[arg-type]
@@ -448,6 +465,12 @@ class Episode:
         spec = self.monitor.toolset.get(replacement.name if replacement is not None else verdict.tool)
         pending = PendingCall(self, verdict, raw, args, decision, token, spec, replacement)
         self._open[verdict.depth] = pending
+        if token is not None:
+            for i, obs in self._hooks.checked:
+                try:
+                    obs.call_checked(self, verdict, decision, token[i])
+                except Exception as e:
+                    self._fault(f"observer {type(obs).__name__}.call_checked", e, notify=False)
         return pending
 
     @staticmethod
@@ -549,9 +572,9 @@ class Episode:
         error_text = abandoned or (rejection.reason if rejection is not None else None)
         token = pending._token
         if token is not None and abandoned is None:
-            for obs, tok in zip(self.monitor.observers, token, strict=True):
+            for i, obs in self._hooks.result:
                 try:
-                    obs.call_result(self, verdict.depth, result, tok)
+                    obs.call_result(self, verdict.depth, result, token[i])
                 except Exception as e:
                     self._fault(f"observer {type(obs).__name__}.call_result", e, notify=False)
         self._record(
@@ -610,32 +633,72 @@ class Episode:
                 self._fault("plan matching", e)
         if not verdict.executable and (self._fed is None or depth < self._fed):
             self._fed = depth
-        if token is not None:
-            action = slot.action()
-            for obs, tok in zip(self.monitor.observers, token, strict=True):
+        if token is not None and self._hooks.finished:
+            action = slot.action()  # built only when an observer wants it
+            for i, obs in self._hooks.finished:
                 try:
-                    obs.call_finished(self, action, verdict, tok)
+                    obs.call_finished(self, action, verdict, token[i])
                 except Exception as e:
                     self._fault(f"observer {type(obs).__name__}.call_finished", e, notify=False)
 
-    def _enter_execution(self, stack: contextlib.ExitStack, call: ToolCall, token: tuple[Any, ...]) -> None:
-        for obs, tok in zip(self.monitor.observers, token, strict=True):
-            try:
-                cm = obs.execution_context(self, call, tok)
-                if cm is not None:
-                    stack.enter_context(cm)
-            except Exception as e:
-                self._fault(f"observer {type(obs).__name__}.execution_context", e, notify=False)
-
+    # -- observer dispatch (per call; each hook goes only to the observers that override it) -----
     def _notify_start(self, name: str, call_id: str | None, depth: int) -> tuple[Any, ...]:
-        tokens = []
-        for obs in self.monitor.observers:
+        """``call_started`` of each observer; the call's token tuple (one slot per observer)."""
+        hooks = self._hooks
+        started = hooks.started
+        if hooks.size == 1:  # the common case: one observer
+            if not started:
+                return (None,)
+            obs = started[0][1]
             try:
-                tokens.append(obs.call_started(self, name, call_id, depth))
+                return (obs.call_started(self, name, call_id, depth),)
             except Exception as e:
-                tokens.append(None)
+                self._fault(f"observer {type(obs).__name__}.call_started", e, notify=False)
+                return (None,)
+        tokens: list[Any] = [None] * hooks.size
+        for i, obs in started:
+            try:
+                tokens[i] = obs.call_started(self, name, call_id, depth)
+            except Exception as e:
                 self._fault(f"observer {type(obs).__name__}.call_started", e, notify=False)
         return tuple(tokens)
+
+    def _enter_execution(self, pending: PendingCall) -> list[tuple[Observer, contextlib.AbstractContextManager[Any]]] | None:
+        """Enter the observers' execution contexts for ``pending``; ``None`` when there are none."""
+        context = self._hooks.context
+        if not context:
+            return None
+        token = pending._token
+        call = pending.call
+        entered: list[tuple[Observer, contextlib.AbstractContextManager[Any]]] | None = None
+        for i, obs in context:
+            try:
+                cm = obs.execution_context(self, call, token[i])
+                if cm is not None:
+                    cm.__enter__()
+                    if entered is None:
+                        entered = []
+                    entered.append((obs, cm))
+            except Exception as e:
+                self._fault(f"observer {type(obs).__name__}.execution_context", e, notify=False)
+        return entered
+
+    def _exit_execution(
+        self, entered: list[tuple[Observer, contextlib.AbstractContextManager[Any]]], error: BaseException | None
+    ) -> None:
+        """Exit what :meth:`_enter_execution` entered, innermost first.
+
+        An observer's error is counted, never raised, and a context cannot swallow the tool's
+        exception.
+        """
+        for obs, cm in reversed(entered):
+            try:
+                if error is None:
+                    cm.__exit__(None, None, None)
+                else:
+                    cm.__exit__(type(error), error, error.__traceback__)
+            except Exception as e:
+                self._fault(f"observer {type(obs).__name__}.execution_context", e, notify=False)
 
     def _fault(self, where: str, error: BaseException, *, notify: bool = True) -> None:
         self.internal_errors += 1

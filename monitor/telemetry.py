@@ -13,10 +13,17 @@ What it emits (names in :mod:`prefixmon.semconv`):
 - an ``execute_tool {tool}`` span (kind INTERNAL) per call, blocked calls included, with
   ``prefixmon.depth / executable / cause / code / decision``, the episode's FED so far, and
   ``error.type = prefixmon.<cause>`` when the call is not executable;
-- a ``gen_ai.guardrail.result`` event with the verdict on every call span, and a
-  ``prefixmon.first_failure`` event on the first failure;
+- a ``gen_ai.guardrail.result`` event with the verdict on every call span (or, with
+  ``guardrail_events="non_pass"``, only on calls that were not simply executable and
+  allowed), and a ``prefixmon.first_failure`` event on the first failure;
 - metrics from which a backend computes fleet-wide PEC, TER and RR (see
-  :mod:`prefixmon.semconv`, ``METRIC_*``).
+  :mod:`prefixmon.semconv`, ``METRIC_*``); per-call counts are summed per episode and
+  added when it ends, monitor-internal errors at once.
+
+A call span is started once, with all its attributes, when the call is let through (or, for
+a call that does not run, when it is recorded), timed from the moment the call was emitted;
+the common case (executable, allowed, accepted) then only ends it. Every hook ends the
+spans it is responsible for even when something inside it raises.
 
 Argument values, results, reasons and error messages are content: they are recorded only
 with ``capture_content=True``, through the ``redact`` hook and capped at
@@ -32,23 +39,26 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
+from time import time_ns
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import Meter, MeterProvider
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from . import semconv as sc
 from .observer import Observer
-from .vocabulary import Decision
+from .vocabulary import Cause, Decision
 
 if TYPE_CHECKING:
     from .episode import Episode
     from .predicate import ToolCall, Verdict
     from .records import ActionRecord, EpisodeRecord
 
-__all__ = ["ContentKind", "Redactor", "Telemetry", "redact_keys"]
+__all__ = ["ContentKind", "GuardrailEvents", "Redactor", "Telemetry", "redact_keys"]
 
 
 def _package_version() -> str:
@@ -109,15 +119,102 @@ def redact_keys(*keys: str, mask: str = "[REDACTED]") -> Redactor:
     return redact
 
 
+_PASS_ATTRS: Final[Mapping[str, Any]] = {
+    sc.PREFIXMON_EXECUTABLE: True,
+    sc.PREFIXMON_DECISION: Decision.ALLOW.value,
+    sc.PREFIXMON_REACHED_ENVIRONMENT: True,
+}
+"""What a call span says at the end of the common case, known as soon as the call is let through."""
+_PASS_EVENT: Final[Mapping[str, Any]] = {
+    sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: sc.GUARDRAIL_COMPONENT,
+    sc.GEN_AI_GUARDRAIL_SOURCE: sc.GUARDRAIL_SOURCE_TOOL_INPUT,
+    sc.GEN_AI_GUARDRAIL_RESULT_TYPE: "pass",
+    sc.GEN_AI_GUARDRAIL_RESULT_VALUE: True,
+    sc.GEN_AI_GUARDRAIL_RESULT_REASON: "executable",
+}
+GuardrailEvents = Literal["all", "non_pass"]
+_NO_CAPTURE_IDLE: Final = frozenset({"call_result"})
+_CallKey = tuple[bool, Decision, "Cause | None"]
+"""``(executable, decision, cause)``: one distinct attribute set of the per-call counters."""
+_PASS_KEY: Final[_CallKey] = (True, Decision.ALLOW, None)
+
+
 @dataclass(slots=True)
 class _EpisodeSpan:
-    """Per-episode telemetry state."""
+    """Per-episode tracing state."""
 
-    span: Span | None
-    """The episode span (ours or the framework's), or ``None`` when not tracing."""
+    span: Span
+    """The episode span (ours or the framework's)."""
     own: bool
+    parent: Context
+    """A context holding the episode span: the parent of call spans made outside its trace."""
+    trace_id: int
+    counts: dict[_CallKey, int] | None
+    """The episode's per-call counts (``None`` without metrics), but for the passes below."""
+    passes: int = 0
+    """Calls that ran executable and allowed, on the fast path (counted apart: cheaper)."""
     first_failure: int | None = None
     """Depth of the first failure already reported."""
+
+
+class _Call:
+    """The token of one traced call: its ``execute_tool`` span, started once, with every attribute.
+
+    The span starts when the call is let through (:meth:`Telemetry.call_checked`) or, for a
+    call that never runs, when it is recorded, with the start time taken when the call was
+    emitted: the verdict's attributes then go in with the others in one ``start_span``
+    instead of a second ``set_attributes``. While the tool runs the token is the context
+    manager that makes the span current.
+    """
+
+    __slots__ = ("attrs", "detach", "fed", "name", "parent", "passed", "span", "start", "state", "tracer", "turn")
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        state: _EpisodeSpan,
+        name: str,
+        attrs: dict[str, Any],
+        parent: Context | None,
+        fed: int | None,
+    ) -> None:
+        self.tracer = tracer
+        self.state = state
+        self.name = name
+        self.attrs = attrs
+        """Attributes for the span's start (start_span validates them once)."""
+        self.parent = parent
+        self.fed = fed
+        """The episode's FED when the call was emitted (what the span says unless it changed)."""
+        self.start = time_ns()
+        self.span: Span | None = None
+        self.passed = False
+        """The span started with the common case's final attributes: nothing to add at the end."""
+        self.turn = -1
+        self.detach: object = None
+
+    def open(self) -> Span:
+        """Start the span (once)."""
+        span = self.span
+        if span is None:
+            span = self.span = self.tracer.start_span(
+                self.name, context=self.parent, kind=SpanKind.INTERNAL, attributes=self.attrs, start_time=self.start
+            )
+        return span
+
+    def end(self) -> None:
+        """End the span (starting it first if the call never got that far)."""
+        self.open().end()
+
+    def __enter__(self) -> Span:
+        span = self.open()
+        self.detach = otel_context.attach(trace.set_span_in_context(span))
+        return span
+
+    def __exit__(self, *exc: object) -> None:
+        detach, self.detach = self.detach, None
+        if detach is not None:
+            otel_context.detach(detach)  # type: ignore[arg-type]
 
 
 class Telemetry(Observer):
@@ -139,8 +236,13 @@ class Telemetry(Observer):
         max_depth: the FED and horizon histograms get one bucket per depth 1..max_depth.
         metric_labels: episode labels copied onto metric attributes as
             ``prefixmon.label.<key>`` (keep them low-cardinality: no task ids).
+        guardrail_events: ``"all"``: a ``gen_ai.guardrail.result`` event on every call span;
+            ``"non_pass"``: only on calls that were not simply executable and allowed (the
+            pass verdict is on every span anyway, as ``prefixmon.executable`` and
+            ``prefixmon.decision``), which saves about a fifth of a call span's cost.
         tracing: emit spans and events.
-        metrics: record metrics.
+        metrics: record metrics. Per-call counts (``prefixmon.calls``,
+            ``prefixmon.interventions``) are summed per episode and added when it ends.
     """
 
     def __init__(
@@ -155,6 +257,7 @@ class Telemetry(Observer):
         max_content_chars: int = 4096,
         max_depth: int = 32,
         metric_labels: Sequence[str] = ("dataset", "model", "method"),
+        guardrail_events: GuardrailEvents = "all",
         tracing: bool = True,
         metrics: bool = True,
     ) -> None:
@@ -162,6 +265,8 @@ class Telemetry(Observer):
             raise ValueError(f"max_depth must be >= 1, got {max_depth}")
         if max_content_chars < 1:
             raise ValueError(f"max_content_chars must be >= 1, got {max_content_chars}")
+        if guardrail_events not in ("all", "non_pass"):
+            raise ValueError(f"guardrail_events must be 'all' or 'non_pass', got {guardrail_events!r}")
         self.agent_name = agent_name
         self.enrich_current_span = enrich_current_span
         self.capture_content = capture_content
@@ -169,10 +274,13 @@ class Telemetry(Observer):
         self.max_content_chars = max_content_chars
         self.max_depth = max_depth
         self.metric_labels = tuple(metric_labels)
+        self.guardrail_events: GuardrailEvents = guardrail_events
         self.tracing = tracing
         self.metrics = metrics
         self._tracer = trace.get_tracer("prefixmon", _VERSION, tracer_provider)
         self._episodes: dict[int, _EpisodeSpan] = {}
+        self._counts: dict[int, dict[_CallKey, int]] = {}
+        """Per-call counts of each open episode, added to the counters when it ends."""
         meter = _get_meter(meter_provider)
         buckets = [float(d) for d in range(1, max_depth + 1)]
         self._m_episodes = meter.create_counter(sc.METRIC_EPISODES, "{episode}", "Finished episodes")
@@ -190,13 +298,26 @@ class Telemetry(Observer):
         self._m_interventions = meter.create_counter(sc.METRIC_INTERVENTIONS, "{call}", "Calls blocked, replanned or escalated")
         self._m_errors = meter.create_counter(sc.METRIC_INTERNAL_ERRORS, "{error}", "Errors caught inside the monitor")
 
+    @property
+    def _idle_call_hooks(self) -> frozenset[str]:
+        """Per-call hooks with nothing to do under the current settings (the monitor skips them)."""
+        return frozenset() if self.capture_content else _NO_CAPTURE_IDLE
+
     # -- content ------------------------------------------------------------------------------
     def _content(self, kind: ContentKind, value: Any) -> str | None:
+        """``value`` redacted, as size-capped text, or a marker when JSON cannot encode it.
+
+        Raises:
+            Exception: whatever the redaction hook raised (an observer fault: nothing is recorded).
+        """
         if self.redact is not None:
             value = self.redact(kind, value)
         if value is None:
             return None
-        text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+        try:
+            text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+        except Exception as e:  # too deep (RecursionError), circular, a __str__ that raises
+            return f"[not recorded: {type(e).__name__}]"
         cap = self.max_content_chars
         if len(text) > cap:
             text = f"{text[:cap]}...[{len(text) - cap} more chars]"
@@ -205,29 +326,36 @@ class Telemetry(Observer):
     # -- episodes -----------------------------------------------------------------------------
     def episode_started(self, episode: Episode) -> None:
         """Open the episode span (or adopt the current one) and make it current."""
+        counts: dict[_CallKey, int] | None = None
+        if self.metrics:
+            counts = self._counts[id(episode)] = {}
         if not self.tracing:
             return
         if self.enrich_current_span:
             current = trace.get_current_span()
             if current.is_recording():
                 current.set_attributes(self._episode_start_attributes(episode))
-                self._episodes[id(episode)] = _EpisodeSpan(span=current, own=False)
+                self._track(episode, current, counts, own=False)
                 return
         agent = self.agent_name or episode.labels.get("agent")
         span = self._tracer.start_span(
             f"{sc.INVOKE_AGENT} {agent}" if agent else sc.INVOKE_AGENT,
             kind=SpanKind.INTERNAL,
+            attributes=self._episode_start_attributes(episode),
             start_time=_ns(episode.started_at),
         )
-        if not span.is_recording():
-            return
-        span.set_attributes(self._episode_start_attributes(episode))
-        self._episodes[id(episode)] = _EpisodeSpan(span=span, own=True)
+        if span.is_recording():
+            self._track(episode, span, counts, own=True)
+
+    def _track(self, episode: Episode, span: Span, counts: dict[_CallKey, int] | None, *, own: bool) -> None:
+        self._episodes[id(episode)] = _EpisodeSpan(
+            span=span, own=own, parent=trace.set_span_in_context(span), trace_id=span.get_span_context().trace_id, counts=counts
+        )
 
     def episode_context(self, episode: Episode) -> AbstractContextManager[Any] | None:
         """Make our episode span current while the episode is active in a task."""
         st = self._episodes.get(id(episode))
-        if st is None or not st.own or st.span is None:
+        if st is None or not st.own:
             return None
         return trace.use_span(st.span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
 
@@ -248,24 +376,46 @@ class Telemetry(Observer):
     def episode_finished(self, episode: Episode, record: EpisodeRecord) -> None:
         """Close the episode span with the episode's FED, horizon and outcome; record metrics."""
         st = self._episodes.pop(id(episode), None)
-        if st is not None and st.span is not None:
-            span = st.span
-            if span.is_recording():
-                span.set_attributes(self._episode_end_attributes(record, own=st.own))
-                if record.status == "error":
-                    span.set_status(Status(StatusCode.ERROR, record.error or "error"))
-            if st.own:
-                span.end(end_time=_ns(record.ended_at))
-        if self.metrics:
-            base = self._metric_base(record.labels)
-            attrs = {**base, sc.PREFIXMON_EXECUTABLE: record.executable, sc.PREFIXMON_STATUS: record.status}
-            if record.outcome is not None:
-                attrs[sc.PREFIXMON_OUTCOME] = record.outcome.value
-            self._m_episodes.add(1, attrs)
-            self._m_fed.record(record.fed, base)
-            self._m_horizon.record(record.horizon, base)
-            if record.first_failure is not None:
-                self._m_first.add(1, {**base, sc.PREFIXMON_CAUSE: record.first_failure.cause.value})
+        counts = self._counts.pop(id(episode), None)
+        try:
+            if st is not None:
+                span = st.span
+                try:
+                    if span.is_recording():
+                        span.set_attributes(self._episode_end_attributes(record, own=st.own))
+                        if record.status == "error":
+                            span.set_status(Status(StatusCode.ERROR, record.error or "error"))
+                finally:
+                    if st.own:
+                        span.end(end_time=_ns(record.ended_at))
+        finally:
+            if self.metrics:
+                if st is not None and st.passes and counts is not None:
+                    counts[_PASS_KEY] = counts.get(_PASS_KEY, 0) + st.passes
+                if counts:
+                    self._add_call_counts(counts)
+                self._record_episode(record)
+
+    def _record_episode(self, record: EpisodeRecord) -> None:
+        base = self._metric_base(record.labels)
+        attrs = {**base, sc.PREFIXMON_EXECUTABLE: record.executable, sc.PREFIXMON_STATUS: record.status}
+        if record.outcome is not None:
+            attrs[sc.PREFIXMON_OUTCOME] = record.outcome.value
+        self._m_episodes.add(1, attrs)
+        self._m_fed.record(record.fed, base)
+        self._m_horizon.record(record.horizon, base)
+        if record.first_failure is not None:
+            self._m_first.add(1, {**base, sc.PREFIXMON_CAUSE: record.first_failure.cause.value})
+
+    def _add_call_counts(self, counts: Mapping[_CallKey, int]) -> None:
+        """Add per-call counts, once per distinct attribute set."""
+        for (executable, decision, cause), n in counts.items():
+            attrs: dict[str, Any] = {sc.PREFIXMON_EXECUTABLE: executable, sc.PREFIXMON_DECISION: decision.value}
+            if cause is not None:
+                attrs[sc.PREFIXMON_CAUSE] = cause.value
+            self._m_calls.add(n, attrs)
+            if decision in _INTERVENTIONS:
+                self._m_interventions.add(n, attrs)
 
     def _episode_end_attributes(self, record: EpisodeRecord, *, own: bool) -> dict[str, Any]:
         attrs: dict[str, Any] = {
@@ -295,8 +445,8 @@ class Telemetry(Observer):
         return {sc.PREFIXMON_LABEL_PREFIX + k: labels[k] for k in self.metric_labels if k in labels}
 
     # -- calls --------------------------------------------------------------------------------
-    def call_started(self, episode: Episode, tool: str, call_id: str | None, depth: int) -> Span | None:
-        """Open the call's ``execute_tool`` span (nothing when the episode is not traced)."""
+    def call_started(self, episode: Episode, tool: str, call_id: str | None, depth: int) -> _Call | None:
+        """Take the call's start time and start attributes (nothing when the episode is not traced)."""
         st = self._episodes.get(id(episode))
         if st is None:
             return None
@@ -311,50 +461,143 @@ class Telemetry(Observer):
         fed = episode.fed
         if fed is not None:
             attrs[sc.PREFIXMON_FED] = fed
-        parent = None
-        if st.span is not None and trace.get_current_span().get_span_context().trace_id != st.span.get_span_context().trace_id:
-            parent = trace.set_span_in_context(st.span)  # called outside the episode's trace (another task): nest anyway
-        return self._tracer.start_span(f"{sc.EXECUTE_TOOL} {tool}", context=parent, kind=SpanKind.INTERNAL, attributes=attrs)
+        # Called outside the episode's trace (another task): nest under the episode span anyway.
+        current = trace.get_current_span()
+        parent = None if current is st.span or current.get_span_context().trace_id == st.trace_id else st.parent
+        return _Call(self._tracer, st, f"{sc.EXECUTE_TOOL} {tool}", attrs, parent, fed)
+
+    def call_checked(self, episode: Episode, verdict: Verdict, decision: Decision, token: Any) -> None:
+        """Start the call's span with the verdict's attributes, before the tool runs."""
+        if type(token) is not _Call or token.span is not None:
+            return
+        attrs = token.attrs
+        turn = token.turn = episode.state.turn
+        passed = verdict.executable and decision is Decision.ALLOW
+        if passed:
+            attrs.update(_PASS_ATTRS)
+        else:
+            attrs[sc.PREFIXMON_EXECUTABLE] = verdict.executable
+            attrs[sc.PREFIXMON_DECISION] = decision.value
+        attrs[sc.PREFIXMON_TURN] = turn
+        if not self.capture_content:
+            token.span = self._tracer.start_span(
+                token.name, context=token.parent, kind=SpanKind.INTERNAL, attributes=attrs, start_time=token.start
+            )
+            token.passed = passed
+            return
+        try:
+            if verdict.args is not None:
+                text = self._content("arguments", verdict.args)
+                if text is not None:
+                    attrs[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = text
+        finally:  # the span starts even when a redaction hook fails
+            token.open()
 
     def execution_context(self, episode: Episode, call: ToolCall, token: Any) -> AbstractContextManager[Any] | None:
         """Make the call's span current while the tool runs, so the tool's own spans nest."""
-        if isinstance(token, Span) and token.is_recording():
-            return trace.use_span(token, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+        if type(token) is _Call and (token.span or token.open()).is_recording():
+            return token
         return None
 
     def call_result(self, episode: Episode, depth: int, result: Any, token: Any) -> None:
         """Record the tool's result as ``gen_ai.tool.call.result`` (content capture only)."""
-        if self.capture_content and isinstance(token, Span) and token.is_recording():
+        if self.capture_content and type(token) is _Call:
             text = self._content("result", result)
-            if text is not None:
-                token.set_attribute(sc.GEN_AI_TOOL_CALL_RESULT, text)
+            if text is None:
+                return
+            if token.span is None:
+                token.attrs[sc.GEN_AI_TOOL_CALL_RESULT] = text
+            elif token.span.is_recording():
+                token.span.set_attribute(sc.GEN_AI_TOOL_CALL_RESULT, text)
 
     def call_finished(self, episode: Episode, action: ActionRecord, verdict: Verdict, token: Any) -> None:
-        """Finish the call span with the verdict; count the call."""
-        if isinstance(token, Span):
-            if token.is_recording():
-                self._finish_call_span(episode, token, action, verdict)
-            token.end()
-        if self.metrics:
-            attrs: dict[str, Any] = {
-                sc.PREFIXMON_EXECUTABLE: action.executable,
-                sc.PREFIXMON_DECISION: action.decision.value,
-            }
-            if action.cause is not None:
-                attrs[sc.PREFIXMON_CAUSE] = action.cause.value
-            self._m_calls.add(1, attrs)
-            if action.decision in _INTERVENTIONS:
-                self._m_interventions.add(1, attrs)
+        """Count the call; finish its span with the verdict."""
+        call = token if type(token) is _Call else None
+        if (
+            call is not None
+            and call.passed  # its span started with the final attributes of an executable, allowed call
+            and action.executable  # and the environment did not reject it
+            and action.error is None
+            and action.turn == call.turn
+            and action.plan_step is None
+            and action.deviation is None
+            and episode.fed == call.fed
+        ):  # the common case: the span already says everything
+            call.state.passes += 1
+            span = call.span
+            try:
+                if self.guardrail_events == "all":
+                    span.add_event(sc.GEN_AI_GUARDRAIL_RESULT, _PASS_EVENT)  # type: ignore[union-attr]
+            finally:
+                span.end()  # type: ignore[union-attr]
+            return
+        counts = call.state.counts if call is not None else self._counts.get(id(episode))
+        key = (action.executable, action.decision, action.cause)
+        if counts is not None:
+            counts[key] = counts.get(key, 0) + 1
+        elif self.metrics:  # an episode this observer never saw start
+            self._add_call_counts({key: 1})
+        if call is not None:
+            self._finish_call_span(episode, call, action, verdict)
 
-    def _finish_call_span(self, episode: Episode, span: Span, action: ActionRecord, verdict: Verdict) -> None:
-        code = verdict.code if not verdict.executable else None
+    def _finish_call_span(self, episode: Episode, call: _Call, action: ActionRecord, verdict: Verdict) -> None:
+        passed = action.executable and action.decision is Decision.ALLOW
+        fed = episode.fed
+        span = call.span
+        try:
+            code = verdict.code if not verdict.executable else None
+            attrs = self._call_end_attributes(action, code, fed)
+            if span is None:
+                span = call.span = self._tracer.start_span(
+                    call.name,
+                    context=call.parent,
+                    kind=SpanKind.INTERNAL,
+                    attributes={**call.attrs, **attrs},
+                    start_time=call.start,
+                )
+            elif span.is_recording():
+                span.set_attributes(attrs)
+            if not span.is_recording():
+                return
+            if sc.ERROR_TYPE in attrs:
+                span.set_status(Status(StatusCode.ERROR, code or attrs[sc.ERROR_TYPE]))
+            if not passed or self.guardrail_events == "all":
+                span.add_event(
+                    sc.GEN_AI_GUARDRAIL_RESULT,
+                    {
+                        sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: sc.GUARDRAIL_COMPONENT,
+                        sc.GEN_AI_GUARDRAIL_SOURCE: sc.GUARDRAIL_SOURCE_TOOL_INPUT,
+                        sc.GEN_AI_GUARDRAIL_RESULT_TYPE: _RESULT_TYPE.get(action.decision, action.decision.value),
+                        sc.GEN_AI_GUARDRAIL_RESULT_VALUE: action.executable,
+                        sc.GEN_AI_GUARDRAIL_RESULT_REASON: code or "executable",
+                    },
+                )
+            st = call.state
+            if not action.executable and fed == action.depth and st.first_failure != fed:
+                st.first_failure = fed
+                event: dict[str, Any] = {sc.PREFIXMON_DEPTH: action.depth, sc.GEN_AI_TOOL_NAME: action.tool or ""}
+                if action.cause is not None:
+                    event[sc.PREFIXMON_CAUSE] = action.cause.value
+                if code is not None:
+                    event[sc.PREFIXMON_CODE] = code
+                span.add_event(sc.PREFIXMON_FIRST_FAILURE, event)
+                if st.span.is_recording():
+                    st.span.add_event(sc.PREFIXMON_FIRST_FAILURE, event)
+            if self.capture_content:  # last: a failing redaction hook loses only the content
+                content = self._call_content(call, action, verdict)
+                if content:
+                    span.set_attributes(content)
+        finally:
+            if span is not None and span.is_recording():
+                span.end()
+
+    def _call_end_attributes(self, action: ActionRecord, code: str | None, fed: int | None) -> dict[str, Any]:
         attrs: dict[str, Any] = {
             sc.PREFIXMON_EXECUTABLE: action.executable,
             sc.PREFIXMON_DECISION: action.decision.value,
             sc.PREFIXMON_REACHED_ENVIRONMENT: action.reached_environment,
             sc.PREFIXMON_TURN: action.turn,
         }
-        fed = episode.fed
         if fed is not None:
             attrs[sc.PREFIXMON_FED] = fed
         if action.cause is not None:
@@ -370,48 +613,31 @@ class Telemetry(Observer):
             attrs[sc.PREFIXMON_PLAN_STEP] = action.plan_step
         if action.deviation is not None:
             attrs[sc.PREFIXMON_DEVIATION] = action.deviation
-        if self.capture_content:
-            for key, kind, value in (
-                (sc.GEN_AI_TOOL_CALL_ARGUMENTS, "arguments", verdict.args),
-                (sc.PREFIXMON_REASON, "reason", action.reason),
-                (sc.PREFIXMON_ERROR, "error", action.error),
-            ):
-                if value is not None:
-                    text = self._content(kind, value)  # type: ignore[arg-type]
-                    if text is not None:
-                        attrs[key] = text
-        span.set_attributes(attrs)
-        span.add_event(
-            sc.GEN_AI_GUARDRAIL_RESULT,
-            {
-                sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: sc.GUARDRAIL_COMPONENT,
-                sc.GEN_AI_GUARDRAIL_SOURCE: sc.GUARDRAIL_SOURCE_TOOL_INPUT,
-                sc.GEN_AI_GUARDRAIL_RESULT_TYPE: _RESULT_TYPE.get(action.decision, action.decision.value),
-                sc.GEN_AI_GUARDRAIL_RESULT_VALUE: action.executable,
-                sc.GEN_AI_GUARDRAIL_RESULT_REASON: code or "executable",
-            },
-        )
-        if "error.type" in attrs:
-            span.set_status(Status(StatusCode.ERROR, code or attrs[sc.ERROR_TYPE]))
-        st = self._episodes.get(id(episode))
-        if not action.executable and fed == action.depth and st is not None and st.first_failure != fed:
-            st.first_failure = fed
-            event: dict[str, Any] = {sc.PREFIXMON_DEPTH: action.depth, sc.GEN_AI_TOOL_NAME: action.tool or ""}
-            if action.cause is not None:
-                event[sc.PREFIXMON_CAUSE] = action.cause.value
-            if code is not None:
-                event[sc.PREFIXMON_CODE] = code
-            span.add_event(sc.PREFIXMON_FIRST_FAILURE, event)
-            if st.span is not None and st.span.is_recording():
-                st.span.add_event(sc.PREFIXMON_FIRST_FAILURE, event)
+        return attrs
+
+    def _call_content(self, call: _Call, action: ActionRecord, verdict: Verdict) -> dict[str, str]:
+        """Captured arguments (unless already on the span), reason and error message."""
+        out: dict[str, str] = {}
+        items: list[tuple[str, ContentKind, Any]] = [
+            (sc.PREFIXMON_REASON, "reason", action.reason),
+            (sc.PREFIXMON_ERROR, "error", action.error),
+        ]
+        if sc.GEN_AI_TOOL_CALL_ARGUMENTS not in call.attrs:
+            items.insert(0, (sc.GEN_AI_TOOL_CALL_ARGUMENTS, "arguments", verdict.args))
+        for key, kind, value in items:
+            if value is not None:
+                text = self._content(kind, value)
+                if text is not None:
+                    out[key] = text
+        return out
 
     # -- monitor errors -----------------------------------------------------------------------
     def internal_error(self, episode: Episode | None, where: str, error: BaseException) -> None:
-        """Count a monitor-internal error and note it on the episode span."""
+        """Count a monitor-internal error (at once) and note it on the episode span."""
         if self.metrics:
             self._m_errors.add(1, {sc.PREFIXMON_WHERE: where.split(" ", 1)[0], sc.ERROR_TYPE: type(error).__name__})
         st = self._episodes.get(id(episode)) if episode is not None else None
-        if st is not None and st.span is not None and st.span.is_recording():
+        if st is not None and st.span.is_recording():
             st.span.add_event("prefixmon.internal_error", {sc.PREFIXMON_WHERE: where, sc.ERROR_TYPE: type(error).__name__})
 
 

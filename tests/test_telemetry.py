@@ -679,3 +679,84 @@ class TestTelemetryOff:
             assert telemetry.call_started(ep, "x", None, 1) is None
             await ep.call("search_contacts", {"name": "x"})
         assert spans.get_finished_spans() == ()
+
+
+class TestHotPathShape:
+    """What the cheap per-call path keeps: final attributes, one event choice, per-episode counts, no open spans."""
+
+    async def test_guardrail_events_non_pass(self, otel: Otel, tools: Toolset) -> None:
+        """With non_pass, executable allowed calls carry the verdict as attributes only; every other call keeps its event."""
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry(guardrail_events="non_pass")]))
+        spans = otel.tool_spans()
+        assert [len(events(s, sc.GEN_AI_GUARDRAIL_RESULT)) for s in spans] == [0, 1, 0, 1]
+        assert all(attrs(s)[sc.PREFIXMON_DECISION] == "allow" for s in (spans[0], spans[2]))
+        assert events(spans[1], sc.GEN_AI_GUARDRAIL_RESULT)[0][sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == "block"
+        with pytest.raises(ValueError, match="guardrail_events"):
+            Telemetry(guardrail_events="some")  # type: ignore[arg-type]
+
+    async def test_call_counts_are_added_when_the_episode_ends(self, otel: Otel, tools: Toolset) -> None:
+        """prefixmon.calls and interventions are summed per episode and added at its end; internal errors at once."""
+
+        def broken(state: TrackedState, args: Any) -> bool:
+            raise RuntimeError("precondition bug")
+
+        tools.tool(requires=[broken], name="fragile")(lambda: "ok")
+        monitor = Monitor(tools, policy="block", observers=[otel.telemetry()])
+        ep = monitor.open_episode("t")
+        for _ in range(3):
+            await ep.call("search_contacts", {})
+        with pytest.raises(ToolBlocked):
+            await ep.call("remove_contact", {"person_id": "zz"})
+        await ep.call("fragile", {})
+        assert otel.counts(sc.METRIC_CALLS) == {}
+        assert sum(otel.counts(sc.METRIC_INTERNAL_ERRORS).values()) == 1
+        await ep.aclose()
+        calls = otel.counts(sc.METRIC_CALLS)
+        ok = frozenset({(sc.PREFIXMON_EXECUTABLE, True), (sc.PREFIXMON_DECISION, "allow")})
+        assert calls[ok] == 4 and sum(calls.values()) == 5
+        assert sum(otel.counts(sc.METRIC_INTERVENTIONS).values()) == 1
+
+    async def test_attributes_set_after_the_call_ran(self, otel: Otel, tools: Toolset) -> None:
+        """A rejection, a plan step and a turn change after the call was let through all reach the span."""
+        plan = [{"tool": "search_contacts", "args": {}}, {"tool": "lookup_order", "args": {"order_id": "#W2"}}]
+        monitor = Monitor(tools, observers=[otel.telemetry()])
+        async with monitor.episode(task_id="t", plan=plan) as ep:
+            await ep.call("search_contacts", {})
+            pending = await ep.begin("lookup_order", {"order_id": "#W2"})
+            ep.next_turn()
+            pending.done(await pending.run())
+        first, second = (attrs(s) for s in otel.tool_spans())
+        assert first[sc.PREFIXMON_PLAN_STEP] == 1 and first[sc.PREFIXMON_EXECUTABLE] is True
+        assert second[sc.PREFIXMON_EXECUTABLE] is False
+        assert second[sc.ERROR_TYPE] == "prefixmon.state_consistency"
+        assert second[sc.PREFIXMON_FED] == 2 and second[sc.PREFIXMON_TURN] == 1
+        assert second[sc.PREFIXMON_PLAN_STEP] == 2
+
+    async def test_a_raising_redactor_leaves_no_span_open(self, otel: Otel, tools: Toolset) -> None:
+        """Content capture whose hook raises on every value: each call still ends its span with the verdict."""
+
+        def broken(kind: str, value: Any) -> Any:
+            raise RuntimeError("redactor bug")
+
+        monitor = Monitor(tools, policy="block", observers=[otel.telemetry(capture_content=True, redact=broken)])
+        ep = await run_contacts(monitor)
+        spans = otel.tool_spans()
+        assert len(spans) == 4 and all(s.end_time is not None for s in spans)
+        assert [attrs(s)[sc.PREFIXMON_DECISION] for s in spans] == ["allow", "block", "allow", "block"]
+        assert all(len(events(s, sc.GEN_AI_GUARDRAIL_RESULT)) == 1 for s in spans)
+        assert ep.internal_errors >= 4
+        assert not any(k in attrs(s) for s in spans for k in (sc.GEN_AI_TOOL_CALL_ARGUMENTS, sc.PREFIXMON_REASON))
+
+    async def test_framework_runs_the_tool(self, otel: Otel, tools: Toolset) -> None:
+        """begin/done without run(): the span starts when the call is emitted and ends when it is reported."""
+        monitor = Monitor(tools, observers=[otel.telemetry()])
+        ep = monitor.open_episode("t")
+        pending = await ep.begin("set_cellular", {"on": True}, call_id="c1")
+        await anyio.sleep(0.01)
+        pending.done({"cellular": True})
+        await ep.aclose()
+        (span,) = otel.tool_spans()
+        assert span.start_time is not None and span.end_time is not None
+        assert span.end_time - span.start_time >= 10_000_000
+        a = attrs(span)
+        assert a[sc.GEN_AI_TOOL_CALL_ID] == "c1" and a[sc.PREFIXMON_EXECUTABLE] is True and a[sc.PREFIXMON_TURN] == 0
