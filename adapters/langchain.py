@@ -90,9 +90,7 @@ STATE_KEY = "prefixmon_episode"
 _UNFINISHED = "RuntimeError"
 """The error an episode is closed with when its invocation never reached ``after_agent``."""
 
-_ANSWER: contextvars.ContextVar[Approve | Edit | Deny | None] = contextvars.ContextVar(
-    "prefixmon_langchain_answer", default=None
-)
+_ANSWER: contextvars.ContextVar[Approve | Edit | Deny | None] = contextvars.ContextVar("prefixmon_langchain_answer", default=None)
 
 
 class PrefixmonState(AgentState[Any]):
@@ -480,9 +478,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         return result
 
     @staticmethod
-    async def _begin(
-        episode: Episode, name: str, args: Any, call_id: str, answer: Approve | Edit | Deny | None
-    ) -> PendingCall:
+    async def _begin(episode: Episode, name: str, args: Any, call_id: str, answer: Approve | Edit | Deny | None) -> PendingCall:
         token = _ANSWER.set(answer)
         try:
             return await episode.begin(name, args, call_id=call_id)

@@ -295,9 +295,7 @@ class PrefixmonCapability(AbstractCapability[Any]):
         return _RunState(episode=episode)
 
     # -- calls the hooks never see -----------------------------------------------------------
-    async def before_model_request(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext
-    ) -> ModelRequestContext:
+    async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:
         state = self._state
         if state is not None:
             await self._reconcile(ctx, state, ctx.messages)
@@ -400,9 +398,7 @@ class PrefixmonCapability(AbstractCapability[Any]):
             ):
                 await handler(args)
                 state.escalations[call_id] = _Escalated(tool=name, args=args)
-                raise ApprovalRequired(
-                    metadata={"prefixmon": {"cause": verdict.cause.value, "reason": verdict.reason}}
-                )
+                raise ApprovalRequired(metadata={"prefixmon": {"cause": verdict.cause.value, "reason": verdict.reason}})
         token = _ANSWER.set(answer)
         try:
             pending = await episode.begin(name, args, call_id=call_id)

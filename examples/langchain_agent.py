@@ -106,7 +106,9 @@ async def main() -> None:
     )
     middleware = PrefixmonMiddleware(monitor, outcome=lambda state: "success")
     agent = create_agent(
-        ScriptedChatModel(), tools=[search_contacts, remove_contact, send_money], middleware=[middleware],
+        ScriptedChatModel(),
+        tools=[search_contacts, remove_contact, send_money],
+        middleware=[middleware],
         checkpointer=InMemorySaver(),
     )
 

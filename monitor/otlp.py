@@ -162,9 +162,7 @@ def _enum(value: Any, table: Mapping[str, int], what: str) -> int:
     return _int(value, what)
 
 
-def span_from_json(
-    obj: Mapping[str, Any], *, resource: Mapping[str, Any] | None = None, scope: str = ""
-) -> OtlpSpan:
+def span_from_json(obj: Mapping[str, Any], *, resource: Mapping[str, Any] | None = None, scope: str = "") -> OtlpSpan:
     """Decode one OTLP JSON ``Span`` object.
 
     Raises:

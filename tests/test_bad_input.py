@@ -391,8 +391,18 @@ class TestResultTypes:
             lambda: TestResultTypes.shared_dag(60),
         ],
         ids=[
-            "object", "bad-model", "bytes", "json-bytes-bad-utf8", "bytearray", "set", "odd-keys", "exception",
-            "bad-json-text", "deep-json-text", "cycle", "dag-2**60",
+            "object",
+            "bad-model",
+            "bytes",
+            "json-bytes-bad-utf8",
+            "bytearray",
+            "set",
+            "odd-keys",
+            "exception",
+            "bad-json-text",
+            "deep-json-text",
+            "cycle",
+            "dag-2**60",
         ],
     )
     async def test_odd_results_come_back_unchanged(self, make: Any) -> None:

@@ -261,6 +261,7 @@ class TestInternalErrors:
         import threading
 
         release = threading.Event()
+
         def sink(record: Any) -> None:
             release.wait(5)
 

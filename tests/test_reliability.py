@@ -466,9 +466,7 @@ class TestHooks:
         assert ep.record is not None
         assert [a.decision for a in ep.record.actions] == [Decision.DENY, Decision.ALLOW]
 
-    @pytest.mark.parametrize(
-        "answer", [42, ["search_contacts"], Approve(), ToolCall(name="no_such_tool", args={})], ids=repr
-    )
+    @pytest.mark.parametrize("answer", [42, ["search_contacts"], Approve(), ToolCall(name="no_such_tool", args={})], ids=repr)
     async def test_replan_nonsense_answer_blocks(self, tools: Toolset, answer: Any) -> None:
         """A replan answer that is neither Replan, ToolCall, text nor None blocks, never runs anything."""
 

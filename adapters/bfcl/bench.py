@@ -162,9 +162,7 @@ async def run_bench(
             label = execute(task, variant.turns)
             if variant.family == GROUND_TRUTH and label.first is not None:
                 first = label.first
-                report.data_bugs.append(
-                    (task.id, first.depth, first.call.to_source(), first.refused or first.rejected or "")
-                )
+                report.data_bugs.append((task.id, first.depth, first.call.to_source(), first.refused or first.rejected or ""))
             labels = {"dataset": "bfcl", "category": task.category, "family": variant.family}
             records: dict[str, EpisodeRecord] = {}
             for mode, monitor in (("declared", declared), ("dry_run", dry)):
@@ -177,9 +175,7 @@ async def run_bench(
     return report
 
 
-def _score(
-    report: BenchReport, variant: Variant, label: Execution, records: dict[str, EpisodeRecord], keep: int
-) -> None:
+def _score(report: BenchReport, variant: Variant, label: Execution, records: dict[str, EpisodeRecord], keep: int) -> None:
     stats = report.families.setdefault(variant.family, FamilyStats())
     record = records["declared"]
     stats.n += 1
@@ -193,14 +189,22 @@ def _score(
                 stats.cause_agree += 1
             elif len(report.disagreements) < keep:
                 report.disagreements.append(
-                    (variant.task.id, variant.family, variant.note,
-                     f"cause {record.first_failure.cause if record.first_failure else None} vs label {_label_class(label)}")
+                    (
+                        variant.task.id,
+                        variant.family,
+                        variant.note,
+                        f"cause {record.first_failure.cause if record.first_failure else None} vs label {_label_class(label)}",
+                    )
                 )
     elif len(report.disagreements) < keep:
         report.disagreements.append(
-            (variant.task.id, variant.family, variant.note,
-             f"monitor FED {record.fed} ({record.first_failure.reason if record.first_failure else 'executable'}) "
-             f"vs label FED {label.fed} ({label.first.refused or label.first.rejected if label.first else 'executable'})")
+            (
+                variant.task.id,
+                variant.family,
+                variant.note,
+                f"monitor FED {record.fed} ({record.first_failure.reason if record.first_failure else 'executable'}) "
+                f"vs label FED {label.fed} ({label.first.refused or label.first.rejected if label.first else 'executable'})",
+            )
         )
     for mode, rec in records.items():
         confusion = report.prediction[mode]
@@ -288,14 +292,15 @@ def report_json(report: BenchReport) -> dict[str, Any]:
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``prefixmon bench bfcl``."""
-    parser.add_argument("--categories", nargs="+", default=list(CATEGORIES), choices=CATEGORIES,
-                        help="multi-turn categories (default: all four)")
-    parser.add_argument("--per-family", type=int, default=2, metavar="N",
-                        help="perturbations per family and task (default: 2)")
+    parser.add_argument(
+        "--categories", nargs="+", default=list(CATEGORIES), choices=CATEGORIES, help="multi-turn categories (default: all four)"
+    )
+    parser.add_argument("--per-family", type=int, default=2, metavar="N", help="perturbations per family and task (default: 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the perturbation positions")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N tasks of each category")
-    parser.add_argument("--out", default=None, metavar="RECORDS.jsonl",
-                        help="write the monitor's episode records (declared mode) here")
+    parser.add_argument(
+        "--out", default=None, metavar="RECORDS.jsonl", help="write the monitor's episode records (declared mode) here"
+    )
     parser.add_argument("--format", choices=("table", "json"), default="table")
 
 
@@ -318,7 +323,9 @@ def run(args: argparse.Namespace) -> int:
     dec, dry = report.prediction["declared"], report.prediction["dry_run"]
     ok = (
         report.fed_agreement >= 0.99
-        and (dec.recall or 0) >= 0.90 and (dec.precision or 0) >= 0.99
-        and dry.recall == 1.0 and dry.precision == 1.0
+        and (dec.recall or 0) >= 0.90
+        and (dec.precision or 0) >= 0.99
+        and dry.recall == 1.0
+        and dry.precision == 1.0
     )
     return 0 if ok else 1

@@ -33,8 +33,7 @@ CLASS_DOC_FILES: Final[Mapping[str, str]] = {
 """Environment class -> its function-doc file (the eight multi-turn classes)."""
 
 _INSTALL_HINT: Final = (
-    'pip install --no-deps "bfcl-eval==2026.3.23" "mpmath==1.3.0"  '
-    "(bfcl-eval must be installed without its dependencies)"
+    'pip install --no-deps "bfcl-eval==2026.3.23" "mpmath==1.3.0"  (bfcl-eval must be installed without its dependencies)'
 )
 
 
@@ -76,9 +75,7 @@ class BfclTask:
 
     def held_out(self, turn: int) -> frozenset[str]:
         """Functions not yet available at ``turn``."""
-        return frozenset(
-            name for t, names in self.missed_function.items() if t > turn for name in names
-        )
+        return frozenset(name for t, names in self.missed_function.items() if t > turn for name in names)
 
 
 def category_of(task_id: str) -> str:

@@ -240,6 +240,7 @@ def bfcl_error_text(exc: BaseException) -> str:
 
 # -- argument types (the runtime's own view, from the classes' annotations) --------------
 
+
 def _fits(value: Any, tp: Any) -> bool:
     if tp is Any or tp is inspect.Parameter.empty or tp is object:
         return True
@@ -305,6 +306,7 @@ def argument_problem(function: str, args: Mapping[str, Any] | str) -> str | None
 
 # -- the environment ---------------------------------------------------------------------
 
+
 class BfclEnv:
     """The live environment of one task: one instance per involved class.
 
@@ -325,9 +327,7 @@ class BfclEnv:
                 instance._load_scenario(scenario, long_context=task.long_context)
             self.instances[cls_name] = instance
         classes = function_classes()
-        self._methods: dict[str, str] = {
-            name: cls for name, cls in classes.items() if cls in self.instances
-        }
+        self._methods: dict[str, str] = {name: cls for name, cls in classes.items() if cls in self.instances}
 
     def __contains__(self, function: object) -> bool:
         return function in self._methods
@@ -382,10 +382,7 @@ class BfclEnv:
 
     def state(self) -> dict[str, dict[str, Any]]:
         """Public attributes per class (what BFCL's state checker compares)."""
-        return {
-            cls: {k: v for k, v in vars(inst).items() if not k.startswith("_")}
-            for cls, inst in self.instances.items()
-        }
+        return {cls: {k: v for k, v in vars(inst).items() if not k.startswith("_")} for cls, inst in self.instances.items()}
 
 
 @cache
@@ -393,11 +390,7 @@ def _mutable_defaults(function: str) -> tuple[tuple[str, Any], ...]:
     sig = signature(function)
     if sig is None:
         return ()
-    return tuple(
-        (p.name, p.default)
-        for p in sig.parameters.values()
-        if isinstance(p.default, (list, dict, set))
-    )
+    return tuple((p.name, p.default) for p in sig.parameters.values() if isinstance(p.default, (list, dict, set)))
 
 
 def invoke(instance: Any, args: Mapping[str, Any], function: str) -> Any:

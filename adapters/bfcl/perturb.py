@@ -163,13 +163,13 @@ def execute(task: BfclTask, turns: Sequence[Sequence[BfclCall]], *, predict: boo
                 except Exception as e:
                     rejected = f"{type(e).__name__}: {e}"
             labels.append(
-                CallLabel(depth=depth, turn=t, call=call, refused=refused, rejected=rejected,
-                          reached=reached, declared=declared)
+                CallLabel(depth=depth, turn=t, call=call, refused=refused, rejected=rejected, reached=reached, declared=declared)
             )
     return Execution(calls=tuple(labels), final=env)
 
 
 # -- perturbation families ---------------------------------------------------------------
+
 
 def _args(call: BfclCall) -> dict[str, Any]:
     return {} if isinstance(call.args, str) else dict(call.args)
@@ -216,15 +216,13 @@ def perturb(task: BfclTask, rng: random.Random, *, per_family: int = 1) -> Itera
     for t, i in pick(positions):
         turn = list(gt[t])
         dropped = turn.pop(i)
-        yield Variant(task=task, family="drop", note=f"turn {t}: dropped {dropped.to_source()}",
-                      turns=_replace(gt, t, turn))
+        yield Variant(task=task, family="drop", note=f"turn {t}: dropped {dropped.to_source()}", turns=_replace(gt, t, turn))
 
     swaps = [(t, i) for t, i in positions if i + 1 < len(gt[t]) and gt[t][i] != gt[t][i + 1]]
     for t, i in pick(swaps):
         turn = list(gt[t])
         turn[i], turn[i + 1] = turn[i + 1], turn[i]
-        yield Variant(task=task, family="swap", note=f"turn {t}: swapped calls {i} and {i + 1}",
-                      turns=_replace(gt, t, turn))
+        yield Variant(task=task, family="swap", note=f"turn {t}: swapped calls {i} and {i + 1}", turns=_replace(gt, t, turn))
 
     with_args = [(t, i) for t, i in positions if _args(gt[t][i])]
     for t, i in pick(with_args):
@@ -234,22 +232,27 @@ def perturb(task: BfclTask, rng: random.Random, *, per_family: int = 1) -> Itera
         args[key] = _wrong_type(args[key], rng)
         turn = list(gt[t])
         turn[i] = BfclCall(name=call.name, args=args)
-        yield Variant(task=task, family="corrupt_type", note=f"turn {t}: {call.name}.{key} = {args[key]!r}",
-                      turns=_replace(gt, t, turn))
+        yield Variant(
+            task=task, family="corrupt_type", note=f"turn {t}: {call.name}.{key} = {args[key]!r}", turns=_replace(gt, t, turn)
+        )
 
     early = [
-        (t, call) for t, names in sorted(task.missed_function.items()) if t > 0
-        for call in (gt[t] if t < len(gt) else ()) if call.name in names
+        (t, call)
+        for t, names in sorted(task.missed_function.items())
+        if t > 0
+        for call in (gt[t] if t < len(gt) else ())
+        if call.name in names
     ]
     for t, call in pick(early):
         before = [*gt[t - 1], call]
-        yield Variant(task=task, family="early_tool", note=f"{call.name} called at turn {t - 1}, offered from turn {t}",
-                      turns=_replace(gt, t - 1, before))
+        yield Variant(
+            task=task,
+            family="early_tool",
+            note=f"{call.name} called at turn {t - 1}, offered from turn {t}",
+            turns=_replace(gt, t - 1, before),
+        )
 
-    refs = [
-        (t, i, key) for t, i in positions
-        for key in sorted(REFERENCE_ARGS.get(gt[t][i].name, {})) if key in _args(gt[t][i])
-    ]
+    refs = [(t, i, key) for t, i in positions for key in sorted(REFERENCE_ARGS.get(gt[t][i].name, {})) if key in _args(gt[t][i])]
     for t, i, key in pick(refs):
         call = gt[t][i]
         kind = REFERENCE_ARGS[call.name][key]
@@ -257,5 +260,6 @@ def perturb(task: BfclTask, rng: random.Random, *, per_family: int = 1) -> Itera
         args[key] = _invented(kind, args[key], rng)
         turn = list(gt[t])
         turn[i] = BfclCall(name=call.name, args=args)
-        yield Variant(task=task, family="invent_id", note=f"turn {t}: {call.name}.{key} = {args[key]!r}",
-                      turns=_replace(gt, t, turn))
+        yield Variant(
+            task=task, family="invent_id", note=f"turn {t}: {call.name}.{key} = {args[key]!r}", turns=_replace(gt, t, turn)
+        )

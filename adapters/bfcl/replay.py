@@ -136,8 +136,11 @@ def read_results(path: str | Path, problems: list[Problem]) -> Iterator[ResultEn
                 continue
             result = obj.get("result")
             if not isinstance(result, list) or not all(isinstance(t, list) for t in result):
-                bad("'result' must be a list of turns, each a list of steps"
-                    + (f" (got {str(result)[:60]!r})" if isinstance(result, str) else ""), task_id)
+                bad(
+                    "'result' must be a list of turns, each a list of steps"
+                    + (f" (got {str(result)[:60]!r})" if isinstance(result, str) else ""),
+                    task_id,
+                )
                 continue
             turns: list[tuple[BfclCall, ...]] = []
             for t, turn in enumerate(result):
@@ -147,8 +150,9 @@ def read_results(path: str | Path, problems: list[Problem]) -> Iterator[ResultEn
                     try:
                         calls.extend(_decode_step(step, where))
                     except (CallParseError, RecursionError) as e:
-                        problems.append(Problem(path=name, line=n, task_id=task_id, skipped=False,
-                                                message=f"{e}; step skipped, as BFCL does"))
+                        problems.append(
+                            Problem(path=name, line=n, task_id=task_id, skipped=False, message=f"{e}; step skipped, as BFCL does")
+                        )
                 turns.append(tuple(calls))
             yield ResultEntry(path=name, line=n, task=task, turns=tuple(turns))
 
@@ -214,10 +218,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``prefixmon replay --bfcl``."""
     parser.add_argument("files", nargs="+", metavar="RESULT_FILE", help="BFCL multi-turn result files")
     parser.add_argument("--out", required=True, metavar="RECORDS.jsonl", help="episode records are written here")
-    parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                        help="set a label on every record (overrides the inferred model/category)")
-    parser.add_argument("--mode", choices=MODES, default="declared",
-                        help="precondition mode: declared rules, dry run on a copy, or none")
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a label on every record (overrides the inferred model/category)",
+    )
+    parser.add_argument(
+        "--mode", choices=MODES, default="declared", help="precondition mode: declared rules, dry run on a copy, or none"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
     n = len(records)
     ter = sum(r.executable for r in records) / n if n else 0.0
     success = sum(r.success for r in records) / n if n else 0.0
-    print(f"replayed {n} task(s) to {args.out}; skipped {skipped} malformed entr{'y' if skipped == 1 else 'ies'}; "
-          f"TER {ter:.3f}, BFCL success {success:.3f}")
+    print(
+        f"replayed {n} task(s) to {args.out}; skipped {skipped} malformed entr{'y' if skipped == 1 else 'ies'}; "
+        f"TER {ter:.3f}, BFCL success {success:.3f}"
+    )
     return 1 if skipped else 0

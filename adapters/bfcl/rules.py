@@ -30,6 +30,7 @@ def _num(value: Any) -> float | None:
 
 # -- file system -------------------------------------------------------------------------
 
+
 def _fs(env: BfclEnv) -> Any:
     return env.get("GorillaFileSystem")
 
@@ -165,6 +166,7 @@ def _wc_mode(env: BfclEnv, args: Mapping[str, Any]) -> str | None:
 
 # -- messages -----------------------------------------------------------------------------
 
+
 def _msg(env: BfclEnv) -> Any:
     return env.get("MessageAPI")
 
@@ -199,6 +201,7 @@ def _new_contact(env: BfclEnv, args: Mapping[str, Any]) -> str | None:
 
 # -- posting -------------------------------------------------------------------------------
 
+
 def _tw(env: BfclEnv) -> Any:
     return env.get("TwitterAPI")
 
@@ -230,6 +233,7 @@ def _following(env: BfclEnv, args: Mapping[str, Any]) -> str | None:
 
 
 # -- tickets -------------------------------------------------------------------------------
+
 
 def _tk(env: BfclEnv) -> Any:
     return env.get("TicketAPI")
@@ -276,6 +280,7 @@ def _tk_credentials(env: BfclEnv, args: Mapping[str, Any]) -> str | None:
 
 
 # -- trading -------------------------------------------------------------------------------
+
 
 def _tb(env: BfclEnv) -> Any:
     return env.get("TradingBot")
@@ -334,6 +339,7 @@ def _in_watchlist(env: BfclEnv, args: Mapping[str, Any]) -> str | None:
 
 
 # -- travel --------------------------------------------------------------------------------
+
 
 def _tr(env: BfclEnv) -> Any:
     return env.get("TravelAPI")
@@ -403,6 +409,7 @@ def _insurance_in_budget(env: BfclEnv, args: Mapping[str, Any]) -> str | None:
 
 
 # -- vehicle -------------------------------------------------------------------------------
+
 
 def _car(env: BfclEnv) -> Any:
     return env.get("VehicleControlAPI")
@@ -474,6 +481,7 @@ def _cruise_speed(env: BfclEnv, args: Mapping[str, Any]) -> str | None:
 
 
 # -- math ------------------------------------------------------------------------------------
+
 
 def _nonzero(key: str) -> Rule:
     def rule(env: BfclEnv, args: Mapping[str, Any]) -> str | None:

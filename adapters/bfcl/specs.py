@@ -104,9 +104,7 @@ def json_schema(bfcl: Mapping[str, Any], *, where: str) -> dict[str, Any]:
     if "enum" in bfcl:
         out["enum"] = list(bfcl["enum"])
     if "properties" in bfcl:
-        out["properties"] = {
-            k: json_schema(v, where=f"{where}.{k}") for k, v in bfcl["properties"].items()
-        }
+        out["properties"] = {k: json_schema(v, where=f"{where}.{k}") for k, v in bfcl["properties"].items()}
         if tname in ("dict", "object") and where.count(".") > 0:
             out["additionalProperties"] = True
     if "required" in bfcl:
@@ -191,6 +189,7 @@ def build_toolset(mode: Mode = "declared") -> Toolset:
 
 
 # -- one task through a monitor ------------------------------------------------------------
+
 
 @dataclass(slots=True, kw_only=True)
 class TaskRun:

@@ -78,8 +78,10 @@ class Contacts:
         rules = Toolset()
         rules.add_schema("search_contacts", {"type": "object", "properties": {"name": {"type": "string"}}}, produces="person_id")
         rules.add_schema(
-            "remove_contact", {"type": "object", "properties": {"person_id": {"type": "string"}}, "required": ["person_id"]},
-            refs={"person_id": "person_id"}, invalidates="person_id",
+            "remove_contact",
+            {"type": "object", "properties": {"person_id": {"type": "string"}}, "required": ["person_id"]},
+            refs={"person_id": "person_id"},
+            invalidates="person_id",
         )
 
         def within_limit(state: TrackedState, args: Any) -> bool:
@@ -87,7 +89,8 @@ class Contacts:
             return bool(args["amount"] <= 100)
 
         rules.add_schema(
-            "send_money", {"type": "object", "properties": {"person_id": {"type": "string"}, "amount": {"type": "integer"}}},
+            "send_money",
+            {"type": "object", "properties": {"person_id": {"type": "string"}, "amount": {"type": "integer"}}},
             requires=[within_limit],
         )
         self.monitor = Monitor(rules, policy=policy, sink=self.records.append, **monitor)
@@ -309,7 +312,6 @@ class TestInterrupts:
         (record,) = app.records
         assert record.actions[0].decision is Decision.APPROVE and app.runs == {"send_money": 1}
 
-
     @pytest.mark.skipif(sys.version_info >= (3, 11), reason="only Python 3.10 lacks async interrupts")
     async def test_async_interrupt_on_python_310_says_why(self) -> None:
         """On Python 3.10 an async agent cannot escalate through interrupts, and the error says so."""
@@ -375,4 +377,3 @@ class TestParseAnswer:
         assert parse_answer({"decision": "edit", "args": {"a": 1}}).args == {"a": 1}  # type: ignore[union-attr]
         assert parse_answer(False) == Deny()
         assert "unrecognised" in parse_answer(42).reason  # type: ignore[union-attr]
-

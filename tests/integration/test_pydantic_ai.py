@@ -77,7 +77,10 @@ class Contacts:
         self.tools = tools = Toolset()
         self.monitor = Monitor(tools, policy=policy, sink=self.records.append, **monitor)
         self.capability = PrefixmonCapability(
-            self.monitor, task_id="t-17", labels={"method": "test"}, outcome=lambda r: Outcome.SUCCESS,
+            self.monitor,
+            task_id="t-17",
+            labels={"method": "test"},
+            outcome=lambda r: Outcome.SUCCESS,
             register_tools=register_tools,
         )
         self.agent: Agent[None, Any] = Agent(
