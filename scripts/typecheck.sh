@@ -12,5 +12,6 @@ for entry in "$root"/monitor/*; do ln -s "$entry" "$shadow/prefixmon/$(basename 
 ln -s "$root/adapters" "$shadow/prefixmon/adapters"
 cd "$root"
 "$root/.venv/bin/ruff" check .
+"$root/.venv/bin/ruff" format --check .
 MYPYPATH="$shadow" "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" -p prefixmon
 MYPYPATH="$shadow" "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" tests examples benchmarks
