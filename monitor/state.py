@@ -78,6 +78,10 @@ class TrackedState:
         kinds = self._bindings.get(key)
         if kinds is None:
             kinds = self._bindings[key] = {}
+        else:
+            existing = kinds.get(kind)
+            if existing is not None and existing.current:
+                return  # still current: it keeps the depth and tool that first produced it
         kinds[kind] = Binding(kind=kind, depth=self.depth if depth is None else depth, tool=tool)
 
     def invalidate(self, kind: str, value: Any, *, by: str | None = None) -> None:
