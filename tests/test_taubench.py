@@ -418,3 +418,25 @@ class TestReplay:
         first, second = read_records(out)
         assert first.executable and first.outcome == "success"
         assert second.fed == 1 and second.first_failure is not None and second.first_failure.cause == Cause.SCHEMA
+
+
+class TestCalculator:
+    """The shared calculate tool evaluates arithmetic from its syntax tree, never with eval."""
+
+    @pytest.mark.parametrize(
+        ("expression", "answer"),
+        [
+            ("1+2*3", "7.0"),
+            ("(100 - 45.5) / 2", "27.25"),
+            ("2**10", "1024.0"),
+            ("1/0", "Error: division by zero"),
+            ("1+", "Error: invalid syntax (<string>, line 1)"),
+            ("9**9**9", "Error: exponent 3.8742e+08 is larger than 100"),
+            ("__import__('os')", "Error: invalid characters in expression"),
+        ],
+    )
+    def test_answers(self, expression: str, answer: str) -> None:
+        """Ordinary arithmetic as the original answers it; runaway powers and code are refused."""
+        from prefixmon.adapters.taubench._calculator import calculate
+
+        assert calculate(expression) == answer

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
-from ._airline import CALCULATOR_CHARS
+from ._calculator import calculate as evaluate_expression
 from ._table import Db, dumps_row
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,15 +51,43 @@ def _price_difference(db: Db, order: Mapping[str, Any], item_ids: Sequence[str],
     return difference
 
 
+_REFUSALS: Final = {
+    "delivered": "Error: non-delivered order cannot be exchanged",
+    "pending": "Error: non-pending order cannot be modified",
+}
+
+
+def _item_change(
+    data: Db, order_id: str, item_ids: Sequence[str], new_item_ids: Sequence[str], payment_method_id: str, *, status: str
+) -> str | tuple[Mapping[str, Any], Any, Mapping[str, Any]]:
+    """The checks exchanging and modifying items share, in the original's order.
+
+    Returns:
+        the environment's error string, or (order, price difference, payment method).
+    """
+    orders = data["orders"]
+    if order_id not in orders:
+        return "Error: order not found"
+    order = orders[order_id]
+    if order["status"] != status:
+        return _REFUSALS[status]
+    missing = missing_item(order, item_ids)
+    if missing is not None:
+        return f"Error: {missing} not found"
+    if len(item_ids) != len(new_item_ids):
+        return "Error: the number of items to be exchanged should match"
+    difference = _price_difference(data, order, item_ids, new_item_ids)
+    if isinstance(difference, str):
+        return difference
+    methods = data["users"][order["user_id"]]["payment_methods"]
+    if payment_method_id not in methods:
+        return "Error: payment method not found"
+    return order, difference, methods[payment_method_id]
+
+
 @_tool("calculate", "Calculate")
 def calculate(data: Db, expression: str) -> str:
-    if not all(char in CALCULATOR_CHARS for char in expression):
-        return "Error: invalid characters in expression"
-    try:
-        # Only digits, operators, dots, parentheses and spaces reach eval, with no builtins.
-        return str(round(float(eval(expression, {"__builtins__": None}, {})), 2))
-    except Exception as e:
-        return f"Error: {e}"
+    return evaluate_expression(expression)
 
 
 @_tool("cancel_pending_order", "CancelPendingOrder")
@@ -96,28 +124,14 @@ def cancel_pending_order(data: Db, order_id: str, reason: str) -> str:
 def exchange_delivered_order_items(
     data: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> str:
-    orders, users = data["orders"], data["users"]
-    if order_id not in orders:
-        return "Error: order not found"
-    order = orders[order_id]
-    if order["status"] != "delivered":
-        return "Error: non-delivered order cannot be exchanged"
-    missing = missing_item(order, item_ids)
-    if missing is not None:
-        return f"Error: {missing} not found"
-    if len(item_ids) != len(new_item_ids):
-        return "Error: the number of items to be exchanged should match"
-    difference = _price_difference(data, order, item_ids, new_item_ids)
-    if isinstance(difference, str):
-        return difference
+    checked = _item_change(data, order_id, item_ids, new_item_ids, payment_method_id, status="delivered")
+    if isinstance(checked, str):
+        return checked
+    order, difference, method = checked
     difference = round(difference, 2)
-    methods = users[order["user_id"]]["payment_methods"]
-    if payment_method_id not in methods:
-        return "Error: payment method not found"
-    method = methods[payment_method_id]
     if method["source"] == "gift_card" and method["balance"] < difference:
         return "Error: insufficient gift card balance to pay for the price difference"
-    order = orders.for_write(order_id)
+    order = data["orders"].for_write(order_id)
     order["status"] = "exchange requested"
     order["exchange_items"] = sorted(item_ids)
     order["exchange_new_items"] = sorted(new_item_ids)
@@ -204,23 +218,11 @@ def modify_pending_order_items(
     data: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> str:
     products, orders, users = data["products"], data["orders"], data["users"]
-    if order_id not in orders:
-        return "Error: order not found"
-    order = orders[order_id]
-    if order["status"] != "pending":
-        return "Error: non-pending order cannot be modified"
-    missing = missing_item(order, item_ids)
-    if missing is not None:
-        return f"Error: {missing} not found"
-    if len(item_ids) != len(new_item_ids):
-        return "Error: the number of items to be exchanged should match"
-    difference = _price_difference(data, order, item_ids, new_item_ids)
-    if isinstance(difference, str):
-        return difference
-    methods = users[order["user_id"]]["payment_methods"]
-    if payment_method_id not in methods:
-        return "Error: payment method not found"
-    if methods[payment_method_id]["source"] == "gift_card" and (methods[payment_method_id]["balance"] < difference):
+    checked = _item_change(data, order_id, item_ids, new_item_ids, payment_method_id, status="pending")
+    if isinstance(checked, str):
+        return checked
+    order, difference, method = checked
+    if method["source"] == "gift_card" and method["balance"] < difference:
         return "Error: insufficient gift card balance to pay for the new item"
 
     order = orders.for_write(order_id)
@@ -231,7 +233,7 @@ def modify_pending_order_items(
             "payment_method_id": payment_method_id,
         }
     )
-    if methods[payment_method_id]["source"] == "gift_card":
+    if method["source"] == "gift_card":
         method = users.for_write(order["user_id"])["payment_methods"][payment_method_id]
         method["balance"] = round(method["balance"] - difference, 2)
     for item_id, new_item_id in zip(item_ids, new_item_ids, strict=False):

@@ -31,6 +31,7 @@ from typing import Any, Final
 from prefixmon import Precondition, Ref, Toolset, TrackedState
 
 from . import _airline, _retail
+from ._calculator import CALCULATOR_CHARS, evaluate
 from ._table import Db, Table
 from .data import Domain, load_schemas
 from .sandbox import WRITE_TOOLS, Sandbox, is_error_result
@@ -271,13 +272,11 @@ def _same_passenger_count(state: TrackedState, args: Mapping[str, Any]) -> bool 
 @_pre("arithmetic", "the expression must be arithmetic that evaluates")
 def _arithmetic(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
     expression = args["expression"]
-    bad = sorted({c for c in expression if c not in _airline.CALCULATOR_CHARS})
+    bad = sorted({c for c in expression if c not in CALCULATOR_CHARS})
     if bad:
         return f"the expression may contain only digits, + - * / ( ) . and spaces, not {''.join(bad)!r}"
-    if "**" in expression:
-        return True  # powers can be huge; let the environment decide
     try:
-        eval(expression, {"__builtins__": None}, {})
+        evaluate(expression)
     except Exception as e:
         return f"the expression does not evaluate: {e}"
     return True
