@@ -158,7 +158,8 @@ def _error_text(exc: BaseException) -> str:
 async def _execute(pending: PendingCall, execute: Executor | None) -> Any:
     spec = pending.spec
     if execute is not None and (spec is None or spec.func is None):
-        return await execute(pending.call.name, pending.args)
+        name = pending.call.name
+        return await pending.run(lambda args: execute(name, args))  # inside the observers' contexts
     return await pending.run()
 
 
@@ -191,7 +192,7 @@ def _get(obj: Any, key: str) -> Any:
 def _chat_calls(message: ChatCompletionMessage | Mapping[str, Any]) -> list[tuple[str, str | None, str]]:
     """(name, id, raw arguments) for each tool call of an assistant message, in order."""
     calls: list[tuple[str, str | None, str]] = []
-    for i, call in enumerate(_get(message, "tool_calls") or ()):
+    for call in _get(message, "tool_calls") or ():
         kind = _get(call, "type") or "function"
         if kind == "function":
             fn = _get(call, "function")
@@ -199,10 +200,10 @@ def _chat_calls(message: ChatCompletionMessage | Mapping[str, Any]) -> list[tupl
         elif kind == "custom":  # free-form input: offered to the tool as its single "input" argument
             custom = _get(call, "custom")
             name, arguments = _get(custom, "name"), json.dumps({"input": _get(custom, "input")})
-        else:
-            raise ValueError(f"tool_calls[{i}]: unsupported tool call type {kind!r}")
+        else:  # recorded as a call of an unknown tool: a schema failure the model can read
+            name, arguments = f"<{kind} call>", None
         if not isinstance(name, str):
-            raise ValueError(f"tool_calls[{i}]: the call has no function name")
+            name = ""  # no function name: an unknown tool, answered like any other refusal
         calls.append((name, _get(call, "id"), arguments if isinstance(arguments, str) else json.dumps(arguments)))
     return calls
 
@@ -279,12 +280,12 @@ def feed_messages(episode: Episode, messages: Iterable[ChatCompletionMessagePara
 def _function_calls(items: Response | Iterable[ResponseOutputItem | Mapping[str, Any]]) -> list[tuple[str, str | None, str]]:
     source = items.output if isinstance(items, Response) else items
     calls: list[tuple[str, str | None, str]] = []
-    for i, item in enumerate(source):
+    for item in source:
         if _get(item, "type") != "function_call":
             continue
         name, call_id, arguments = _get(item, "name"), _get(item, "call_id"), _get(item, "arguments")
         if not isinstance(name, str):
-            raise ValueError(f"output[{i}]: the function call has no name")
+            name = ""  # no function name: an unknown tool, answered like any other refusal
         calls.append((name, call_id, arguments if isinstance(arguments, str) else json.dumps(arguments)))
     return calls
 

@@ -239,6 +239,30 @@ class TestRunToolCalls:
         assert "search_contacts" in str(replies[0]["content"])
         assert ep.record is not None and ep.record.actions[0].cause is Cause.SCHEMA
 
+    async def test_nameless_and_unsupported_calls_are_answered_not_raised(self) -> None:
+        """A call without a function name or of an unknown type gets a reply and a schema record; the others still run."""
+        monitor = monitor_for(Contacts())
+        async with monitor.episode(task_id="odd") as ep:
+            replies = await run_tool_calls(
+                ep,
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "a", "type": "function", "function": {"arguments": "{}"}},
+                        {"id": "b", "type": "browser", "browser": {}},
+                        {
+                            "id": "c",
+                            "type": "function",
+                            "function": {"name": "search_contacts", "arguments": '{"name": "Amara"}'},
+                        },
+                    ],
+                },
+            )
+        assert [r["tool_call_id"] for r in replies] == ["a", "b", "c"]
+        assert "no tool named" in str(replies[0]["content"]) and "no tool named" in str(replies[1]["content"])
+        assert ep.record is not None
+        assert [a.cause for a in ep.record.actions] == [Cause.SCHEMA, Cause.SCHEMA, None]
+
     async def test_execute_runs_tools_without_functions(self) -> None:
         """execute= runs calls of tools declared without a function."""
         seen: list[tuple[str, dict[str, Any]]] = []

@@ -110,14 +110,19 @@ def read_results(path: str | Path, problems: list[Problem]) -> Iterator[ResultEn
     """Decode a result file; malformed entries and undecodable steps go to ``problems``."""
     name = str(path)
     tasks = task_index()
-    with open(path, encoding="utf-8") as f:
-        for n, raw in enumerate(f, 1):
-            if not raw.strip():
+    with open(path, "rb") as f:
+        for n, data in enumerate(f, 1):
+            if not data.strip():
                 continue
 
             def bad(message: str, task_id: str | None = None, *, line: int = n) -> None:
                 problems.append(Problem(path=name, line=line, task_id=task_id, message=message, skipped=True))
 
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad(f"not UTF-8 text (byte {e.start + 1} of the line)")
+                continue
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as e:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from prefixmon import Episode, EpisodeRecord, Monitor, ToolBlocked, Toolset
 from prefixmon.records import write_records
@@ -51,6 +51,23 @@ class ReplayInputError(ValueError):
     """A transcript file does not fit the expected format (the message says where)."""
 
 
+def _check_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every assistant ``tool_calls`` entry is an object whose ``function`` is an object."""
+    for i, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            raise ValueError(f"message {i}: tool_calls must be a list, got {type(calls).__name__}")
+        for j, call in enumerate(calls):
+            if not isinstance(call, dict):
+                raise ValueError(f"message {i}: tool_calls[{j}] must be an object, got {type(call).__name__}")
+            function = call.get("function")
+            if function is not None and not isinstance(function, dict):
+                raise ValueError(f"message {i}: tool_calls[{j}].function must be an object, got {type(function).__name__}")
+    return messages
+
+
 class TauRollout(BaseModel):
     """One rollout as τ-bench writes it."""
 
@@ -61,6 +78,8 @@ class TauRollout(BaseModel):
     reward: float = 0.0
     info: dict[str, Any] = Field(default_factory=dict)
     traj: list[dict[str, Any]]
+
+    _tool_calls = field_validator("traj")(_check_tool_calls)
 
 
 class Conversation(BaseModel):
@@ -73,6 +92,15 @@ class Conversation(BaseModel):
     reward: float | None = None
     outcome: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+
+    _tool_calls = field_validator("messages")(_check_tool_calls)
+
+    @field_validator("outcome")
+    @classmethod
+    def _known_outcome(cls, value: str | None) -> str | None:
+        if value is not None and value not in ("success", "partial", "failure"):
+            raise ValueError(f"outcome must be success, partial or failure, got {value!r}")
+        return value
 
 
 _ROLLOUTS: Final = TypeAdapter(list[TauRollout])
