@@ -92,13 +92,19 @@ class PendingCall:
         """The call to run: the emitted one, or a replacement."""
         return self._replacement or self.emitted
 
+    @property
+    def _swapped(self) -> bool:
+        """Whether a hook replaced the call by a call of another tool."""
+        return self._replacement is not None and self._replacement.name != self.verdict.tool
+
     async def run(self, execute: Executor | None = None) -> Any:
-        """Run the call with ``execute`` or the tool's own function (does not report the outcome)."""
+        """Run the call with ``execute`` (emitted tool only) or the tool's own function; does not report the outcome."""
         func: Callable[..., Any] | None = None
-        if execute is None:
+        if execute is None or self._swapped:  # execute= runs the emitted tool, never a replacement of another
             func = self.spec.func if self.spec is not None else None
             if func is None:
-                raise SpecError(f"tool {self.call.name!r} has no implementation; pass execute= to run it")
+                hint = f"execute= runs {self.verdict.tool!r} only" if execute is not None else "pass execute= to run it"
+                raise SpecError(f"tool {self.call.name!r} has no implementation; {hint}")
         entered = self._episode._enter_execution(self) if self._token is not None else None
         if entered is None:
             result = func(**self.args) if func is not None else execute(self.args)  # type: ignore[misc]
@@ -217,8 +223,8 @@ class Episode:
         plan: PlanLike | PlanVerdict | PlanFollower | None = None,
     ) -> None:
         self.monitor = monitor
-        self.id = episode_id or uuid.uuid4().hex
-        self.task_id = task_id if task_id is not None else self.id
+        self.id = str(episode_id) if episode_id is not None and episode_id != "" else uuid.uuid4().hex
+        self.task_id = str(task_id) if task_id is not None else self.id  # records hold text (ints are common)
         self.labels: dict[str, str] = {**monitor.labels, **{str(k): str(v) for k, v in labels.items()}}
         self.allows_no_tool = allows_no_tool
         toolset = monitor.toolset
@@ -293,12 +299,27 @@ class Episode:
                     try:
                         cm = obs.episode_context(self)
                         if cm is not None:
-                            stack.enter_context(cm)
+                            cm.__enter__()
+                            stack.push(self._guarded_exit(obs, cm))
                     except Exception as e:
                         self._fault(f"observer {type(obs).__name__}.episode_context", e, notify=False)
                 yield self
         finally:
             _current.reset(reset)
+
+    def _guarded_exit(self, obs: Observer, cm: contextlib.AbstractContextManager[Any]) -> Callable[..., bool]:
+        """``cm.__exit__`` for an ExitStack: an observer's error is counted, never raised, and it
+        cannot swallow the agent's exception."""
+
+        def exit_(exc_type: Any, exc: Any, tb: Any) -> bool:
+            try:
+                cm.__exit__(exc_type, exc, tb)
+            except Exception as e:
+                if e is not exc:  # re-raising the agent's own exception is not an observer error
+                    self._fault(f"observer {type(obs).__name__}.episode_context", e, notify=False)
+            return False
+
+        return exit_
 
     def follow(self, plan: PlanLike | PlanVerdict | PlanFollower) -> PlanFollower:
         """Condition the rest of the episode on ``plan``: later actions note the step they matched."""
@@ -392,6 +413,8 @@ class Episode:
         verdict = self._judge(name, args, depth, call_id)
         if verdict.executable:
             return self._pending(verdict, args, verdict.args, Decision.ALLOW, token)  # type: ignore[arg-type]
+        if self._fed is None or depth < self._fed:  # live: known now, even while an observed call runs
+            self._fed = depth
         if verdict.code == "monitor_fault":
             self._refuse(verdict, token, Decision.FAIL_CLOSED, None)
         action = monitor.policy(verdict)
@@ -435,6 +458,10 @@ class Episode:
             Exception: whatever the tool raised, after it was recorded as a rejection.
         """
         pending = await self.begin(name, args, call_id=call_id)
+        if execute is not None and pending._swapped and (pending.spec is None or pending.spec.func is None):
+            replacement = pending.call.name
+            pending.abandon(f"execute= runs {name} and cannot run the replacement {replacement}")
+            raise ToolBlocked(pending.verdict, decision=Decision.REPLAN.value, guidance=f"call {replacement} instead")
         try:
             func = pending.spec.func if execute is None and pending._token is None and pending.spec is not None else None
             if func is not None:  # the common case, without run()'s extra coroutine

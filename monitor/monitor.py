@@ -215,7 +215,11 @@ class Monitor:
                 if inspect.iscoroutinefunction(sink) or inspect.iscoroutinefunction(getattr(sink, "__call__", None)):  # noqa: B004
                     await sink(record)  # type: ignore[misc]
                 else:
-                    await anyio.to_thread.run_sync(sink, record, abandon_on_cancel=True)
+                    # Boxed: a plain callable may return an awaitable (see Sink), which trio would
+                    # refuse as the result of a worker thread; it is awaited here instead.
+                    (result,) = await anyio.to_thread.run_sync(lambda: (sink(record),), abandon_on_cancel=True)
+                    if inspect.isawaitable(result):
+                        await result
             except Exception as e:
                 self.stats.sink_errors += 1
                 self._fault(ep, "sink", e)

@@ -47,7 +47,8 @@ class ActionRecord:
     decision: Decision = Decision.ALLOW
     """What the monitor did with the call."""
     reached_environment: bool = False
-    """Whether the call (or an edited or replacement call) actually ran."""
+    """Whether the call as emitted actually ran (``False`` when an edited or replacement call ran
+    instead, see :attr:`replacement`), so that ``invalid_reached_environment`` means what it says."""
     error: str | None = None
     """The environment's error (exception or error result), if it rejected the call."""
     turn: int = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -297,7 +298,9 @@ def _signature_model(
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (annotation, default)
     config = ConfigDict(extra="forbid", strict=strict, arbitrary_types_allowed=True)
-    model = create_model(f"{name}_args", __config__=config, **fields)
+    with warnings.catch_warnings():  # an argument named like a BaseModel attribute (schema, json) is fine here
+        warnings.filterwarnings("ignore", message=r"Field name .* shadows an attribute in parent", category=UserWarning)
+        model = create_model(f"{name}_args", __config__=config, **fields)
     return model, tuple(refs), tuple(grounded)
 
 

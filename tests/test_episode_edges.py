@@ -1,0 +1,183 @@
+"""Edge cases of episodes, sinks and specs found in review; each test failed before its fix."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prefixmon import (
+    Decision,
+    EpisodeRecord,
+    Monitor,
+    Observer,
+    ToolBlocked,
+    ToolCall,
+    Toolset,
+    TrackedState,
+    Verdict,
+    read_records,
+)
+from prefixmon.episode import Episode
+
+
+def build_tools() -> Toolset:
+    tools = Toolset()
+
+    @tools.tool(produces="pid")
+    def search(name: str) -> list[dict[str, str]]:
+        return [{"pid": "p-1", "name": name}]
+
+    tools.add_schema(
+        "fw_remove",
+        {"type": "object", "properties": {"pid": {"type": "string"}}, "required": ["pid"]},
+        refs={"pid": "pid"},
+    )
+    tools.add_schema("fw_lookup", {"type": "object", "properties": {"name": {"type": "string"}}})
+    return tools
+
+
+def replace_with(name: str, args: dict[str, Any]) -> Any:
+    async def hook(verdict: Verdict, call: ToolCall, state: TrackedState) -> ToolCall:
+        return ToolCall(name=name, args=args)
+
+    return hook
+
+
+def recorder(ran: list[dict[str, Any]]) -> Any:
+    def execute(args: dict[str, Any]) -> str:
+        ran.append(args)
+        return "removed"
+
+    return execute
+
+
+class TestSinkAwaitable:
+    """A sink is ``Callable[[EpisodeRecord], Awaitable[None] | None]``."""
+
+    async def test_sync_callable_returning_awaitable_is_awaited(self) -> None:
+        """A plain callable that returns a coroutine (a lambda around an async function) delivers the record."""
+        got: list[EpisodeRecord] = []
+
+        async def keep(record: EpisodeRecord) -> None:
+            got.append(record)
+
+        monitor = Monitor(build_tools(), sink=lambda r: keep(r))
+        async with monitor.episode() as ep:
+            await ep.call("search", {"name": "a"})
+        assert [r.episode_id for r in got] == [ep.id]
+        assert monitor.stats.sink_errors == 0 and monitor.stats.internal_errors == 0
+
+
+class TestExecuteWithReplacement:
+    """``execute=`` runs the emitted tool; a replacement of another tool must not go through it."""
+
+    async def test_replacement_runs_its_own_function(self) -> None:
+        """A replacement with an implementation runs that, not the framework's executor of the emitted tool."""
+        ran: list[dict[str, Any]] = []
+        monitor = Monitor(build_tools(), policy="replan", replan=replace_with("search", {"name": "x"}))
+        async with monitor.episode() as ep:
+            result = await ep.call("fw_remove", {"pid": "zz"}, execute=recorder(ran))
+        assert ran == []
+        assert result == [{"pid": "p-1", "name": "x"}]
+        assert ep.state.is_bound("pid", "p-1")  # the replacement's result was absorbed as search's
+
+    async def test_replacement_without_function_is_refused(self) -> None:
+        """A replacement the executor cannot run is not run at all: ToolBlocked, and a complete record."""
+        ran: list[dict[str, Any]] = []
+        monitor = Monitor(build_tools(), policy="replan", replan=replace_with("fw_lookup", {"name": "x"}))
+        async with monitor.episode() as ep:
+            with pytest.raises(ToolBlocked) as blocked:
+                await ep.call("fw_remove", {"pid": "zz"}, execute=recorder(ran))
+        assert ran == []
+        assert "fw_lookup" in str(blocked.value)
+        assert ep.record is not None
+        (action,) = ep.record.actions
+        assert (action.decision, action.reached_environment) == (Decision.REPLAN, False)
+        assert not ep.record.invalid_reached_environment
+
+
+class _BadExit(Observer):
+    def __init__(self, *, suppress: bool = False) -> None:
+        self.suppress = suppress
+
+    def episode_context(self, episode: Episode) -> contextlib.AbstractContextManager[Any]:
+        suppress = self.suppress
+
+        @contextlib.contextmanager
+        def cm() -> Iterator[None]:
+            if suppress:
+                with contextlib.suppress(Exception):
+                    yield
+                return
+            yield
+            raise RuntimeError("observer exit failed")
+
+        return cm()
+
+
+class TestObserverEpisodeContext:
+    """An observer's episode context can neither break the agent nor swallow its exception."""
+
+    async def test_exit_that_raises_is_counted_not_raised(self) -> None:
+        """A context whose exit raises is a counted internal error; the episode finishes normally."""
+        monitor = Monitor(build_tools(), observers=[_BadExit()])
+        async with monitor.episode() as ep:
+            await ep.call("search", {"name": "a"})
+        assert ep.record is not None and ep.record.status == "finished"
+        assert monitor.stats.internal_errors == 1
+
+    async def test_context_cannot_swallow_the_body_exception(self) -> None:
+        """The agent's own exception still propagates and the record says so."""
+        monitor = Monitor(build_tools(), observers=[_BadExit(suppress=True)])
+        with pytest.raises(KeyError):
+            async with monitor.episode() as ep:
+                raise KeyError("agent bug")
+        assert ep.record is not None and (ep.record.status, ep.record.error) == ("error", "KeyError")
+
+
+class TestLiveFed:
+    """FED is live: known as soon as a non-executable call is judged."""
+
+    async def test_fed_set_while_observed_call_runs(self) -> None:
+        """Under observe, ``ep.fed`` names the non-executable call while it is still running."""
+        monitor = Monitor(build_tools())
+        async with monitor.episode() as ep:
+            pending = await ep.begin("fw_remove", {"pid": "zz"})
+            assert not pending.verdict.executable
+            assert ep.fed == 1 and not ep.executable
+            pending.done("ok")
+            assert ep.fed == 1
+
+
+class TestRecordTypes:
+    """Records written by the monitor are always readable."""
+
+    async def test_non_string_task_id_is_written_as_text(self, tmp_path: Path) -> None:
+        """An integer task id (benchmarks number their tasks) still gives a valid record."""
+        path = tmp_path / "r.jsonl"
+        monitor = Monitor(build_tools(), sink=path)
+        async with monitor.episode(task_id=17, episode_id=5) as ep:  # type: ignore[arg-type]
+            await ep.call("search", {"name": "a"})
+        (record,) = read_records(path)
+        assert (record.task_id, record.episode_id) == ("17", "5")
+
+
+class TestSpecDeclaration:
+    """Declaring tools is quiet for ordinary argument names."""
+
+    def test_argument_names_shadowing_basemodel_do_not_warn(self) -> None:
+        """Arguments named like BaseModel attributes (schema, json, copy) declare without a warning."""
+        tools = Toolset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+
+            @tools.tool
+            def query(schema: str, json: bool = False, copy: bool = False) -> str:
+                return schema
+
+        assert tools["query"].validate({"schema": "s", "json": True}) == {"schema": "s", "json": True, "copy": False}
