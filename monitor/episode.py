@@ -545,15 +545,18 @@ class Episode:
         hook = self.monitor.escalate
         answer: Approve | Edit | Deny | None = None
         emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
+        timed_out = False
         if hook is not None:
             try:
-                with anyio.move_on_after(self.monitor.escalate_timeout):
+                with anyio.move_on_after(self.monitor.escalate_timeout) as scope:
                     answer = await hook(verdict, emitted)
+                timed_out = scope.cancelled_caught
             except Exception as e:
                 self._fault("escalation hook", e)
                 self._refuse(verdict, token, Decision.BLOCK, None)
         if answer is None:
-            self._refuse(verdict, token, Decision.DENY, f"no human answered within {self.monitor.escalate_timeout:g} s")
+            why = f"no human answered within {self.monitor.escalate_timeout:g} s" if timed_out else "no human approved the call"
+            self._refuse(verdict, token, Decision.DENY, why)
         if isinstance(answer, Deny):
             self._refuse(verdict, token, Decision.DENY, answer.reason)
         if isinstance(answer, Approve):

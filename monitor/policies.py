@@ -26,6 +26,13 @@ def _action(value: str, where: str) -> Action:
     return value
 
 
+def _cause(value: Cause | str, where: str) -> None:
+    try:
+        Cause(value)
+    except ValueError:
+        raise SpecError(f"{where}: unknown cause {value!r}; expected one of {', '.join(c.value for c in Cause)}") from None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Policy:
     """Chooses an action per tool and per cause.
@@ -49,10 +56,10 @@ class Policy:
                 _action(rule, f"Policy.tools[{tool!r}]")
             else:
                 for cause, act in rule.items():
-                    Cause(cause)
+                    _cause(cause, f"Policy.tools[{tool!r}]")
                     _action(act, f"Policy.tools[{tool!r}][{cause!r}]")
         for cause, act in self.causes.items():
-            Cause(cause)
+            _cause(cause, "Policy.causes")
             _action(act, f"Policy.causes[{cause!r}]")
 
     @classmethod

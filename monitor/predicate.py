@@ -300,6 +300,8 @@ def check_preconditions(
         if isinstance(result, Undetermined):
             undetermined.append(pre.name)
             continue
+        if not isinstance(result, str) and result:  # truthy non-strings hold too (1, numpy.bool_(True))
+            continue
         return Failure(cause=Cause.PRECONDITION, code=f"precondition:{pre.name}", reason=f"{spec.name}: {_message(pre, result)}")
     return None
 

@@ -181,3 +181,53 @@ class TestSpecDeclaration:
                 return schema
 
         assert tools["query"].validate({"schema": "s", "json": True}) == {"schema": "s", "json": True, "copy": False}
+
+
+class TestSmallContracts:
+    def test_policy_with_unknown_cause_is_a_spec_error(self) -> None:
+        """A misspelt cause in a policy names where it is."""
+        from prefixmon import Policy, SpecError
+
+        with pytest.raises(SpecError, match=r"Policy.causes: unknown cause 'precondtion'"):
+            Policy(causes={"precondtion": "observe"})
+
+    async def test_truthy_precondition_results_hold(self) -> None:
+        """A precondition returning a truthy non-string (1) holds; 0 fails with its message."""
+        from prefixmon import Monitor, Toolset
+
+        tools = Toolset()
+
+        def one(state: Any, args: Any) -> Any:
+            """never shown"""
+            return 1
+
+        def zero(state: Any, args: Any) -> Any:
+            """zero means no"""
+            return 0
+
+        @tools.tool(requires=[one])
+        def ok() -> int:
+            return 1
+
+        @tools.tool(requires=[zero])
+        def nope() -> int:
+            return 0
+
+        async with Monitor(tools).episode("t") as ep:
+            assert ep.check("ok").executable
+            assert ep.check("nope").reason == "nope: zero means no"
+
+    async def test_escalation_without_an_answer_is_not_a_timeout(self) -> None:
+        """A hook answering None at once denies without claiming a timeout."""
+        from prefixmon import Monitor, ToolBlocked, Toolset
+
+        tools = Toolset()
+        tools.add_schema("pay", {"type": "object", "properties": {"to": {"type": "string"}}}, grounded=["to"])
+
+        async def escalate(verdict: Any, call: Any) -> Any:
+            return None
+
+        monitor = Monitor(tools, policy="escalate", escalate=escalate)
+        async with monitor.episode("t") as ep:
+            with pytest.raises(ToolBlocked, match="no human approved the call"):
+                await ep.call("pay", {"to": "nobody"}, execute=lambda args: None)
