@@ -13,6 +13,8 @@ from typing import Final
 # --- span names and operations -------------------------------------------------------
 
 EXECUTE_TOOL: Final = "execute_tool"
+UNKNOWN_TOOL: Final = "<unknown tool>"
+"""`gen_ai.tool.name` of a call to an undeclared tool whose name is too long to keep."""
 """``gen_ai.operation.name`` of a tool call span (span name ``execute_tool {tool}``)."""
 INVOKE_AGENT: Final = "invoke_agent"
 """``gen_ai.operation.name`` of the episode span (span name ``invoke_agent {agent}``)."""

@@ -76,6 +76,9 @@ Redactor = Callable[[ContentKind, Any], Any]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
+MAX_UNKNOWN_TOOL_NAME: Final = 64
+"""Longer names of undeclared tools are replaced in spans (span names always drop them)."""
+
 _RESULT_TYPE: Final[Mapping[Decision, str]] = {
     Decision.ALLOW: "pass",
     Decision.OBSERVE: "observe",
@@ -450,6 +453,11 @@ class Telemetry(Observer):
         st = self._episodes.get(id(episode))
         if st is None:
             return None
+        if tool not in episode.monitor.toolset:  # a name the model made up: keep span names low-cardinality
+            tool = sc.UNKNOWN_TOOL if len(tool) > MAX_UNKNOWN_TOOL_NAME else tool
+            name = sc.EXECUTE_TOOL
+        else:
+            name = f"{sc.EXECUTE_TOOL} {tool}"
         attrs: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
             sc.GEN_AI_TOOL_NAME: tool,
@@ -464,7 +472,7 @@ class Telemetry(Observer):
         # Called outside the episode's trace (another task): nest under the episode span anyway.
         current = trace.get_current_span()
         parent = None if current is st.span or current.get_span_context().trace_id == st.trace_id else st.parent
-        return _Call(self._tracer, st, f"{sc.EXECUTE_TOOL} {tool}", attrs, parent, fed)
+        return _Call(self._tracer, st, name, attrs, parent, fed)
 
     def call_checked(self, episode: Episode, verdict: Verdict, decision: Decision, token: Any) -> None:
         """Start the call's span with the verdict's attributes, before the tool runs."""

@@ -50,7 +50,7 @@ class Otel:
         return list(self.spans.get_finished_spans())
 
     def tool_spans(self) -> list[ReadableSpan]:
-        return [s for s in self.finished() if s.name.startswith("execute_tool ")]
+        return [s for s in self.finished() if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) == sc.EXECUTE_TOOL]
 
     def episode_spans(self) -> list[ReadableSpan]:
         return [s for s in self.finished() if s.name.startswith("invoke_agent")]
@@ -636,6 +636,17 @@ class TestContent:
         assert len(calls) == 3
         assert all(c.parent is not None and c.parent.span_id == episode_span.context.span_id for c in calls)
         assert "Failed to detach context" not in caplog.text
+
+    async def test_undeclared_tool_names_stay_out_of_span_names(self, otel: Otel, tools: Toolset) -> None:
+        """A made-up tool name never becomes a span name; a very long one is not kept at all."""
+        monitor = Monitor(tools, observers=[otel.telemetry()])
+        async with monitor.episode(task_id="t") as ep:
+            for name in ("delete_everything", "x" * 500):
+                with contextlib.suppress(ToolBlocked):
+                    await ep.call(name, {})
+        spans = otel.tool_spans()
+        assert [s.name for s in spans] == ["execute_tool", "execute_tool"]
+        assert [attrs(s)[sc.GEN_AI_TOOL_NAME] for s in spans] == ["delete_everything", sc.UNKNOWN_TOOL]
 
 
 class TestTelemetryOff:
