@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any, Protocol, TypeAlias, cast
 
 import anyio
+import structlog
 
 try:
     from mcp import Client, ClientSession
@@ -365,7 +366,16 @@ class MonitorMiddleware:
         if not isinstance(name, str):
             return await call_next(ctx)  # the SDK answers malformed params itself
         if not self._listed:
-            await self._list(ctx, call_next)
+            try:
+                await self._list(ctx, call_next)
+            except Exception as e:  # never break the client: fail open (unchecked) or closed, as the monitor says
+                structlog.get_logger("prefixmon").error(
+                    "mcp_tool_listing_failed", error_type=type(e).__name__, failure_mode=self.monitor.failure_mode
+                )
+                if self.monitor.failure_mode == "fail_closed":
+                    text = f"{name} was not run: the monitor could not read this server's tools"
+                    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+                return await call_next(ctx)
         ep = self._episode_for(ctx)
         _expose(ep, name)
         try:

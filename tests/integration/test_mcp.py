@@ -277,3 +277,32 @@ class TestDeclareTools:
             declare_tools(Toolset(), [{"name": "a"}, {"inputSchema": {}}])
         with pytest.raises(SpecError, match=r"rules\['a'\]: .*'produce'"):
             declare_tools(Toolset(), [{"name": "a"}], rules={"a": {"produce": "id"}})
+
+
+class TestServerListingFailure:
+    """A server whose own tools/list fails never breaks its clients."""
+
+    @pytest.mark.parametrize(("mode", "ran_expected"), [("fail_open", ["hi"]), ("fail_closed", [])])
+    async def test_failing_listing_fails_open_or_closed(self, mode: str, ran_expected: list[str]) -> None:
+        """fail_open lets the call through unchecked; fail_closed answers it with an isError result."""
+        ran: list[str] = []
+
+        listings: list[int] = []
+
+        async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+            listings.append(1)
+            if len(listings) == 1:  # the middleware's own first read fails (the client lists again later)
+                raise RuntimeError("listing is broken")
+            return ListToolsResult(tools=[Tool(name="echo", input_schema={"type": "object"})])
+
+        async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+            ran.append(str((params.arguments or {}).get("text")))
+            return CallToolResult(content=[TextContent(type="text", text=ran[-1])])
+
+        guard = MonitorMiddleware(failure_mode=mode)
+        server: Server[Any] = Server("echo", on_list_tools=list_tools, on_call_tool=call_tool)
+        server.middleware.append(guard)
+        async with guard, Client(server, mode="legacy") as client:
+            result = await client.call_tool("echo", {"text": "hi"})
+        assert ran == ran_expected
+        assert bool(result.is_error) is (mode == "fail_closed")
