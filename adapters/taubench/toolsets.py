@@ -99,6 +99,12 @@ def _record(db: Db, table: str, key: Any) -> Any:
         return None
 
 
+def _db_order(state: TrackedState, args: Mapping[str, Any]) -> tuple[Db | None, Any]:
+    """The sandbox database and the record of ``args["order_id"]`` (``None`` for either when absent)."""
+    db = _db(state)
+    return db, None if db is None else _record(db, "orders", args["order_id"])
+
+
 def _exists(table: str, arg: str, noun: str) -> Precondition:
     def check(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
         db = _db(state)
@@ -285,8 +291,7 @@ def _arithmetic(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
 # -- retail -------------------------------------------------------------------------------------
 def _order_in_status(status: str, verb: str) -> Precondition:
     def check(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
-        db = _db(state)
-        order = None if db is None else _record(db, "orders", args["order_id"])
+        order = _db_order(state, args)[1]
         if order is None or order["status"] == status:
             return True
         return f"order {args['order_id']} is {order['status']!r}; only {status} orders can be {verb}"
@@ -296,8 +301,7 @@ def _order_in_status(status: str, verb: str) -> Precondition:
 
 @_pre("items_in_order", "every item must be in the order (as many times as listed)")
 def _items_in_order(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
-    db = _db(state)
-    order = None if db is None else _record(db, "orders", args["order_id"])
+    order = _db_order(state, args)[1]
     if order is None:
         return True
     missing = _retail.missing_item(order, args["item_ids"])
@@ -308,8 +312,7 @@ def _items_in_order(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
 
 @_pre("replacements_valid", "each new item must be an available variant of the same product")
 def _replacements_valid(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
-    db = _db(state)
-    order = None if db is None else _record(db, "orders", args["order_id"])
+    db, order = _db_order(state, args)
     if db is None or order is None or _retail.missing_item(order, args["item_ids"]) is not None:
         return True
     old, new = args["item_ids"], args["new_item_ids"]
@@ -344,8 +347,7 @@ def _order_method(db: Db, order: Mapping[str, Any], payment_method_id: Any) -> A
 
 def _items_payment(rounded: bool) -> Precondition:
     def check(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
-        db = _db(state)
-        order = None if db is None else _record(db, "orders", args["order_id"])
+        db, order = _db_order(state, args)
         if db is None or order is None:
             return True
         method = _order_method(db, order, args["payment_method_id"])
@@ -371,8 +373,7 @@ def _items_payment(rounded: bool) -> Precondition:
 
 @_pre("payment_change_valid", "the order must have one payment, made with another method the new one can cover")
 def _payment_change(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
-    db = _db(state)
-    order = None if db is None else _record(db, "orders", args["order_id"])
+    db, order = _db_order(state, args)
     if db is None or order is None or order["status"] != "pending":
         return True
     method = _order_method(db, order, args["payment_method_id"])
@@ -390,8 +391,7 @@ def _payment_change(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
 
 @_pre("refund_method_valid", "refunds go to the original payment method or a gift card of the user")
 def _refund_method(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
-    db = _db(state)
-    order = None if db is None else _record(db, "orders", args["order_id"])
+    db, order = _db_order(state, args)
     if db is None or order is None or order["status"] != "delivered":
         return True
     payment_method_id = args["payment_method_id"]
