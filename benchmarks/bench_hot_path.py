@@ -345,6 +345,50 @@ async def with_otel(tools: Toolset, calls: int) -> None:
                         span.add_event(sc.GEN_AI_GUARDRAIL_RESULT, GUARDRAIL_EVENT)
                 samples.append(pc() - t0)
 
+    checks_only = monitors["checks only"]
+    t["floor"], t["floor + event"], t["cheapest span"] = [], [], []
+
+    async def cheapest_spans() -> None:
+        # The same span made the cheapest way: one start_span with every attribute, current
+        # around the tool (attach/detach, no use_span generator), then end.
+        with tracer.start_as_current_span(sc.INVOKE_AGENT, kind=SpanKind.INTERNAL):
+            for depth in range(2, CHUNK + 2):
+                t0 = pc()
+                span = tracer.start_span(
+                    f"{sc.EXECUTE_TOOL} order",
+                    kind=SpanKind.INTERNAL,
+                    attributes={**START_ATTRS, sc.PREFIXMON_DEPTH: depth, **END_ATTRS},
+                )
+                token = otel_context.attach(trace.set_span_in_context(span))
+                await func(**args)
+                otel_context.detach(token)
+                span.end()
+                t["cheapest span"].append(pc() - t0)
+
+    async def floor(r: int, event: bool) -> None:
+        # The least any checking monitor can cost with these spans: the checks (telemetry off)
+        # inside the cheapest span with the same attributes (one start_span with all of them,
+        # current while the call runs), plus the guardrail event if asked; no observer hooks,
+        # no telemetry logic.
+        samples = t["floor + event" if event else "floor"]
+        with tracer.start_as_current_span(sc.INVOKE_AGENT, kind=SpanKind.INTERNAL):
+            async with checks_only.episode(task_id=f"floor-{r}") as ep:
+                await prime(ep)
+                for depth in range(2, CHUNK + 2):
+                    t0 = pc()
+                    span = tracer.start_span(
+                        f"{sc.EXECUTE_TOOL} order",
+                        kind=SpanKind.INTERNAL,
+                        attributes={**START_ATTRS, sc.PREFIXMON_DEPTH: depth, **END_ATTRS},
+                    )
+                    token = otel_context.attach(trace.set_span_in_context(span))
+                    await ep.call("order", args)
+                    otel_context.detach(token)
+                    if event:
+                        span.add_event(sc.GEN_AI_GUARDRAIL_RESULT, GUARDRAIL_EVENT)
+                    span.end()
+                    samples.append(pc() - t0)
+
     for r in range(rounds):
         with timed_chunk():
             for _ in range(CHUNK):
@@ -354,6 +398,10 @@ async def with_otel(tools: Toolset, calls: int) -> None:
         for event in (False, True):
             with timed_chunk():
                 await bare_spans(event)
+            with timed_chunk():
+                await floor(r, event)
+        with timed_chunk():
+            await cheapest_spans()
         for label, monitor in monitors.items():
             with timed_chunk():
                 async with monitor.episode(task_id=f"otel-{r}") as ep:
@@ -363,8 +411,8 @@ async def with_otel(tools: Toolset, calls: int) -> None:
                         await ep.call("order", args)
                         t[label].append(pc() - t0)
     tp.force_flush()
-    # per round: 2 x (chunk + agent span), 4 x (chunk + prime call + episode span)
-    expected = rounds * (2 * (CHUNK + 1) + 4 * (CHUNK + 2))
+    # per round: 5 x (chunk + agent span), 4 x (chunk + prime call + episode span)
+    expected = rounds * (5 * (CHUNK + 1) + 4 * (CHUNK + 2))
     cost50 = {k: pct(v, 50) - pct(t["bare"], 50) for k, v in t.items()}
     cost99 = {k: pct(v, 99) - pct(t["bare"], 99) for k, v in t.items()}
     ratio50 = cost50["monitor"] / cost50["span"]
@@ -405,11 +453,34 @@ async def with_otel(tools: Toolset, calls: int) -> None:
         f"monitor {cost99['monitor, non_pass events']:.1f} us",
     )
     add(
-        "floor: span work only, inside the monitor / bare span, p50",
+        "span work only, through the observer hooks / bare span, p50",
         f"{cost50['span work only'] / cost50['span']:.2f}x",
         "",
         None,
         f"{cost50['span work only']:.1f} us: checks + the same SDK calls, no telemetry logic",
+    )
+    for key, what in (("floor", "no event"), ("floor + event", "with the guardrail event")):
+        add(
+            f"floor: checks inside the cheapest span, {what} / bare span, p50",
+            f"{cost50[key] / cost50['span']:.2f}x",
+            "",
+            None,
+            f"{cost50[key]:.1f} us: checks (telemetry off) inside the cheapest span; no observer",
+        )
+    add(
+        "  the cheapest span alone (start_span with every attribute, current, end)",
+        f"{cost50['cheapest span']:.1f} us",
+        "",
+        None,
+        f"{cost50['cheapest span'] / cost50['span']:.2f}x the bare span",
+    )
+    slowdown = cost50["floor"] - cost50["cheapest span"] - cost50["checks only"]
+    add(
+        "  interleaving slowdown (floor - cheapest span - checks)",
+        f"{slowdown:.1f} us",
+        "",
+        None,
+        "the SDK's calls and the checks run slower interleaved than each alone",
     )
     add("  of which: checks and bookkeeping (telemetry off)", f"{cost50['checks only']:.1f} us")
     add("  of which: the guardrail event (span + event - span)", f"{cost50['span + event'] - cost50['span']:.1f} us")
@@ -418,7 +489,7 @@ async def with_otel(tools: Toolset, calls: int) -> None:
         f"{cost50['monitor'] - cost50['monitor, no metrics']:.1f} us",
     )
     add(
-        "  of which: telemetry logic (non_pass monitor - floor)",
+        "  of which: telemetry logic (non_pass monitor - span work only)",
         f"{cost50['monitor, non_pass events'] - cost50['span work only']:.1f} us",
     )
     add(

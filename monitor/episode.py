@@ -408,31 +408,43 @@ class Episode:
         self._slots.append(None)
         if call_id is not None:
             self._depth_of[call_id] = depth
-        monitor = self.monitor
-        token = self._notify_start(name, call_id, depth) if self._hooks.any else None
-        verdict = self._judge(name, args, depth, call_id)
-        if verdict.executable:
-            return self._pending(verdict, args, verdict.args, Decision.ALLOW, token)  # type: ignore[arg-type]
+        token: tuple[Any, ...] | None = None
+        verdict: Verdict | None = None
+        try:
+            if self._hooks.any:
+                token = self._notify_start(name, call_id, depth)
+            verdict = self._judge(name, args, depth, call_id)
+            if verdict.executable:
+                return self._pending(verdict, args, verdict.args, Decision.ALLOW, token)  # type: ignore[arg-type]
+            return await self._intervene(verdict, args, token)
+        except BaseException:  # KeyboardInterrupt, cancellation, a hook's error: the depth is still recorded
+            if self._slots[depth - 1] is None and depth not in self._open:
+                if verdict is None:  # not judged: nothing showed it was not executable
+                    verdict = Verdict(tool=name, call_id=call_id, depth=depth, executable=True)
+                    why = "interrupted before the check finished"
+                else:
+                    why = "interrupted before the call ran" if verdict.executable else "interrupted while the policy hook ran"
+                self._record(verdict, Decision.BLOCK, False, why, token, None)
+            raise
+
+    async def _intervene(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
+        """Apply the policy to a call that is not executable."""
+        depth = verdict.depth
         if self._fed is None or depth < self._fed:  # live: known now, even while an observed call runs
             self._fed = depth
         if verdict.code == "monitor_fault":
             self._refuse(verdict, token, Decision.FAIL_CLOSED, None)
-        action = monitor.policy(verdict)
+        action = self.monitor.policy(verdict)
         if action == "observe":
-            runnable = self._runnable_args(verdict, args)
+            runnable = self._runnable_args(verdict, raw)
             if runnable is None:
                 self._refuse(verdict, token, Decision.OBSERVE, None)
-            return self._pending(verdict, args, runnable, Decision.OBSERVE, token)
+            return self._pending(verdict, raw, runnable, Decision.OBSERVE, token)
         if action == "block":
             self._refuse(verdict, token, Decision.BLOCK, None)
-        try:
-            if action == "replan":
-                return await self._replan(verdict, args, token)
-            return await self._escalate(verdict, args, token)
-        except BaseException:
-            if self._slots[depth - 1] is None:  # interrupted while a hook ran
-                self._record(verdict, Decision.BLOCK, False, "interrupted while the policy hook ran", token, None)
-            raise
+        if action == "replan":
+            return await self._replan(verdict, raw, token)
+        return await self._escalate(verdict, raw, token)
 
     async def call(
         self,
@@ -493,11 +505,16 @@ class Episode:
         pending = PendingCall(self, verdict, raw, args, decision, token, spec, replacement)
         self._open[verdict.depth] = pending
         if token is not None:
-            for i, obs in self._hooks.checked:
-                try:
-                    obs.call_checked(self, verdict, decision, token[i])
-                except Exception as e:
-                    self._fault(f"observer {type(obs).__name__}.call_checked", e, notify=False)
+            try:
+                for i, obs in self._hooks.checked:
+                    try:
+                        obs.call_checked(self, verdict, decision, token[i])
+                    except Exception as e:
+                        self._fault(f"observer {type(obs).__name__}.call_checked", e, notify=False)
+            except BaseException:  # interrupted before the call ran
+                del self._open[verdict.depth]
+                self._record(verdict, Decision.BLOCK, False, "interrupted before the call ran", token, None)
+                raise
         return pending
 
     @staticmethod

@@ -231,3 +231,73 @@ class TestSmallContracts:
         async with monitor.episode("t") as ep:
             with pytest.raises(ToolBlocked, match="no human approved the call"):
                 await ep.call("pay", {"to": "nobody"}, execute=lambda args: None)
+
+
+class TestInterruptedCalls:
+    """A KeyboardInterrupt (or any BaseException) anywhere in a call still leaves its depth in the record."""
+
+    @staticmethod
+    def tools_with(requirement: Any) -> Toolset:
+        tools = Toolset()
+
+        @tools.tool
+        def first(n: int) -> int:
+            return n
+
+        @tools.tool(requires=[requirement])
+        def second(n: int) -> int:
+            return n
+
+        return tools
+
+    async def test_interrupt_inside_a_precondition(self) -> None:
+        def interrupted(state: Any, args: Any) -> bool:
+            """never shown"""
+            raise KeyboardInterrupt
+
+        sink: list[EpisodeRecord] = []
+        monitor = Monitor(self.tools_with(interrupted), sink=sink.append)
+        with pytest.raises(KeyboardInterrupt):
+            async with monitor.episode("t") as ep:
+                await ep.call("first", {"n": 1})
+                await ep.call("second", {"n": 2})
+        record = sink[0]
+        assert record.status == "error" and record.error == "KeyboardInterrupt"
+        assert [a.depth for a in record.actions] == [1, 2]
+        interrupted_call = record.actions[1]
+        assert interrupted_call.tool == "second" and interrupted_call.executable  # not the agent's error
+        assert not interrupted_call.reached_environment
+        assert interrupted_call.error == "interrupted before the check finished"
+        assert record.fed == 3  # horizon + 1: nothing was found invalid
+
+    async def test_interrupt_inside_an_observer_hook(self) -> None:
+        class Interrupting(Observer):
+            def __init__(self, hook: str) -> None:
+                self.hook = hook
+
+            def call_started(self, episode: Episode, tool: str, call_id: str | None, depth: int) -> Any:
+                if self.hook == "call_started" and depth == 2:
+                    raise KeyboardInterrupt
+                return depth
+
+            def call_checked(self, episode: Episode, verdict: Verdict, decision: Decision, token: Any) -> None:
+                if self.hook == "call_checked" and token == 2:
+                    raise KeyboardInterrupt
+
+        def holds(state: Any, args: Any) -> bool:
+            """never shown"""
+            return True
+
+        for hook, error in (
+            ("call_started", "interrupted before the check finished"),
+            ("call_checked", "interrupted before the call ran"),
+        ):
+            sink: list[EpisodeRecord] = []
+            monitor = Monitor(self.tools_with(holds), sink=sink.append, observers=[Interrupting(hook)])
+            with pytest.raises(KeyboardInterrupt):
+                async with monitor.episode("t") as ep:
+                    await ep.call("first", {"n": 1})
+                    await ep.call("second", {"n": 2})
+            actions = sink[0].actions
+            assert [a.depth for a in actions] == [1, 2], hook
+            assert actions[1].error == error and not actions[1].reached_environment, hook
