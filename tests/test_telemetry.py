@@ -516,6 +516,24 @@ class TestContent:
         assert flaky[sc.PREFIXMON_ERROR] == ep.record.actions[1].error
         assert "backend unavailable" in flaky[sc.PREFIXMON_ERROR]
 
+    async def test_replaced_call_captures_emitted_arguments_and_the_replacement_result(
+        self, otel: Otel, tools: Toolset
+    ) -> None:
+        """The span describes the emitted call: its arguments, the replacement's name and what it returned."""
+
+        async def replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> Replan:
+            return Replan(call=ToolCall(name="search_contacts", args={"name": "Amara"}))
+
+        monitor = Monitor(tools, policy="replan", replan=replan, observers=[otel.telemetry(capture_content=True)])
+        async with monitor.episode(task_id="t") as ep:
+            result = await ep.call("remove_contact", {"person_id": "p-9"})
+        (span,) = otel.tool_spans()
+        a = attrs(span)
+        assert span.name == "execute_tool remove_contact"
+        assert json.loads(a[sc.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"person_id": "p-9"}
+        assert a[sc.PREFIXMON_REPLACEMENT] == "search_contacts"
+        assert json.loads(a[sc.GEN_AI_TOOL_CALL_RESULT]) == result
+
     async def test_redaction_hook(self, otel: Otel, tools: Toolset) -> None:
         """redact_keys masks named keys at any depth; a hook returning None drops the value."""
         tools.add_schema(
