@@ -247,6 +247,8 @@ class Episode:
         self.started_at = datetime.now(timezone.utc)
         self._slots: list[_Slot | None] = []
         self._open: dict[int, PendingCall] = {}
+        self._hooked: dict[int, tuple[Verdict, Any]] = {}
+        """Calls waiting on a replan or escalation hook: their verdict and token, by depth."""
         self._depth_of: dict[str, int] = {}
         self._fed: int | None = None
         self._closed = False
@@ -402,6 +404,10 @@ class Episode:
         """
         if self._closed:
             raise SpecError(f"episode {self.id!r} is closed")
+        if type(name) is not str:  # a framework's odd value: records hold text
+            name = str(name)
+        if call_id is not None and type(call_id) is not str:
+            call_id = str(call_id)
         state = self.state
         state.depth += 1
         depth = state.depth
@@ -442,9 +448,13 @@ class Episode:
             return self._pending(verdict, raw, runnable, Decision.OBSERVE, token)
         if action == "block":
             self._refuse(verdict, token, Decision.BLOCK, None)
-        if action == "replan":
-            return await self._replan(verdict, raw, token)
-        return await self._escalate(verdict, raw, token)
+        self._hooked[depth] = (verdict, token)
+        try:
+            if action == "replan":
+                return await self._replan(verdict, raw, token)
+            return await self._escalate(verdict, raw, token)
+        finally:
+            del self._hooked[depth]
 
     async def call(
         self,
@@ -501,6 +511,8 @@ class Episode:
         token: Any,
         replacement: ToolCall | None = None,
     ) -> PendingCall:
+        if self._closed:  # the episode ended while a policy hook ran; its record has the call
+            raise ToolBlocked(verdict, decision=Decision.BLOCK.value, guidance="the episode has ended")
         spec = self.monitor.toolset.get(replacement.name if replacement is not None else verdict.tool)
         pending = PendingCall(self, verdict, raw, args, decision, token, spec, replacement)
         self._open[verdict.depth] = pending
@@ -527,7 +539,8 @@ class Episode:
         return parsed if isinstance(parsed, dict) else None
 
     def _refuse(self, verdict: Verdict, token: Any, decision: Decision, guidance: str | None) -> NoReturn:
-        self._record(verdict, decision, False, None, token, None)
+        if self._slots[verdict.depth - 1] is None:  # else the episode ended while a hook ran, and recorded it
+            self._record(verdict, decision, False, None, token, None)
         raise ToolBlocked(verdict, decision=decision.value, guidance=guidance)
 
     async def _replan(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
@@ -600,13 +613,17 @@ class Episode:
         name = pending._replacement.name if pending._replacement is not None else verdict.tool
         rejection: Failure | None = None
         if abandoned is None:
-            if error is not None or (spec is not None and spec.error_result is not None):
-                try:
-                    rejection = predicate.acceptance(spec, name, result=result, error=error)
-                except Exception as e:
-                    self._fault(f"error_result of {name}", e)
-            if spec is not None:
-                self._absorb(spec, pending.args, result, rejection is None)
+            try:
+                if error is not None or (spec is not None and spec.error_result is not None):
+                    try:
+                        rejection = predicate.acceptance(spec, name, result=result, error=error)
+                    except Exception as e:
+                        self._fault(f"error_result of {name}", e)
+                if spec is not None:
+                    self._absorb(spec, pending.args, result, rejection is None)
+            except BaseException:  # KeyboardInterrupt: the call ran; record it before it propagates
+                self._record(verdict, decision, not replaced, "interrupted while its outcome was processed", pending._token, None)
+                raise
         if rejection is not None and verdict.executable and decision is Decision.ALLOW:
             verdict = Verdict(
                 tool=verdict.tool,
@@ -619,11 +636,15 @@ class Episode:
         error_text = abandoned or (rejection.reason if rejection is not None else None)
         token = pending._token
         if token is not None and abandoned is None:
-            for i, obs in self._hooks.result:
-                try:
-                    obs.call_result(self, verdict.depth, result, token[i])
-                except Exception as e:
-                    self._fault(f"observer {type(obs).__name__}.call_result", e, notify=False)
+            try:
+                for i, obs in self._hooks.result:
+                    try:
+                        obs.call_result(self, verdict.depth, result, token[i])
+                    except Exception as e:
+                        self._fault(f"observer {type(obs).__name__}.call_result", e, notify=False)
+            except BaseException:
+                self._record(verdict, decision, not replaced, "interrupted while its outcome was processed", token, None)
+                raise
         self._record(
             verdict,
             decision,
@@ -769,6 +790,8 @@ class Episode:
             pending.abandon(
                 "cancelled before the call finished" if status == "cancelled" else "the episode ended before the call finished"
             )
+        for verdict, token in list(self._hooked.values()):  # not run: the hook's answer comes too late
+            self._record(verdict, Decision.BLOCK, False, "the episode ended while the policy hook ran", token, None)
         self._closed = True
         actions = self.actions
         record = build_record(

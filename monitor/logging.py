@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
+from . import semconv as sc
 from .observer import Observer
 from .vocabulary import Decision
 
@@ -68,7 +69,7 @@ class LiveLog(Observer):
             "episode_id": episode.id,
             "task_id": episode.task_id,
             "depth": action.depth,
-            "tool": action.tool,
+            "tool": action.tool and sc.tool_label(action.tool, episode.monitor.toolset),
             "decision": decision.value,
         }
         if action.cause is not None:
@@ -107,7 +108,8 @@ class LiveLog(Observer):
         }
         if record.first_failure is not None:
             fields["first_failure_cause"] = record.first_failure.cause.value
-            fields["first_failure_tool"] = record.first_failure.tool
+            tool = record.first_failure.tool
+            fields["first_failure_tool"] = tool and sc.tool_label(tool, episode.monitor.toolset)
         if record.error is not None:
             fields["error_type"] = record.error
         self._log.info("episode_finished", **fields)

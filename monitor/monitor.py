@@ -220,6 +220,11 @@ class Monitor:
                     (result,) = await anyio.to_thread.run_sync(lambda: (sink(record),), abandon_on_cancel=True)
                     if inspect.isawaitable(result):
                         await result
+            except anyio.get_cancelled_exc_class() as e:
+                if scope.cancel_called:  # our timeout: the scope below reports it
+                    raise
+                self.stats.sink_errors += 1  # the sink's own stray cancellation (shielded: not the agent's)
+                self._fault(ep, "sink", e)
             except Exception as e:
                 self.stats.sink_errors += 1
                 self._fault(ep, "sink", e)

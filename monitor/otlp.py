@@ -291,7 +291,7 @@ def _action(span: OtlpSpan) -> ActionRecord:
         turn=int(a.get(sc.PREFIXMON_TURN, 0)),
         replacement=_opt_str(a, sc.PREFIXMON_REPLACEMENT),
         plan_step=None if plan_step is None else int(plan_step),
-        deviation=_opt_str(a, sc.PREFIXMON_DEVIATION),
+        deviation=_opt_str(a, sc.PREFIXMON_DEVIATION_DETAIL) or _opt_str(a, sc.PREFIXMON_DEVIATION),
     )
 
 

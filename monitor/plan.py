@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, cast
 
 from .exceptions import PlanError
 from .predicate import Failure, Fault, Undetermined, Verdict, check_dependencies, check_information, check_schema, quote
@@ -1489,6 +1489,20 @@ async def revise_plan(
     return PlanRevision(goal=goal, plan=None, verdict=None, attempts=tuple(attempts), budget=budget)
 
 
+DeviationKind = Literal["skipped", "repeated", "arguments_differ", "not_in_plan"]
+
+
+def deviation_kind(deviation: str) -> DeviationKind:
+    """The low-cardinality kind of a deviation text written by :class:`PlanFollower` (for telemetry)."""
+    if deviation.startswith("arguments differ"):
+        return "arguments_differ"
+    if deviation.startswith("skipped"):
+        return "skipped"
+    if deviation.startswith("repeats"):
+        return "repeated"
+    return "not_in_plan"
+
+
 # -- runtime conditioning ------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanMatch:
@@ -1723,6 +1737,7 @@ __all__ = (
     "PLAN_CONDITIONED_REACT",
     "PROMPT_PLANNING",
     "REACT",
+    "DeviationKind",
     "Plan",
     "PlanAttempt",
     "PlanFollower",
@@ -1740,6 +1755,7 @@ __all__ = (
     "SymbolicEffect",
     "SymbolicValueError",
     "describe_tools",
+    "deviation_kind",
     "parse_plan",
     "plan_effect",
     "ref",

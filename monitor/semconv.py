@@ -8,14 +8,28 @@ capture is enabled (they may quote argument values).
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Final
 
 # --- span names and operations -------------------------------------------------------
 
 EXECUTE_TOOL: Final = "execute_tool"
-UNKNOWN_TOOL: Final = "<unknown tool>"
-"""`gen_ai.tool.name` of a call to an undeclared tool whose name is too long to keep."""
 """``gen_ai.operation.name`` of a tool call span (span name ``execute_tool {tool}``)."""
+UNKNOWN_TOOL: Final = "<unknown tool>"
+"""``gen_ai.tool.name`` of a call to an undeclared tool whose name is too long to keep."""
+MAX_UNKNOWN_TOOL_NAME: Final = 64
+"""Longer names of undeclared tools are replaced by :data:`UNKNOWN_TOOL` (span names always drop them)."""
+
+
+def tool_label(name: str, declared: Container[str]) -> str:
+    """A tool name as telemetry and logs may carry it.
+
+    Declared names stay; a name the model made up stays only when it is short (it may be
+    anything, a secret included), else it becomes :data:`UNKNOWN_TOOL`.
+    """
+    return name if name in declared or len(name) <= MAX_UNKNOWN_TOOL_NAME else UNKNOWN_TOOL
+
+
 INVOKE_AGENT: Final = "invoke_agent"
 """``gen_ai.operation.name`` of the episode span (span name ``invoke_agent {agent}``)."""
 
@@ -71,6 +85,10 @@ PREFIXMON_REACHED_ENVIRONMENT: Final = "prefixmon.reached_environment"
 PREFIXMON_REPLACEMENT: Final = "prefixmon.replacement"
 PREFIXMON_PLAN_STEP: Final = "prefixmon.plan_step"
 PREFIXMON_DEVIATION: Final = "prefixmon.deviation"
+"""How a call departs from the plan it follows: ``skipped``, ``repeated``, ``arguments_differ``
+or ``not_in_plan`` (the full text is content: ``prefixmon.deviation.detail``)."""
+PREFIXMON_DEVIATION_DETAIL: Final = "prefixmon.deviation.detail"
+"""*Content*: the deviation as the record has it (may quote argument and result values)."""
 PREFIXMON_FED: Final = "prefixmon.fed"
 """First-error depth: on the episode span the final FED (T+1 when fully executable); on a
 call span the episode's FED so far, present from the first failure on."""

@@ -34,7 +34,7 @@ work is done for the episode's calls at all.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -50,7 +50,9 @@ from opentelemetry.metrics import Meter, MeterProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from . import semconv as sc
+from .episode import current_episode
 from .observer import Observer
+from .plan import deviation_kind
 from .vocabulary import Cause, Decision
 
 if TYPE_CHECKING:
@@ -76,8 +78,6 @@ Redactor = Callable[[ContentKind, Any], Any]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-MAX_UNKNOWN_TOOL_NAME: Final = 64
-"""Longer names of undeclared tools are replaced in spans (span names always drop them)."""
 
 _RESULT_TYPE: Final[Mapping[Decision, str]] = {
     Decision.ALLOW: "pass",
@@ -385,7 +385,7 @@ class Telemetry(Observer):
                 span = st.span
                 try:
                     if span.is_recording():
-                        span.set_attributes(self._episode_end_attributes(record, own=st.own))
+                        span.set_attributes(self._episode_end_attributes(record, episode.monitor.toolset, own=st.own))
                         if record.status == "error":
                             span.set_status(Status(StatusCode.ERROR, record.error or "error"))
                 finally:
@@ -420,7 +420,7 @@ class Telemetry(Observer):
             if decision in _INTERVENTIONS:
                 self._m_interventions.add(n, attrs)
 
-    def _episode_end_attributes(self, record: EpisodeRecord, *, own: bool) -> dict[str, Any]:
+    def _episode_end_attributes(self, record: EpisodeRecord, declared: Container[str], *, own: bool) -> dict[str, Any]:
         attrs: dict[str, Any] = {
             sc.PREFIXMON_HORIZON: record.horizon,
             sc.PREFIXMON_FED: record.fed,
@@ -438,7 +438,7 @@ class Telemetry(Observer):
             attrs[sc.PREFIXMON_FIRST_FAILURE_DEPTH] = ff.depth
             attrs[sc.PREFIXMON_FIRST_FAILURE_CAUSE] = ff.cause.value
             if ff.tool is not None:
-                attrs[sc.PREFIXMON_FIRST_FAILURE_TOOL] = ff.tool
+                attrs[sc.PREFIXMON_FIRST_FAILURE_TOOL] = sc.tool_label(ff.tool, declared)
         if not own:  # the framework's span has its own times
             attrs[sc.PREFIXMON_STARTED_AT] = _ns(record.started_at)
             attrs[sc.PREFIXMON_ENDED_AT] = _ns(record.ended_at)
@@ -454,7 +454,7 @@ class Telemetry(Observer):
         if st is None:
             return None
         if tool not in episode.monitor.toolset:  # a name the model made up: keep span names low-cardinality
-            tool = sc.UNKNOWN_TOOL if len(tool) > MAX_UNKNOWN_TOOL_NAME else tool
+            tool = sc.tool_label(tool, ())
             name = sc.EXECUTE_TOOL
         else:
             name = f"{sc.EXECUTE_TOOL} {tool}"
@@ -469,9 +469,12 @@ class Telemetry(Observer):
         fed = episode.fed
         if fed is not None:
             attrs[sc.PREFIXMON_FED] = fed
-        # Called outside the episode's trace (another task): nest under the episode span anyway.
+        # Nest under the current span only when it is the episode span or was made inside the
+        # episode (the episode is active here, same trace); called from elsewhere (another task,
+        # under an ancestor of the episode span), nest under the episode span anyway.
         current = trace.get_current_span()
-        parent = None if current is st.span or current.get_span_context().trace_id == st.trace_id else st.parent
+        inside = current is st.span or (current_episode() is episode and current.get_span_context().trace_id == st.trace_id)
+        parent = None if inside else st.parent
         return _Call(self._tracer, st, name, attrs, parent, fed)
 
     def call_checked(self, episode: Episode, verdict: Verdict, decision: Decision, token: Any) -> None:
@@ -583,7 +586,10 @@ class Telemetry(Observer):
             st = call.state
             if not action.executable and fed == action.depth and st.first_failure != fed:
                 st.first_failure = fed
-                event: dict[str, Any] = {sc.PREFIXMON_DEPTH: action.depth, sc.GEN_AI_TOOL_NAME: action.tool or ""}
+                event: dict[str, Any] = {
+                    sc.PREFIXMON_DEPTH: action.depth,
+                    sc.GEN_AI_TOOL_NAME: sc.tool_label(action.tool or "", episode.monitor.toolset),
+                }
                 if action.cause is not None:
                     event[sc.PREFIXMON_CAUSE] = action.cause.value
                 if code is not None:
@@ -619,8 +625,8 @@ class Telemetry(Observer):
             attrs[sc.PREFIXMON_REPLACEMENT] = action.replacement
         if action.plan_step is not None:
             attrs[sc.PREFIXMON_PLAN_STEP] = action.plan_step
-        if action.deviation is not None:
-            attrs[sc.PREFIXMON_DEVIATION] = action.deviation
+        if action.deviation is not None:  # the kind; the text may quote values (content)
+            attrs[sc.PREFIXMON_DEVIATION] = deviation_kind(action.deviation)
         return attrs
 
     def _call_content(self, call: _Call, action: ActionRecord, verdict: Verdict) -> dict[str, str]:
@@ -629,6 +635,7 @@ class Telemetry(Observer):
         items: list[tuple[str, ContentKind, Any]] = [
             (sc.PREFIXMON_REASON, "reason", action.reason),
             (sc.PREFIXMON_ERROR, "error", action.error),
+            (sc.PREFIXMON_DEVIATION_DETAIL, "reason", action.deviation),
         ]
         if sc.GEN_AI_TOOL_CALL_ARGUMENTS not in call.attrs:
             items.insert(0, (sc.GEN_AI_TOOL_CALL_ARGUMENTS, "arguments", verdict.args))

@@ -301,3 +301,93 @@ class TestInterruptedCalls:
             actions = sink[0].actions
             assert [a.depth for a in actions] == [1, 2], hook
             assert actions[1].error == error and not actions[1].reached_environment, hook
+
+    async def test_interrupt_while_the_outcome_is_processed(self) -> None:
+        """An effect interrupted after the tool ran: the call is recorded as run, with the interruption."""
+
+        def interrupting_effect(state: Any, args: Any, result: Any) -> None:
+            raise KeyboardInterrupt
+
+        tools = Toolset()
+
+        @tools.tool(effects=[interrupting_effect])
+        def first(n: int) -> int:
+            return n
+
+        sink: list[EpisodeRecord] = []
+        with pytest.raises(KeyboardInterrupt):
+            async with Monitor(tools, sink=sink.append).episode("t") as ep:
+                await ep.call("first", {"n": 1})
+        (action,) = sink[0].actions
+        assert action.reached_environment and action.error == "interrupted while its outcome was processed"
+
+    async def test_episode_closed_while_a_hook_decides(self) -> None:
+        """The call waiting on the escalation hook is in the record, and does not run after the close."""
+        import anyio
+
+        from prefixmon import Approve
+
+        ran: list[int] = []
+
+        def never(state: Any, args: Any) -> bool:
+            """needs approval"""
+            return False
+
+        tools = Toolset()
+
+        @tools.tool
+        def first(n: int) -> int:
+            return n
+
+        @tools.tool(requires=[never])
+        def guarded(n: int) -> int:
+            ran.append(n)
+            return n
+
+        deciding = anyio.Event()
+
+        async def escalate(verdict: Verdict, call: ToolCall) -> Approve:
+            deciding.set()
+            await anyio.sleep(0.2)
+            return Approve()
+
+        sink: list[EpisodeRecord] = []
+        monitor = Monitor(tools, policy="escalate", escalate=escalate, sink=sink.append)
+        ep = monitor.open_episode(task_id="t")
+        outcome: list[BaseException] = []
+
+        async def agent() -> None:
+            await ep.call("first", {"n": 1})
+            try:
+                await ep.call("guarded", {"n": 2})
+            except ToolBlocked as e:
+                outcome.append(e)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent)
+            await deciding.wait()
+            record = await ep.aclose()
+        assert [a.depth for a in record.actions] == [1, 2]
+        assert (record.horizon, record.fed) == (2, 2)
+        closed = record.actions[1]
+        assert (closed.executable, closed.decision, closed.reached_environment) == (False, Decision.BLOCK, False)
+        assert closed.error == "the episode ended while the policy hook ran"
+        assert ran == [] and len(outcome) == 1 and "the episode has ended" in str(outcome[0])
+        assert sink == [record]
+
+    async def test_non_text_ids_and_names_are_stored_as_text(self, tmp_path: Path) -> None:
+        """A framework's integer call id or tool name is recorded as text, so the record reads back."""
+        path = tmp_path / "r.jsonl"
+        tools = Toolset()
+
+        @tools.tool
+        def first(n: int) -> int:
+            return n
+
+        async with Monitor(tools, sink=path).episode("t") as ep:
+            await ep.call("first", {"n": 1}, call_id=0)  # type: ignore[arg-type]
+            with pytest.raises(ToolBlocked):
+                await ep.call(7, {"n": 1})  # type: ignore[arg-type]
+        (record,) = read_records(path)
+        assert [(a.tool, a.call_id) for a in record.actions] == [("first", "0"), ("7", None)]
+        assert ep.action_for("0") is not None

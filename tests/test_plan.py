@@ -28,6 +28,7 @@ from prefixmon.plan import (
     StepStatus,
     SymbolicValueError,
     describe_tools,
+    deviation_kind,
     parse_plan,
     plan_effect,
     ref,
@@ -753,6 +754,20 @@ class TestFollower:
         m = f.match("teleport", {})
         assert (m.step, m.deviation) == (None, "teleport is not in the plan (all 3 planned steps were already taken)")
         assert [s.index for s in f.missed] == [2]
+
+    def test_deviation_kinds(self, contacts: Contacts) -> None:
+        """Every deviation text maps to one low-cardinality kind (what telemetry records by default)."""
+        tools, _ = contacts
+        steps = [{"tool": "search_contacts", "args": {}}, {"tool": "set_cellular", "args": {"on": True}}]
+        texts = [
+            PlanFollower(steps, tools).match("set_cellular", {"on": False}, ran=True).deviation,
+            PlanFollower(steps, tools).match("teleport", {}).deviation,
+            PlanFollower(steps, tools).match("set_cellular", {"on": True}, ran=True).deviation,
+        ]
+        f = PlanFollower(steps, tools)
+        f.match("search_contacts", {}, ran=True, result=[])
+        texts.append(f.match("search_contacts", {}, ran=True, result=[]).deviation)
+        assert [deviation_kind(t) for t in texts if t is not None] == ["arguments_differ", "not_in_plan", "skipped", "repeated"]
 
     def test_other_arguments(self, contacts: Contacts) -> None:
         """Calling the expected tool with other arguments matches the step with a deviation saying what differs."""

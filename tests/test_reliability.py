@@ -254,6 +254,21 @@ class TestSinks:
         assert monitor.stats.sink_timeouts == 1
         assert [(e["where"], e["error_type"]) for e in _errors(logs)] == [("sink", "TimeoutError")]
 
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio.Cancelled cannot be raised by hand
+    async def test_a_sink_raising_a_stray_cancellation_is_a_sink_error(self, tools: Toolset, anyio_backend: str) -> None:
+        """A CancelledError the sink raises itself (nobody cancelled the agent) is counted, not raised."""
+        import asyncio
+
+        async def sink(record: Any) -> None:
+            raise asyncio.CancelledError
+
+        monitor = Monitor(tools, sink=sink)
+        with capture_logs() as logs:
+            async with monitor.episode(task_id="t") as ep:
+                await ep.call("set_cellular", {"on": True})
+        assert ep.record is not None and monitor.stats.sink_errors == 1
+        assert [(e["where"], e["error_type"]) for e in _errors(logs)] == [("sink", "CancelledError")]
+
     async def test_hanging_sink_delivery_survives_cancellation(self, tools: Toolset) -> None:
         """A cancelled episode still delivers its record (shielded), bounded by the sink timeout."""
         got: list[Any] = []

@@ -228,6 +228,25 @@ class TestDefaultsSendNothing:
                         await ep.call(name, args)
         assert CANARY not in channels.text()
 
+    async def test_plan_deviations_and_made_up_tool_names(self, channels: Channels) -> None:
+        """Deviation texts quote argument and result values; made-up tool names may be anything."""
+        tools = secret_tools()
+        plan = [
+            {"id": "s1", "tool": "find_account", "args": {"owner": "bob"}},
+            {"id": "s2", "tool": "transfer", "args": {"account_id": {"$ref": "s1.account_id"}, "memo": "rent"}},
+        ]
+        monitor = Monitor(tools, policy="observe", observers=channels.observers())
+        async with monitor.episode(task_id="t", plan=plan) as ep:
+            await ep.call("find_account", {"owner": CANARY})  # arguments differ from s1
+            with contextlib.suppress(ToolBlocked):
+                await ep.call("x" * 70 + CANARY, {})  # the first failure: a long made-up name
+            await ep.call("find_account", {"owner": "bob"})  # repeats s1; its result carries the canary
+        assert ep.record is not None
+        assert any(CANARY in (a.deviation or "") for a in ep.record.actions)  # the record keeps the text
+        text = channels.text()
+        assert "arguments_differ" in text and sc.UNKNOWN_TOOL in text
+        assert CANARY not in text
+
 
 class TestOptInCapture:
     """capture_content records values, through redaction and a size cap."""

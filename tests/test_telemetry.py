@@ -516,9 +516,7 @@ class TestContent:
         assert flaky[sc.PREFIXMON_ERROR] == ep.record.actions[1].error
         assert "backend unavailable" in flaky[sc.PREFIXMON_ERROR]
 
-    async def test_replaced_call_captures_emitted_arguments_and_the_replacement_result(
-        self, otel: Otel, tools: Toolset
-    ) -> None:
+    async def test_replaced_call_captures_emitted_arguments_and_the_replacement_result(self, otel: Otel, tools: Toolset) -> None:
         """The span describes the emitted call: its arguments, the replacement's name and what it returned."""
 
         async def replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> Replan:
@@ -533,6 +531,19 @@ class TestContent:
         assert json.loads(a[sc.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"person_id": "p-9"}
         assert a[sc.PREFIXMON_REPLACEMENT] == "search_contacts"
         assert json.loads(a[sc.GEN_AI_TOOL_CALL_RESULT]) == result
+
+    async def test_plan_deviation_kind_by_default_text_on_capture(self, otel: Otel, tools: Toolset) -> None:
+        """prefixmon.deviation is the kind; the record's text goes to prefixmon.deviation.detail only on capture."""
+        plan = [{"tool": "search_contacts", "args": {"name": "Fredrik"}}]
+        for capture in (False, True):
+            otel.spans.clear()
+            monitor = Monitor(tools, observers=[otel.telemetry(capture_content=capture)])
+            async with monitor.episode(task_id="t", plan=plan) as ep:
+                await ep.call("search_contacts", {"name": "Amara"})
+            assert ep.record is not None
+            a = attrs(otel.tool_spans()[0])
+            assert a[sc.PREFIXMON_DEVIATION] == "arguments_differ"
+            assert a.get(sc.PREFIXMON_DEVIATION_DETAIL) == (ep.record.actions[0].deviation if capture else None)
 
     async def test_redaction_hook(self, otel: Otel, tools: Toolset) -> None:
         """redact_keys masks named keys at any depth; a hook returning None drops the value."""
@@ -624,6 +635,38 @@ class TestContent:
         (child,) = [s for s in otel.finished() if s.name == "http GET"]
         assert child.parent is not None and child.parent.span_id == call_span.context.span_id
         assert json.loads(attrs(call_span)[sc.GEN_AI_TOOL_CALL_RESULT]) == {"body": "ok"}
+
+    async def test_a_task_under_an_ancestor_span_still_nests_under_the_episode(self, otel: Otel) -> None:
+        """A worker started under the application's span (before the episode) makes calls: they nest under the episode span."""
+        tracer = otel.tracer_provider.get_tracer("app")
+        tools = Toolset()
+
+        @tools.tool
+        def ping(n: int) -> int:
+            """Ping."""
+            return n
+
+        monitor = Monitor(tools, observers=[otel.telemetry()])
+        send, receive = anyio.create_memory_object_stream[int](4)
+        with tracer.start_as_current_span("request"):
+            async with anyio.create_task_group() as tg:
+
+                async def worker() -> None:
+                    async with receive:
+                        async for n in receive:
+                            await ep.call("ping", {"n": n})
+
+                tg.start_soon(worker)
+                async with monitor.episode(task_id="t") as ep:
+                    await ep.call("ping", {"n": 0})
+                    await send.send(1)
+                    while ep.depth < 2:
+                        await anyio.sleep(0.001)
+                await send.aclose()
+        (episode_span,) = otel.episode_spans()
+        calls = otel.tool_spans()
+        assert len(calls) == 2
+        assert all(c.parent is not None and c.parent.span_id == episode_span.context.span_id for c in calls)
 
     async def test_open_episode_across_tasks_nests_and_detaches_cleanly(
         self, otel: Otel, caplog: pytest.LogCaptureFixture
