@@ -156,6 +156,20 @@ class _Live:
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Serialises monitor work of a sync agent, whose tool calls run in threads."""
     tools: dict[str, BaseTool] = field(default_factory=dict)
+    model_calls: int = 0
+    """Model calls so far: the tool calls of one model response share this number."""
+    emitted_in: dict[str, int] = field(default_factory=dict)
+    """The model call whose response emitted each recorded call id."""
+
+    def rerun_of(self, call_id: str) -> ActionRecord | None:
+        """The recorded call that LangGraph runs again on resume, or ``None`` for a new call.
+
+        A call id seen in an earlier model response is a new call that reuses the id (some
+        servers number calls per response), not a re-run.
+        """
+        if self.emitted_in.get(call_id) != self.model_calls:
+            return None
+        return self.episode.action_for(call_id)
 
 
 def _text(content: Any) -> str:
@@ -299,6 +313,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         live = self._live_for(request.state)
         if live is None:
             return
+        live.model_calls += 1
         toolset = self.monitor.toolset
         for tool in request.tools:
             if not isinstance(tool, BaseTool):
@@ -412,13 +427,14 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         episode = live.episode
         pending = episode.pending(call_id)  # admitted before an interrupt inside the tool
         if pending is None:
-            recorded = episode.action_for(call_id)
+            recorded = live.rerun_of(call_id)
             if recorded is not None:  # a re-run of a recorded call: not a new action
                 if not recorded.reached_environment:
                     return self._refused_again(recorded, name, call_id)
                 return await handler(request)
             answer = self._escalation_answer(live, name, args, call_id, asynchronous=True)
             token = _ANSWER.set(answer)
+            live.emitted_in[call_id] = live.model_calls
             try:
                 pending = await episode.begin(name, args, call_id=call_id)
             except ToolBlocked as blocked:
@@ -450,7 +466,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         episode = live.episode
         with live.lock:
             pending = episode.pending(call_id)
-            recorded = episode.action_for(call_id) if pending is None else None
+            recorded = live.rerun_of(call_id) if pending is None else None
         if recorded is not None:  # a re-run of a recorded call: not a new action
             if not recorded.reached_environment:
                 return self._refused_again(recorded, name, call_id)
@@ -458,6 +474,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         if pending is None:
             answer = self._escalation_answer(live, name, args, call_id, asynchronous=False)
             with live.lock:
+                live.emitted_in[call_id] = live.model_calls
                 try:
                     pending = _run_sync(functools.partial(self._begin, episode, name, args, call_id, answer))
                 except ToolBlocked as blocked:

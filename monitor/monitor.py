@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -13,6 +14,7 @@ from typing import Any, Literal
 import anyio
 import structlog
 
+from .daemon_threads import DaemonThreads
 from .episode import Episode
 from .exceptions import SpecError
 from .observer import Observer
@@ -98,6 +100,8 @@ class Monitor:
         self.labels: dict[str, str] = {str(k): str(v) for k, v in (labels or {}).items()}
         self.stats = MonitorStats()
         self._log = structlog.get_logger("prefixmon")
+        self._threads = DaemonThreads()
+        """Where plain-function sinks run: a sink that never returns cannot keep the process alive."""
 
     def open_episode(
         self,
@@ -214,10 +218,8 @@ class Monitor:
             try:
                 if inspect.iscoroutinefunction(sink) or inspect.iscoroutinefunction(getattr(sink, "__call__", None)):  # noqa: B004
                     await sink(record)  # type: ignore[misc]
-                else:
-                    # Boxed: a plain callable may return an awaitable (see Sink), which trio would
-                    # refuse as the result of a worker thread; it is awaited here instead.
-                    (result,) = await anyio.to_thread.run_sync(lambda: (sink(record),), abandon_on_cancel=True)
+                else:  # a plain callable may still return an awaitable (see Sink)
+                    result = await self._threads.run(functools.partial(sink, record))
                     if inspect.isawaitable(result):
                         await result
             except anyio.get_cancelled_exc_class() as e:

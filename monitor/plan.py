@@ -1522,6 +1522,8 @@ class PlanFollower:
     other arguments, or is not in the plan is a deviation. A ``$ref`` argument is compared
     with what the referenced step's result actually held. A step is completed when a call
     matching it ran and the environment accepted it (a blocked call can be retried).
+    Calls are matched as they finish: an episode that runs calls concurrently gets them
+    matched in the order they finished, not the order they were emitted.
 
     Args:
         plan: the plan (or a verdict on it).

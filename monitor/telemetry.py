@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Container, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from time import time_ns
@@ -105,7 +105,10 @@ def _ns(dt: datetime) -> int:
 def redact_keys(*keys: str, mask: str = "[REDACTED]") -> Redactor:
     """A redaction hook that masks the values of the given keys at any nesting level.
 
-    Keys compare case-insensitively. Reasons and error messages pass unchanged.
+    Keys compare case-insensitively. It looks inside mappings, lists, pydantic models,
+    dataclasses and text that parses as JSON (as MCP and OpenAI tool results often are);
+    other text and objects are recorded as they are (``str()``), unredacted. Reasons and
+    error messages pass unchanged.
     """
     wanted = frozenset(k.lower() for k in keys)
 
@@ -114,6 +117,18 @@ def redact_keys(*keys: str, mask: str = "[REDACTED]") -> Redactor:
             return {k: mask if str(k).lower() in wanted else walk(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [walk(v) for v in value]
+        if isinstance(value, str):
+            if value[:1] in ("{", "["):
+                try:
+                    return walk(json.loads(value))
+                except ValueError:
+                    return value
+            return value
+        if is_dataclass(value) and not isinstance(value, type):
+            return walk(asdict(value))
+        dump = getattr(value, "model_dump", None)
+        if callable(dump) and not isinstance(value, type):
+            return walk(dump(mode="json"))
         return value
 
     def redact(kind: ContentKind, value: Any) -> Any:

@@ -13,6 +13,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import subprocess
+import sys
+import textwrap
+import threading
 import time
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
@@ -268,6 +272,52 @@ class TestSinks:
                 await ep.call("set_cellular", {"on": True})
         assert ep.record is not None and monitor.stats.sink_errors == 1
         assert [(e["where"], e["error_type"]) for e in _errors(logs)] == [("sink", "CancelledError")]
+
+    def test_a_sync_sink_that_never_returns_does_not_keep_the_process_alive(self) -> None:
+        """The sink runs in a daemon thread: after sink_timeout the agent goes on and the process can exit."""
+        script = textwrap.dedent(
+            """
+            import time, anyio
+            from prefixmon import Monitor, Toolset
+            tools = Toolset()
+
+            @tools.tool
+            def ping(n: int) -> int:
+                return n
+
+            def sink(record):
+                time.sleep(3600)  # a write to a stuck mount
+
+            async def main():
+                monitor = Monitor(tools, sink=sink, sink_timeout=0.2)
+                async with monitor.episode("t") as ep:
+                    await ep.call("ping", {"n": 1})
+                print(monitor.stats.sink_timeouts)
+
+            anyio.run(main)
+            """
+        )
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines()[-1] == "1"  # one sink timeout (logged above it)
+        assert time.monotonic() - start < 30
+
+    async def test_sync_sinks_share_daemon_threads(self, tools: Toolset) -> None:
+        """Sync sinks run one after another reuse an idle thread; a raising sink is a counted sink error."""
+        threads: list[threading.Thread] = []
+
+        def sink(record: Any) -> None:
+            threads.append(threading.current_thread())
+            if len(threads) == 3:
+                raise OSError("disk full")
+
+        monitor = Monitor(tools, sink=sink)
+        for _ in range(3):
+            async with monitor.episode(task_id="t") as ep:
+                await ep.call("set_cellular", {"on": True})
+        assert len(set(threads)) == 1 and threads[0].daemon and threads[0] is not threading.main_thread()
+        assert monitor.stats.sink_errors == 1
 
     async def test_hanging_sink_delivery_survives_cancellation(self, tools: Toolset) -> None:
         """A cancelled episode still delivers its record (shielded), bounded by the sink timeout."""

@@ -267,6 +267,27 @@ class TestOptInCapture:
         assert result == {"account_id": "acc-1", "owner": "[REDACTED]", "token": "[REDACTED]"}
         assert CANARY not in channels.text()
 
+    async def test_redaction_looks_inside_models_dataclasses_and_json_text(self) -> None:
+        """Tool results are often pydantic models, dataclasses or JSON text: the keys are masked there too."""
+        from pydantic import BaseModel
+
+        class Account(BaseModel):
+            id: str
+            token: str
+
+        @dataclass
+        class Session:
+            user: str
+            token: str
+
+        redact = redact_keys("token")
+        masked = {"id": "a", "token": "[REDACTED]"}
+        assert redact("result", Account(id="a", token=CANARY)) == masked
+        assert redact("result", [Session(user="a", token=CANARY)]) == [{"user": "a", "token": "[REDACTED]"}]
+        assert redact("result", json.dumps({"id": "a", "token": CANARY})) == masked
+        assert redact("result", "{not json " + CANARY) == "{not json " + CANARY  # text that is not JSON stays text
+        assert redact("reason", {"token": CANARY}) == {"token": CANARY}  # reasons pass unchanged (documented)
+
     async def test_size_cap_applies_to_every_content_attribute(self, channels: Channels) -> None:
         """No captured value is longer than the cap plus its marker, however large the argument, result or error."""
         cap = 64

@@ -159,6 +159,29 @@ def assert_repaired(record: EpisodeRecord) -> None:
     assert [a.reached_environment for a in record.actions] == [False, True, True]
 
 
+def reused_id_script(messages: list[BaseMessage]) -> AIMessage:
+    n = answers(messages)
+    if n == 0:
+        return call("search_contacts", {"name": "Fredrik"}, "call_0")
+    if n == 1:
+        return call("remove_contact", {"person_id": "p-99"}, "call_0")  # never returned: blocked
+    if n == 2:
+        return call("remove_contact", {"person_id": "p-17"}, "call_0")
+    return AIMessage("done")
+
+
+def assert_reused_ids_checked(app: Contacts, result: dict[str, Any]) -> None:
+    assert "was never returned by any tool" in errors_shown(result["messages"])[0]
+    assert app.book == {}
+    (record,) = app.records
+    assert [(a.tool, a.decision) for a in record.actions] == [
+        ("search_contacts", Decision.ALLOW),
+        ("remove_contact", Decision.BLOCK),
+        ("remove_contact", Decision.ALLOW),
+    ]
+    assert record.fed == 2
+
+
 class TestBlockAndRepair:
     """A blocked call is answered with an error ToolMessage; the repaired call runs."""
 
@@ -181,6 +204,18 @@ class TestBlockAndRepair:
         app.agent.invoke({"messages": [HumanMessage("Remove Fredrik, his number is +1 555 0100")]})
         (record,) = app.records
         assert_repaired(record)
+
+    async def test_a_call_id_reused_in_a_later_response_is_a_new_call(self) -> None:
+        """Some servers number calls per response ("call_0" every turn): each is checked and recorded."""
+        app = Contacts(reused_id_script)
+        result = await app.agent.ainvoke({"messages": [HumanMessage("Remove Fredrik")]})
+        assert_reused_ids_checked(app, result)
+
+    def test_a_call_id_reused_in_a_later_response_is_a_new_call_sync(self) -> None:
+        """The same through invoke (the sync wrap_tool_call path)."""
+        app = Contacts(reused_id_script)
+        result = app.agent.invoke({"messages": [HumanMessage("Remove Fredrik")]})
+        assert_reused_ids_checked(app, result)
 
     async def test_zero_config_and_unknown_tool(self) -> None:
         """An empty toolset gets the agent's tool schemas; unknown tools are recorded as schema failures."""
