@@ -468,6 +468,13 @@ async def with_otel(tools: Toolset, calls: int) -> None:
             f"{cost50[key]:.1f} us: checks (telemetry off) inside the cheapest span; no observer",
         )
     add(
+        "monitor total / floor with the guardrail event, p50",
+        f"{cost50['monitor'] / cost50['floor + event']:.2f}x",
+        "",
+        None,
+        "what the observer machinery and telemetry logic add on top of the floor",
+    )
+    add(
         "  the cheapest span alone (start_span with every attribute, current, end)",
         f"{cost50['cheapest span']:.1f} us",
         "",
