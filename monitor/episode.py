@@ -622,7 +622,7 @@ class Episode:
                 if spec is not None:
                     self._absorb(spec, pending.args, result, rejection is None)
             except BaseException:  # KeyboardInterrupt: the call ran; record it before it propagates
-                self._record(verdict, decision, not replaced, "interrupted while its outcome was processed", pending._token, None)
+                self._record_cut_short(pending, verdict, name)
                 raise
         if rejection is not None and verdict.executable and decision is Decision.ALLOW:
             verdict = Verdict(
@@ -643,7 +643,7 @@ class Episode:
                     except Exception as e:
                         self._fault(f"observer {type(obs).__name__}.call_result", e, notify=False)
             except BaseException:
-                self._record(verdict, decision, not replaced, "interrupted while its outcome was processed", token, None)
+                self._record_cut_short(pending, verdict, name)
                 raise
         self._record(
             verdict,
@@ -656,6 +656,12 @@ class Episode:
             result=result,
             ran=abandoned is None and error is None and rejection is None and not replaced,
         )
+
+    def _record_cut_short(self, pending: PendingCall, verdict: Verdict, name: str) -> None:
+        """Record a call that ran but whose outcome was interrupted (KeyboardInterrupt) while processed."""
+        replaced = pending._replacement is not None
+        why = "interrupted while its outcome was processed"
+        self._record(verdict, pending.decision, not replaced, why, pending._token, name if replaced else None)
 
     def _absorb(self, spec: ToolSpec, args: Mapping[str, Any], result: Any, accepted: bool) -> None:
         state = self.state

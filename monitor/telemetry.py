@@ -121,7 +121,7 @@ def redact_keys(*keys: str, mask: str = "[REDACTED]") -> Redactor:
             if value[:1] in ("{", "["):
                 try:
                     return walk(json.loads(value))
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON after all, or too deep to walk
                     return value
             return value
         if is_dataclass(value) and not isinstance(value, type):
