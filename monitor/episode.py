@@ -93,6 +93,15 @@ class PendingCall:
         return self._replacement or self.emitted
 
     @property
+    def replaced(self) -> bool:
+        """Whether a hook replaced the emitted call (another tool, or edited arguments).
+
+        When it did, run :attr:`call` with :attr:`args`; otherwise the emitted call runs as
+        it was emitted (:attr:`args` are its validated arguments).
+        """
+        return self._replacement is not None
+
+    @property
     def _swapped(self) -> bool:
         """Whether a hook replaced the call by a call of another tool."""
         return self._replacement is not None and self._replacement.name != self.verdict.tool

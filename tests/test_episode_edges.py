@@ -391,3 +391,18 @@ class TestInterruptedCalls:
         (record,) = read_records(path)
         assert [(a.tool, a.call_id) for a in record.actions] == [("first", "0"), ("7", None)]
         assert ep.action_for("0") is not None
+
+
+class TestPendingCallReplaced:
+    """Adapters tell a replaced call from the emitted one with ``PendingCall.replaced``."""
+
+    async def test_replaced_only_when_a_hook_replaced_the_call(self) -> None:
+        tools = build_tools()
+        monitor = Monitor(tools, policy="replan", replan=replace_with("fw_lookup", {"name": "Ada"}))
+        async with monitor.episode("t") as ep:
+            plain = await ep.begin("fw_lookup", {"name": "Bo"})
+            assert not plain.replaced and plain.call.name == "fw_lookup"
+            plain.done(None)
+            swapped = await ep.begin("fw_remove", {"pid": "p-404"})  # never produced: replanned
+            assert swapped.replaced and (swapped.call.name, swapped.args) == ("fw_lookup", {"name": "Ada"})
+            swapped.done(None)
