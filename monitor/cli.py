@@ -112,7 +112,7 @@ def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 def run_report(args: argparse.Namespace) -> int:
     """Handler of ``prefixmon report``."""
     from .analytics import build_report, load_columns, plot_pec, render, render_table, review_sample, write_review_sheet
-    from .analytics.columns import columns_from_records
+    from .analytics.columns import columns_from_records, distinct_episodes
     from .analytics.metrics import group
     from .analytics.report import DEFAULT_CHECKPOINTS
     from .records import BadLine, read_records
@@ -126,6 +126,13 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"prefixmon report: skipped {bad.path}:{bad.line}: {bad.message}", file=sys.stderr)
     if len(skipped) > 5:
         print(f"prefixmon report: ... {len(skipped)} bad lines skipped in all", file=sys.stderr)
+    columns, again = distinct_episodes(columns)
+    if again:
+        print(
+            f"prefixmon report: {len(again)} episode(s) read more than once, each counted once "
+            f"(first: {again[0]!r}); check for duplicate inputs",
+            file=sys.stderr,
+        )
     strata = None if args.strata.lower() == "none" else args.strata
     with _progress_bar(args.progress, args.bootstrap, len(columns.task_ids)) as progress:
         report = build_report(
@@ -355,6 +362,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except (PrefixmonError, ValueError, OSError, ImportError) as e:
         print(f"prefixmon {args.command}: error: {_describe(e)}", file=sys.stderr)
+        return 1
+    except (RecursionError, MemoryError, OverflowError) as e:  # input past what a reader guards against
+        what = "nested too deeply" if isinstance(e, RecursionError) else "too large"
+        print(f"prefixmon {args.command}: error: the input is {what} to process ({type(e).__name__})", file=sys.stderr)
         return 1
 
 

@@ -29,7 +29,7 @@ from typing import Any, Literal, cast
 
 from . import semconv as sc
 from .exceptions import RecordError
-from .records import ActionRecord, BadLine, EpisodeRecord, build_record
+from .records import MAX_HORIZON, ActionRecord, BadLine, EpisodeRecord, build_record
 from .vocabulary import Cause, Decision, Outcome
 
 __all__ = [
@@ -253,8 +253,9 @@ def iter_otlp_spans(
             truncated = not raw.endswith(b"\n")
             try:
                 spans = spans_from_json(json.loads(raw))
-            except (ValueError, TypeError, AttributeError) as e:
-                msg = "truncated last line" if truncated else f"not OTLP JSON trace data: {e}"
+            except (ValueError, TypeError, AttributeError, RecursionError) as e:
+                problem = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+                msg = "truncated last line" if truncated else f"not OTLP JSON trace data: {problem}"
                 if on_error == "raise" and not truncated:
                     raise RecordError(msg, path=name, line=line_no) from None
                 if errors is not None:
@@ -305,6 +306,8 @@ def _episode(root: OtlpSpan, calls: list[OtlpSpan]) -> EpisodeRecord:
         by_depth[action.depth] = action  # a re-exported duplicate span carries the same data
     actions = [by_depth[d] for d in sorted(by_depth)]
     horizon = int(a[sc.PREFIXMON_HORIZON])
+    if not 1 <= horizon <= MAX_HORIZON:
+        raise ValueError(f"episode {episode_id!r}: horizon must be in 1..{MAX_HORIZON:,}, got {horizon}")
     allows_no_tool = bool(a.get(sc.PREFIXMON_ALLOWS_NO_TOOL, False))
     if actions and [x.depth for x in actions] != list(range(1, horizon + 1)):
         missing = sorted(set(range(1, horizon + 1)) - set(by_depth))
@@ -370,8 +373,9 @@ def records_from_spans(
     for episode_id, root in sorted(roots.items(), key=lambda kv: (kv[1].start_time_unix_nano, kv[0])):
         try:
             out.append(_episode(root, calls.get(episode_id, [])))
-        except (ValueError, KeyError, TypeError) as e:
-            msg = f"episode {episode_id!r}: {e}" if isinstance(e, KeyError) else str(e)
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
+            text = f"missing attribute {e}" if isinstance(e, KeyError) else str(e)
+            msg = text if text.startswith("episode ") else f"episode {episode_id!r}: {text}"
             if on_error == "raise":
                 raise RecordError(f"cannot rebuild the record: {msg}") from None
             if errors is not None:

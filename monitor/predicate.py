@@ -156,7 +156,8 @@ def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, An
     if type(raw) is not str:  # JSON text, the other common case, skips these checks
         if isinstance(raw, Mapping):
             return dict(raw)
-        if isinstance(raw, bytes):
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            raw = bytes(raw)
             try:
                 raw = raw.decode("utf-8")
             except UnicodeDecodeError as e:

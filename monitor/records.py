@@ -125,6 +125,11 @@ def trusted_action(
     return rec
 
 
+MAX_HORIZON: Final = 100_000
+"""The most actions a record may have: a larger horizon is rejected as implausible (and
+would make every per-depth curve of a report that long)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FirstFailure:
     """The first non-executable action of an episode."""
@@ -162,8 +167,8 @@ class EpisodeRecord:
 
     def __post_init__(self) -> None:
         where = f"episode {self.episode_id!r}"
-        if self.horizon < 1:
-            raise ValueError(f"{where}: horizon must be >= 1, got {self.horizon}")
+        if not 1 <= self.horizon <= MAX_HORIZON:
+            raise ValueError(f"{where}: horizon must be in 1..{MAX_HORIZON:,}, got {self.horizon}")
         if not 1 <= self.fed <= self.horizon + 1:
             raise ValueError(f"{where}: fed {self.fed} outside 1..horizon+1 ({self.horizon + 1})")
         if self.executable != (self.fed == self.horizon + 1):
@@ -172,8 +177,15 @@ class EpisodeRecord:
             raise ValueError(f"{where}: first_failure must be null exactly when executable")
         if self.first_failure is not None and self.first_failure.depth != self.fed:
             raise ValueError(f"{where}: first_failure.depth {self.first_failure.depth} != fed {self.fed}")
-        if self.actions and len(self.actions) != self.horizon:
-            raise ValueError(f"{where}: {len(self.actions)} actions but horizon {self.horizon}")
+        if self.actions:
+            if len(self.actions) != self.horizon:
+                raise ValueError(f"{where}: {len(self.actions)} actions but horizon {self.horizon}")
+            depth = next((i for i, a in enumerate(self.actions, 1) if a.depth != i), None)
+            if depth is not None:
+                raise ValueError(f"{where}: action {depth} has depth {self.actions[depth - 1].depth}")
+            first = next((a.depth for a in self.actions if not a.executable), self.horizon + 1)
+            if first != self.fed:
+                raise ValueError(f"{where}: fed {self.fed} but the first non-executable action is at depth {first}")
 
     @property
     def success(self) -> bool:

@@ -232,3 +232,21 @@ def concat_columns(parts: Sequence[EpisodeColumns]) -> EpisodeColumns:
         failure_tool=tuple(t for p in parts for t in p.failure_tool),
         failure_reason=tuple(t for p in parts for t in p.failure_reason),
     )
+
+
+def distinct_episodes(columns: EpisodeColumns) -> tuple[EpisodeColumns, list[str]]:
+    """The columns with each episode id once (its first occurrence), and the ids seen again.
+
+    The same episode read twice (two copies of a file, records and the traces of the same
+    run, a sink that retried) would otherwise count twice and narrow every interval.
+    """
+    seen: set[str] = set()
+    again: list[str] = []
+    keep = np.ones(len(columns), dtype=np.bool_)
+    for i, episode_id in enumerate(columns.episode_ids):
+        if episode_id in seen:
+            keep[i] = False
+            again.append(episode_id)
+        else:
+            seen.add(episode_id)
+    return (columns.select(keep) if again else columns), again

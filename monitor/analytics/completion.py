@@ -140,17 +140,25 @@ def read_annotations(path: str | os.PathLike[str]) -> list[Annotation]:
     """
     name = os.fspath(path)
     rows: list[tuple[int, Mapping[str, Any]]] = []
-    with open(name, encoding="utf-8", newline="") as f:
-        if name.endswith(".csv"):
+    if name.endswith(".csv"):
+        with open(name, encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
-            rows = [(reader.line_num, row) for row in reader]
-        else:
-            for i, text in enumerate(f, 1):
-                if text.strip():
+            try:
+                rows = [(reader.line_num, row) for row in reader]
+            except UnicodeDecodeError as e:
+                raise RecordError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name, line=reader.line_num + 1) from None
+    else:
+        with open(name, "rb") as fb:
+            for i, data in enumerate(fb, 1):
+                if data.strip():
                     try:
-                        row = json.loads(text)
+                        row = json.loads(data.decode("utf-8"))
+                    except UnicodeDecodeError as e:
+                        raise RecordError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name, line=i) from None
                     except json.JSONDecodeError as e:
                         raise RecordError(f"not valid JSON: {e}", path=name, line=i) from None
+                    except RecursionError:
+                        raise RecordError("not valid JSON: nested too deeply", path=name, line=i) from None
                     if not isinstance(row, dict):
                         raise RecordError("expected a JSON object", path=name, line=i)
                     rows.append((i, row))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ..exceptions import RecordError
-from ..records import SCHEMA, BadLine
+from ..records import MAX_HORIZON, SCHEMA, BadLine
 from .columns import CAUSE_CODE, OUTCOME_CODE, ColumnBuilder, EpisodeColumns, columns_from_records, concat_columns
 
 _loads: Callable[[bytes], Any]
@@ -132,8 +132,8 @@ def _check(d: Any) -> tuple[str, str, dict[str, str], int, int, int, int, str | 
         raise _Bad(f"task_id: expected a string, got {task_id!r}")
     if type(labels) is not dict or not all(type(v) is str for v in labels.values()):
         raise _Bad(f"labels: expected an object of strings, got {labels!r}")
-    if type(horizon) is not int or horizon < 1:
-        raise _Bad(f"horizon: expected an integer >= 1, got {horizon!r}")
+    if type(horizon) is not int or not 1 <= horizon <= MAX_HORIZON:
+        raise _Bad(f"horizon: expected an integer in 1..{MAX_HORIZON:,}, got {horizon!r}")
     if type(fed) is not int or not 1 <= fed <= horizon + 1:
         raise _Bad(f"fed: expected an integer in 1..horizon+1 ({horizon + 1}), got {fed!r}")
     executable = fed == horizon + 1

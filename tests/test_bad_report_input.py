@@ -1,0 +1,201 @@
+"""Bad files given to the record readers and to ``prefixmon report``: a clear error naming the
+file and line (or episode), never a traceback, and nothing counted twice or blown up in memory."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prefixmon import Monitor, RecordError, Toolset, read_records
+from prefixmon.analytics import load_columns
+from prefixmon.analytics.completion import read_annotations
+from prefixmon.cli import main
+from prefixmon.otlp import read_otlp_records
+from prefixmon.records import MAX_HORIZON, ActionRecord, BadLine, build_record, dumps_record
+
+NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
+
+
+def record_line(episode_id: str = "e-1", **changes: Any) -> str:
+    """A valid record of two executable actions, as one JSON line, with top-level fields changed."""
+    actions = [ActionRecord(depth=d, tool="t", executable=True) for d in (1, 2)]
+    record = build_record(
+        episode_id=episode_id, task_id="task", labels={}, actions=actions, outcome=None, started_at=NOW, ended_at=NOW
+    )
+    data = json.loads(dumps_record(record))
+    data.update(changes)
+    return json.dumps(data)
+
+
+def write(path: Path, *lines: str) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+class TestImplausibleRecords:
+    """A record whose numbers no episode can have is refused with file and line."""
+
+    def test_huge_horizon_is_refused_by_both_readers(self, tmp_path: Path) -> None:
+        """Without actions any horizon used to pass, and a report's curves grew with it."""
+        huge = MAX_HORIZON + 1
+        path = write(tmp_path / "r.jsonl", record_line(), record_line("e-2", horizon=huge, fed=huge + 1, actions=[]))
+        with pytest.raises(RecordError, match=r"r\.jsonl:2: .*horizon"):
+            read_records(path)
+        with pytest.raises(RecordError, match=r"r\.jsonl:2: .*horizon"):
+            load_columns(path)
+        skipped: list[BadLine] = []
+        assert len(load_columns(path, on_error="skip", errors=skipped)) == 1 and skipped[0].line == 2
+
+    @pytest.mark.parametrize(
+        ("actions", "fed", "executable", "message"),
+        [
+            ([{"depth": 7, "tool": "t", "executable": True}] * 2, 3, True, "action 1 has depth 7"),
+            ([{"depth": 1, "tool": "t", "executable": True}, {"depth": 2, "tool": "t", "executable": True}], 1, False, "fed 1"),
+        ],
+    )
+    def test_actions_must_agree_with_the_episode(
+        self, tmp_path: Path, actions: list[dict[str, Any]], fed: int, executable: bool, message: str
+    ) -> None:
+        """--validate (read_records) checks depths 1..T and that FED is the first non-executable action."""
+        first = None if executable else {"depth": fed, "tool": "t", "cause": "schema", "reason": "r"}
+        line = record_line(actions=actions, fed=fed, executable=executable, first_failure=first)
+        path = write(tmp_path / "r.jsonl", line)
+        with pytest.raises(RecordError, match=message):
+            read_records(path)
+
+
+class TestOtlpInput:
+    """OTLP trace files with values the rebuild cannot take."""
+
+    @staticmethod
+    def traces(tmp_path: Path) -> Path:
+        """Real OTLP JSON lines from a monitored episode."""
+        from prefixmon.otel_setup import configure_otel
+        from prefixmon.telemetry import Telemetry
+
+        path = tmp_path / "t.otlp.jsonl"
+        otel = configure_otel(otlp_file=path, batch=False, service_name="bad-input")
+        tools = Toolset()
+
+        @tools.tool
+        def ping(n: int) -> int:
+            return n
+
+        async def run() -> None:
+            monitor = Monitor(tools, observers=[Telemetry(tracer_provider=otel.tracer_provider, metrics=False)])
+            async with monitor.episode("t") as ep:
+                await ep.call("ping", {"n": 1})
+                ep.finish("success")
+
+        import anyio
+
+        anyio.run(run)
+        otel.shutdown()
+        return path
+
+    def edit_episode_span(self, path: Path, key: str, value: Any) -> None:
+        """Set an attribute (or, for a key without a dot, a field) of the episode span."""
+        lines = path.read_text(encoding="utf-8").splitlines()
+        out = []
+        for line in lines:
+            data = json.loads(line)
+            for rs in data["resourceSpans"]:
+                for ss in rs["scopeSpans"]:
+                    for span in ss["spans"]:
+                        attrs = span.get("attributes", [])
+                        if not any(a["key"] == "prefixmon.horizon" for a in attrs):
+                            continue
+                        if "." not in key:
+                            span[key] = value
+                        for attr in attrs:
+                            if attr["key"] == key:
+                                attr["value"] = value
+            out.append(json.dumps(data))
+        path.write_text("\n".join(out) + "\n", encoding="utf-8")
+
+    @pytest.mark.parametrize(
+        ("key", "value", "message"),
+        [
+            ("prefixmon.outcome", {"stringValue": "great"}, "'great' is not a valid Outcome"),
+            ("prefixmon.horizon", {"doubleValue": "Infinity"}, "episode"),
+            ("prefixmon.horizon", {"intValue": str(10**9)}, "horizon must be in"),
+            ("startTimeUnixNano", str(10**30), "episode"),
+        ],
+    )
+    def test_bad_values_are_reported_with_the_episode(self, tmp_path: Path, key: str, value: Any, message: str) -> None:
+        path = self.traces(tmp_path)
+        self.edit_episode_span(path, key, value)
+        episode_id = read_records_id(path)
+        with pytest.raises(RecordError, match=f"episode {episode_id!r}: .*{message}" if message != "episode" else "episode"):
+            read_otlp_records(path)
+        assert read_otlp_records(path, on_error="skip") == []
+
+    def test_deeply_nested_line_is_a_bad_line(self, tmp_path: Path) -> None:
+        path = self.traces(tmp_path)
+        with path.open("a", encoding="utf-8") as f:
+            f.write("[" * 100_000 + "\n")
+        with pytest.raises(RecordError, match=r"t\.otlp\.jsonl:\d+: not OTLP JSON trace data: nested too deeply"):
+            read_otlp_records(path)
+        assert len(read_otlp_records(path, on_error="skip")) == 1
+
+
+def read_records_id(path: Path) -> str:
+    """The episode id on the episode span of an OTLP file."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    attrs = {a["key"]: a["value"] for a in span.get("attributes", [])}
+                    if "prefixmon.horizon" in attrs:
+                        return str(attrs["prefixmon.episode.id"]["stringValue"])
+    raise AssertionError("no episode span")
+
+
+class TestAnnotations:
+    """The attribution file of `report --annotations`."""
+
+    def test_non_utf8_and_deep_lines_name_file_and_line(self, tmp_path: Path) -> None:
+        path = tmp_path / "ann.jsonl"
+        path.write_bytes(b'{"task_id": "t", "attribution": "planning"}\n{"task_id": "\xff"}\n')
+        with pytest.raises(RecordError, match=r"ann\.jsonl:2: not UTF-8"):
+            read_annotations(path)
+        path.write_bytes(b"[" * 100_000 + b"\n")
+        with pytest.raises(RecordError, match=r"ann\.jsonl:1: .*nested too deeply"):
+            read_annotations(path)
+
+
+class TestReportCommand:
+    """`prefixmon report` exits with a message, and counts each episode once."""
+
+    def test_the_same_episode_read_twice_counts_once(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        path = write(tmp_path / "r.jsonl", record_line("e-1"), record_line("e-2"))
+        assert main(["report", str(path), str(path), "--format", "json", "--bootstrap", "0"]) == 0
+        out = capsys.readouterr()
+        assert "2 episode(s) read more than once, each counted once (first: 'e-1')" in out.err
+        assert json.loads(out.out)["cohorts"][0]["n"] == 2
+
+    def test_input_too_deep_for_any_reader_is_an_error_message(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        path = write(tmp_path / "r.jsonl", record_line())
+        ann = tmp_path / "ann.jsonl"
+        ann.write_bytes(b"[" * 100_000 + b"\n")
+        assert main(["report", str(path), "--annotations", str(ann), "--bootstrap", "0"]) == 1
+        assert "nested too deeply" in capsys.readouterr().err
+
+
+class TestArgumentBuffers:
+    """bytearray and memoryview arguments are JSON text like bytes."""
+
+    async def test_bytearray_and_memoryview(self) -> None:
+        tools = Toolset()
+
+        @tools.tool
+        def echo(text: str) -> str:
+            return text
+
+        async with Monitor(tools).episode("t") as ep:
+            for raw in (bytearray(b'{"text": "a"}'), memoryview(b'{"text": "a"}')):
+                assert ep.check("echo", raw).executable  # type: ignore[arg-type]
