@@ -246,8 +246,9 @@ def _schema_validator(name: str, schema: Mapping[str, Any], forbid_unknown: bool
     prepared.setdefault("type", "object")
     try:
         compiled = fastjsonschema.compile(prepared, use_default=False)
-    except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError, KeyError) as e:
-        raise SpecError(f"tool {name!r}: its JSON Schema cannot be compiled: {e}") from e
+    except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
+        problem = "nested too deeply" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
+        raise SpecError(f"tool {name!r}: its JSON Schema cannot be compiled ({problem})") from e
     props = schema.get("properties")
     known = frozenset(props) if isinstance(props, Mapping) else None
     check_unknown = forbid_unknown and known is not None and "additionalProperties" not in schema

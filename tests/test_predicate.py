@@ -109,6 +109,8 @@ class TestSchema:
         """A schema that cannot compile fails at declaration, not at call time."""
         with pytest.raises(SpecError, match="cannot be compiled"):
             Toolset().add_schema("x", {"type": "object", "properties": {"a": {"type": "no-such-type"}}})
+        with pytest.raises(SpecError, match=r"cannot be compiled \(AttributeError"):
+            Toolset().add_schema("y", {"properties": 5})
 
     def test_duplicate_tool_is_a_spec_error(self, tools: Toolset) -> None:
         """Declaring a tool name twice is a usage error."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from prefixmon import read_records
 from prefixmon.adapters.taubench import replay as tau_replay
 
 TOOLS = [
@@ -82,3 +83,197 @@ class TestBfclReplayBadBytes:
         assert "UTF-8" in summary.problems[0].message
         assert [r.task_id for r in summary.records] == ["multi_turn_base_0"]
         assert summary.records[0].executable
+
+
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Run the real ``prefixmon`` entry point; (exit code, stderr)."""
+    from prefixmon.cli import main
+
+    rc = main(args)
+    return rc, capsys.readouterr().err
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+"""Nesting far beyond Python's recursion limit."""
+
+
+class TestDeeplyNestedInput:
+    """Inputs nested far deeper than the JSON decoder can recurse."""
+
+    def test_bfcl_deep_entry_skipped_others_kept(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The deep entry is skipped with file and line; the entries around it are replayed and written."""
+        pytest.importorskip("bfcl_eval")
+        from prefixmon.adapters.bfcl import task_index
+
+        gt = task_index()["multi_turn_base_0"].ground_truth
+        good = json.dumps({"id": "multi_turn_base_0", "result": [[list(turn)] for turn in gt]})
+        path = tmp_path / "result" / "m" / "multi_turn" / "BFCL_v4_multi_turn_base_result.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(good + "\n" + '{"id": "multi_turn_base_1", "result": ' + DEEP + "}\n" + good + "\n")
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", "--bfcl", str(path), "--out", str(out)], capsys)
+        assert rc == 1
+        assert f"{path}:2: nested too deeply" in err
+        assert [r.task_id for r in read_records(out)] == ["multi_turn_base_0", "multi_turn_base_0"]
+
+    def test_jsonl_deep_line_skipped_others_kept(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A deep transcript line is reported with file and line and skipped; the other lines are written."""
+        good = {"task_id": "ok", "messages": [{"role": "user", "content": "hi"}]}
+        path, tools = _transcript(tmp_path, [good, good])
+        lines = path.read_text().splitlines()
+        deep = '{"task_id": "t-deep", "messages": ' + DEEP + "}"
+        path.write_text("\n".join([lines[0], deep, lines[1]]) + "\n")
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(out)], capsys)
+        assert rc == 1
+        assert f"{path}:2: nested too deeply" in err
+        assert [r.task_id for r in read_records(out)] == ["ok", "ok"]
+
+    def test_tau_json_deep_document(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A τ-bench results file nested too deeply is an error naming the file, not a traceback."""
+        path = tmp_path / "results.json"
+        path.write_text("[\n" + DEEP + "\n]\n")
+        rc, err = _cli(["replay", str(path), "--domain", "tau-airline", "--out", str(tmp_path / "o.jsonl")], capsys)
+        assert rc == 1
+        assert f"{path}: nested too deeply" in err
+
+    def test_deep_but_decodable_content_replays(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Content and arguments just under the decoder's limit are replayed without a RecursionError."""
+        nested = "[" * 900 + "]" * 900
+        line = (
+            '{"task_id": "d", "messages": [{"role": "user", "content": {"a": ' + nested + "}}, "
+            '{"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"x": ' + nested + "}}}]}, "
+            '{"role": "tool", "tool_call_id": "c1", "content": ' + nested + "}]}"
+        )
+        path, tools = _transcript(tmp_path, [])
+        path.write_text(line + "\n")
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(out)], capsys)
+        assert rc == 0, err
+        (record,) = read_records(out)
+        assert not record.executable and record.first_failure is not None
+
+
+class TestRepeatedToolCallIds:
+    """Tool call ids that repeat across turns (some providers number calls per turn)."""
+
+    def test_results_go_to_their_own_call(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Each result matches the nearest preceding unmatched call with its id, so the second call gets the error."""
+
+        def call(name: str) -> dict[str, Any]:
+            return {"role": "assistant", "tool_calls": [{"id": "call_0", "function": {"name": name, "arguments": '{"x": 1}'}}]}
+
+        messages = [
+            {"role": "user", "content": "go"},
+            call("f"),
+            {"role": "tool", "tool_call_id": "call_0", "content": "ok 1"},
+            call("f"),
+            {"role": "tool", "tool_call_id": "call_0", "content": "Error: second failed"},
+            call("f"),  # no result of its own: must not take another call's result
+        ]
+        path, tools = _transcript(tmp_path, [{"task_id": "dup", "messages": messages}])
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(out)], capsys)
+        assert rc == 0, err
+        (record,) = read_records(out)
+        assert [a.executable for a in record.actions] == [True, False, True]  # the third: outcome unknown
+        assert record.fed == 2  # the second call (depths count from 1)
+        assert "second failed" in (record.actions[1].reason or "")
+        assert "no result" in (record.actions[2].error or "")
+
+    def test_parallel_calls_with_one_id_match_in_order(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Two calls of one message sharing an id take their results in order."""
+        calls = [{"id": "c", "function": {"name": "f", "arguments": '{"x": 1}'}}] * 2
+        messages = [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "tool_calls": calls},
+            {"role": "tool", "tool_call_id": "c", "content": "ok"},
+            {"role": "tool", "tool_call_id": "c", "content": "Error: the second failed"},
+        ]
+        path, tools = _transcript(tmp_path, [{"messages": messages}])
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(out)], capsys)
+        assert rc == 0, err
+        (record,) = read_records(out)
+        assert [a.executable for a in record.actions] == [True, False]
+        assert "the second failed" in (record.actions[1].reason or "")
+
+
+class TestToolDefinitionsFile:
+    """A malformed ``--tools`` file."""
+
+    @pytest.mark.parametrize(
+        ("content", "expected"),
+        [
+            ([{"type": "function", "function": {"parameters": {}}}], "tool 0: no string 'name'"),
+            ([{"name": "f"}, {"function": {"name": 5}}], "tool 1: no string 'name'"),
+            ({"get": {}}, "expected a JSON list of tool definitions, got dict"),
+            ([{"name": "f"}, "g"], "tool 1: expected an object, got str"),
+            ([{"function": "f"}], "tool 0: 'function' must be an object, got str"),
+            ([{"name": "f", "parameters": 5}], "tool 0 (f): 'parameters' must be an object, got int"),
+            ([{"name": "f"}, {"name": "f"}], "tool 1: a tool named 'f' is already declared"),
+            ([{"name": "f", "parameters": {"properties": 5}}], "tool 0: tool 'f': its JSON Schema cannot be compiled"),
+        ],
+    )
+    def test_malformed_tools_file(self, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: Any, expected: str) -> None:
+        """The error names the tools file and the entry."""
+        path, tools = _transcript(tmp_path, [{"messages": [{"role": "user", "content": "hi"}]}])
+        tools.write_text(json.dumps(content))
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(tmp_path / "o.jsonl")], capsys)
+        assert rc == 1
+        assert f"{tools}: {expected}" in err
+
+    @pytest.mark.parametrize(
+        ("raw", "expected"),
+        [(b"[{", "not JSON"), (b'[{"name": "\xff"}]', "not UTF-8"), (DEEP.encode(), "nested too deeply")],
+    )
+    def test_unreadable_tools_file(self, tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: bytes, expected: str) -> None:
+        """A tools file that is not JSON, not UTF-8 or too deep is an error naming the file."""
+        path, tools = _transcript(tmp_path, [{"messages": [{"role": "user", "content": "hi"}]}])
+        tools.write_bytes(raw)
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(tmp_path / "o.jsonl")], capsys)
+        assert rc == 1
+        assert f"{tools}" in err and expected in err
+
+
+class TestNonUtf8Transcripts:
+    """Transcript files with bytes that are not UTF-8."""
+
+    def test_jsonl_bad_line_skipped_with_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The bad line is reported with file and line and skipped; the other lines are written."""
+        good = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+        path, tools = _transcript(tmp_path, [])
+        path.write_bytes(good + b"\n" + b'{"messages": [{"role": "user", "content": "\xff"}]}\n' + good + b"\n")
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(out)], capsys)
+        assert rc == 1
+        assert f"{path}:2: not UTF-8" in err
+        assert [r.task_id for r in read_records(out)] == ["conversation-0", "conversation-1"]
+
+    def test_jsonl_first_line_bad(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A bad byte in the first 4 KiB (where the format is detected) is still reported per line."""
+        good = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+        path, tools = _transcript(tmp_path, [])
+        path.write_bytes(b'[{"role": "user", "content": "\xff"}]\n' + good + b"\n")
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(out)], capsys)
+        assert rc == 1
+        assert f"{path}:1: not UTF-8" in err
+        assert len(read_records(out)) == 1
+
+    def test_jsonl_byte_order_mark(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A UTF-8 byte order mark at the start of the file is not an error."""
+        path, tools = _transcript(tmp_path, [{"messages": [{"role": "user", "content": "hi"}]}])
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(out)], capsys)
+        assert rc == 0, err
+        assert len(read_records(out)) == 1
+
+    def test_tau_json_not_utf8(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A τ-bench results file with a bad byte names the file and the line."""
+        path = tmp_path / "results.json"
+        path.write_bytes(b'[\n{"task_id": 0,\n "traj": [{"role": "user", "content": "\xff"}]}\n]\n')
+        rc, err = _cli(["replay", str(path), "--domain", "tau-airline", "--out", str(tmp_path / "o.jsonl")], capsys)
+        assert rc == 1
+        assert f"{path}:3: not UTF-8" in err

@@ -10,9 +10,10 @@ episode record is written per task, ``task_id`` = BFCL's id, labelled with the d
 model and category (inferred from the path, overridable with ``--label``), ``outcome`` from
 BFCL's own state and response checkers.
 
-Malformed entries (not JSON, no id, an unknown id, a result that is not a list of turns of
-steps) are reported with file, line and task id, and skipped. Steps that do not decode to
-calls are skipped as BFCL does (the model answered in text), and reported as notes.
+Malformed entries (not UTF-8, not JSON, nested too deeply to decode, no id, an unknown id,
+a result that is not a list of turns of steps) are reported with file, line and task id
+(where it can be read), and skipped. Steps that do not decode to calls are skipped as BFCL
+does (the model answered in text), and reported as notes.
 """
 
 from __future__ import annotations
@@ -127,6 +128,9 @@ def read_results(path: str | Path, problems: list[Problem]) -> Iterator[ResultEn
                 obj = json.loads(raw)
             except json.JSONDecodeError as e:
                 bad(f"not JSON ({e.msg} at column {e.colno})")
+                continue
+            except RecursionError:
+                bad("nested too deeply to decode")
                 continue
             if not isinstance(obj, dict):
                 bad(f"an entry must be a JSON object, got {type(obj).__name__}")

@@ -11,6 +11,12 @@ Two input formats:
   new state.
 - **OpenAI-messages JSON Lines** for any toolset: one conversation per line, either a list
   of messages or ``{"messages": [...], "task_id"?, "reward"? | "outcome"?, "labels"?}``.
+  Malformed lines (not UTF-8, not JSON, nested too deeply, not a conversation) are reported
+  with file, line and task id and skipped; the exit code is then 1.
+
+A τ-bench results file is one JSON document: if it is malformed, nothing is replayed and the
+error names the file and where in it. A ``--tools`` file is a JSON list of OpenAI tool
+definitions (``{"type": "function", "function": {...}}`` or the bare function object).
 
 Every emitted call is judged before its recorded result is looked at (the pre-call
 verdict, policy ``observe``), then the recorded result decides acceptance. Every call is
@@ -36,7 +42,7 @@ from typing import Any, Final
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from prefixmon import Episode, EpisodeRecord, Monitor, ToolBlocked, Toolset
+from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, Toolset
 from prefixmon.records import write_records
 
 from .data import Domain
@@ -49,6 +55,41 @@ DOMAIN_LABELS: Final[Mapping[str, Domain]] = {"tau-airline": "airline", "tau-ret
 
 class ReplayInputError(ValueError):
     """A transcript file does not fit the expected format (the message says where)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """A malformed transcript line that was skipped, with where it was found."""
+
+    path: str
+    line: int
+    task_id: str | None
+    message: str
+
+    def __str__(self) -> str:
+        task = f" [{self.task_id}]" if self.task_id else ""
+        return f"{self.path}:{self.line}{task}: {self.message}"
+
+
+def _decode(file: Path, data: bytes) -> str:
+    """UTF-8 text of a whole file (a byte order mark is allowed); the error names the line."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ReplayInputError(f"{file}:{line}: not UTF-8 text (byte {column} of the line)") from e
+
+
+def _load_json(file: Path) -> Any:
+    """Decode a whole JSON file; errors name the file and where in it."""
+    text = _decode(file, file.read_bytes())
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReplayInputError(f"{file}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
+    except RecursionError:
+        raise ReplayInputError(f"{file}: nested too deeply to decode") from None
 
 
 def _check_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -122,41 +163,78 @@ def read_tau_trajectories(path: str | os.PathLike[str]) -> list[TauRollout]:
     """Read a τ-bench results file (a JSON list of rollouts).
 
     Raises:
-        ReplayInputError: not JSON, not a list, or an entry that is not a rollout.
+        ReplayInputError: not UTF-8, not JSON, nested too deeply, not a list, or an entry
+            that is not a rollout.
     """
     file = Path(path)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ReplayInputError(f"{file}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
+    data = _load_json(file)
     if not isinstance(data, list):
         raise ReplayInputError(f"{file}: expected a JSON list of rollouts, got {type(data).__name__}")
     try:
         return _ROLLOUTS.validate_python(data)
     except ValidationError as e:
-        first = e.errors(include_url=False)[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise ReplayInputError(f"{file}: rollout {loc}: {first['msg']}") from e
+        raise ReplayInputError(f"{file}: rollout {_first_error(e)}") from e
 
 
-def read_conversations(path: str | os.PathLike[str]) -> Iterator[Conversation]:
+def read_conversations(path: str | os.PathLike[str], problems: list[Problem] | None = None) -> Iterator[Conversation]:
     """Read an OpenAI-messages JSON Lines file, one conversation per non-empty line.
 
+    Args:
+        problems: if given, malformed lines are appended here and skipped instead of raised.
+
     Raises:
-        ReplayInputError: a line that is not JSON or not a conversation (with its number).
+        ReplayInputError: (without ``problems``) a line that is not UTF-8, not JSON, nested
+            too deeply or not a conversation, with its number.
     """
     file = Path(path)
-    with file.open(encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
+    with file.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if not raw.strip():
                 continue
+            problem = None
             try:
-                data = json.loads(line)
-                if isinstance(data, list):
-                    data = {"messages": data}
-                yield Conversation.model_validate(data)
-            except (json.JSONDecodeError, ValidationError) as e:
-                raise ReplayInputError(f"{file}:{line_no}: not a conversation: {e}") from e
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                problem = Problem(
+                    path=str(file), line=line_no, task_id=None, message=f"not UTF-8 text (byte {e.start + 1} of the line)"
+                )
+            else:
+                problem, conversation = _conversation(file, line_no, line)
+                if conversation is not None:
+                    yield conversation
+            if problem is not None:
+                if problems is None:
+                    raise ReplayInputError(str(problem))
+                problems.append(problem)
+
+
+def _conversation(file: Path, line_no: int, line: str) -> tuple[Problem | None, Conversation | None]:
+    """Decode one JSON Lines line: a problem, or a conversation."""
+
+    def bad(message: str, task_id: Any = None) -> tuple[Problem, None]:
+        task = None if task_id is None or isinstance(task_id, dict | list) else str(task_id)
+        return Problem(path=str(file), line=line_no, task_id=task, message=message), None
+
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as e:
+        return bad(f"not JSON ({e.msg} at column {e.colno})")
+    except RecursionError:
+        return bad("nested too deeply to decode")
+    if isinstance(data, list):
+        data = {"messages": data}
+    try:
+        return None, Conversation.model_validate(data)
+    except ValidationError as e:
+        return bad(f"not a conversation: {_first_error(e)}", data.get("task_id") if isinstance(data, dict) else None)
+
+
+def _first_error(e: ValidationError) -> str:
+    """One line for a validation error: where and what of the first problem, and how many more."""
+    errors = e.errors(include_url=False)
+    loc = ".".join(str(p) for p in errors[0]["loc"])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{loc + ': ' if loc else ''}{errors[0]['msg']}{more}"
 
 
 # -- replaying ----------------------------------------------------------------------------------
@@ -171,12 +249,28 @@ def _text(content: Any) -> str:
     return json.dumps(content)
 
 
-def _results_by_id(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    return {
-        str(m["tool_call_id"]): _text(m.get("content"))
-        for m in messages
-        if m.get("role") == "tool" and m.get("tool_call_id") is not None
-    }
+def _match_results(messages: Sequence[Mapping[str, Any]]) -> dict[tuple[int, int], int]:
+    """``(message index, call index)`` of each tool call -> index of its ``role: tool`` result.
+
+    A result takes the nearest preceding unmatched call with its ``tool_call_id`` (ids may
+    repeat across turns), the first of them when one message holds several with that id.
+    Results without an id, or with an id no earlier call has, are not matched here.
+    """
+    open_calls: dict[str, list[tuple[int, int]]] = {}
+    matched: dict[tuple[int, int], int] = {}
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            for j, tool_call in enumerate(message.get("tool_calls") or ()):
+                if tool_call.get("id") is not None:
+                    open_calls.setdefault(str(tool_call["id"]), []).append((i, j))
+        elif role == "tool" and message.get("tool_call_id") is not None:
+            candidates = open_calls.get(str(message["tool_call_id"]))
+            if candidates:
+                latest = candidates[-1][0]
+                k = next(k for k, (m, _) in enumerate(candidates) if m == latest)
+                matched[candidates.pop(k)] = i
+    return matched
 
 
 async def replay_messages(ep: Episode, messages: Sequence[Mapping[str, Any]]) -> ReplayStats:
@@ -185,25 +279,26 @@ async def replay_messages(ep: Episode, messages: Sequence[Mapping[str, Any]]) ->
     User messages enter the information pool; system and developer messages are
     information too; each assistant tool call is judged pre-call (``ep.begin``), then its
     recorded ``role: tool`` result (matched by ``tool_call_id``, else the next unmatched
-    tool message) is applied with ``pending.done``.
+    tool message) is applied with ``pending.done``. A ``tool_call_id`` used again in a later
+    turn matches each result to the nearest preceding unmatched call with that id.
     """
-    by_id = _results_by_id(messages)
+    matched = _match_results(messages)
     unmatched: list[int] = [i for i, m in enumerate(messages) if m.get("role") == "tool" and m.get("tool_call_id") is None]
     calls = missing = 0
-    for message in messages:
+    for i, message in enumerate(messages):
         role = message.get("role")
         if role == "user":
             ep.user(_text(message.get("content")))
         elif role in ("system", "developer"):
             ep.inform(_text(message.get("content")))
         elif role == "assistant":
-            for tool_call in message.get("tool_calls") or ():
+            for j, tool_call in enumerate(message.get("tool_calls") or ()):
                 function = tool_call.get("function") or {}
                 name = str(function.get("name", ""))
                 call_id = tool_call.get("id")
                 calls += 1
-                if call_id is not None and str(call_id) in by_id:
-                    result: str | None = by_id[str(call_id)]
+                if (i, j) in matched:
+                    result: str | None = _text(messages[matched[i, j]].get("content"))
                 elif unmatched:
                     result = _text(messages[unmatched.pop(0)].get("content"))
                 else:
@@ -287,21 +382,56 @@ async def replay_conversations(
     return records
 
 
-def toolset_from_openai_tools(definitions: Iterable[Mapping[str, Any]]) -> Toolset:
+def toolset_from_openai_tools(definitions: Iterable[Any]) -> Toolset:
     """A zero-configuration toolset from OpenAI tool definitions (schema checks and acceptance).
 
-    Results starting with ``Error:`` count as rejections, as in τ-bench.
+    Each definition is ``{"type": "function", "function": {...}}`` or the function object
+    itself. Results starting with ``Error:`` count as rejections, as in τ-bench.
+
+    Raises:
+        ReplayInputError: a definition that is not a tool, named by its index (``tool 3``).
     """
     tools = Toolset()
-    for entry in definitions:
+    for i, entry in enumerate(definitions):
+        if not isinstance(entry, Mapping):
+            raise ReplayInputError(f"tool {i}: expected an object, got {type(entry).__name__}")
         function = entry.get("function", entry)
-        tools.add_schema(
-            function["name"],
-            function.get("parameters"),
-            description=function.get("description", ""),
-            error_result=is_error_result,
-        )
+        if not isinstance(function, Mapping):
+            raise ReplayInputError(f"tool {i}: 'function' must be an object, got {type(function).__name__}")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise ReplayInputError(f"tool {i}: no string 'name'")
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, Mapping):
+            raise ReplayInputError(f"tool {i} ({name}): 'parameters' must be an object, got {type(parameters).__name__}")
+        description = function.get("description")
+        try:
+            tools.add_schema(
+                name,
+                parameters,
+                description=description if isinstance(description, str) else "",
+                error_result=is_error_result,
+            )
+        except SpecError as e:
+            raise ReplayInputError(f"tool {i}: {e}") from e
     return tools
+
+
+def read_tool_definitions(path: str | os.PathLike[str]) -> Toolset:
+    """Read a ``--tools`` file (a JSON list of OpenAI tool definitions) into a toolset.
+
+    Raises:
+        ReplayInputError: the file is not UTF-8 JSON, not a list, or has a bad entry; the
+            message names the file and the entry.
+    """
+    file = Path(path)
+    definitions = _load_json(file)
+    if not isinstance(definitions, list):
+        raise ReplayInputError(f"{file}: expected a JSON list of tool definitions, got {type(definitions).__name__}")
+    try:
+        return toolset_from_openai_tools(definitions)
+    except ReplayInputError as e:
+        raise ReplayInputError(f"{file}: {e}") from e
 
 
 # -- CLI ----------------------------------------------------------------------------------------
@@ -337,15 +467,19 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _detect(path: Path) -> str:
-    with path.open(encoding="utf-8") as fh:
-        head = fh.read(4096).lstrip()
-    if head.startswith("["):
-        try:
-            json.loads(path.read_text(encoding="utf-8"))
-            return "tau"
-        except json.JSONDecodeError:
-            return "openai-jsonl"
-    return "openai-jsonl"
+    """``tau`` when the file is one JSON list, else ``openai-jsonl`` (never raises on bad content)."""
+    with path.open("rb") as fh:
+        head = fh.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not head.startswith(b"["):
+        return "openai-jsonl"
+    text = path.read_bytes().decode("utf-8-sig", errors="replace")  # the reader reports bad bytes
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return "openai-jsonl"
+    except RecursionError:  # undecodable either way: go by the name, and let the reader say where
+        return "tau" if path.suffix == ".json" else "openai-jsonl"
+    return "tau"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -358,6 +492,7 @@ def run(args: argparse.Namespace) -> int:
     domain = DOMAIN_LABELS.get(args.domain) if args.domain else None
     fmt = args.format if args.format != "auto" else _detect(path)
     totals = {"calls": 0, "missing": 0, "divergences": 0}
+    problems: list[Problem] = []
 
     def count(record: EpisodeRecord, stats: ReplayStats) -> None:
         totals["calls"] += stats.calls
@@ -372,7 +507,6 @@ def run(args: argparse.Namespace) -> int:
             rollouts = read_tau_trajectories(path)
             records = anyio.run(lambda: replay_tau(rollouts, domain, labels=labels, data=args.data, on_record=count))
         else:
-            conversations = list(read_conversations(path))
             if domain is not None:
                 tools = toolset(domain, data=args.data)
                 d: Domain = domain
@@ -383,12 +517,12 @@ def run(args: argparse.Namespace) -> int:
                 env_factory: Callable[[], Any] | None = factory
                 labels = {"dataset": f"tau-{domain}", "domain": f"tau-{domain}", **labels}
             elif args.tools:
-                definitions = json.loads(Path(args.tools).read_text(encoding="utf-8"))
-                tools = toolset_from_openai_tools(definitions)
+                tools = read_tool_definitions(args.tools)
                 env_factory = None
             else:
                 print("prefixmon replay: OpenAI-messages transcripts need --domain or --tools", file=sys.stderr)
                 return 2
+            conversations = list(read_conversations(path, problems))
             records = anyio.run(
                 lambda: replay_conversations(conversations, tools, labels=labels, env_factory=env_factory, on_record=count)
             )
@@ -396,6 +530,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"prefixmon replay: {e}", file=sys.stderr)
         return 1
     write_records(args.out, records)
+    for problem in problems:
+        print(f"skipped: {problem}", file=sys.stderr)
     n = len(records)
     executable = sum(1 for r in records if r.executable)
     mean_fed = sum(r.fed for r in records) / n if n else float("nan")
@@ -404,8 +540,9 @@ def run(args: argparse.Namespace) -> int:
         f"mean FED {mean_fed:.2f}; wrote {args.out}"
         + (f"; {totals['missing']} call(s) without a recorded result" if totals["missing"] else "")
         + (f"; {totals['divergences']} replica divergence(s)" if totals["divergences"] else "")
+        + (f"; skipped {len(problems)} malformed line(s)" if problems else "")
     )
-    return 0
+    return 1 if problems else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
