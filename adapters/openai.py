@@ -156,11 +156,17 @@ def _error_text(exc: BaseException) -> str:
 
 
 async def _execute(pending: PendingCall, execute: Executor | None) -> Any:
+    """Run the call to run (a hook's replacement included): its function, else ``execute``."""
     spec = pending.spec
-    if execute is not None and (spec is None or spec.func is None):
-        name = pending.call.name
-        return await pending.run(lambda args: execute(name, args))  # inside the observers' contexts
-    return await pending.run()
+    if execute is None or (spec is not None and spec.func is not None):
+        return await pending.run()
+    name = pending.call.name
+    if pending.replaced and name != pending.verdict.tool:
+        # execute= knows every tool by name, so it runs a replacement by another tool too;
+        # PendingCall.run hands an executor the emitted tool only, so this runs outside the
+        # observers' execution contexts (the tool's own spans do not nest under its call span)
+        return await execute(name, pending.args)
+    return await pending.run(lambda args: execute(name, args))  # inside the observers' contexts
 
 
 async def _run_one(
@@ -223,7 +229,8 @@ async def run_tool_calls(
     Args:
         episode: the running episode.
         message: ``choice.message`` (or the same message as a dict).
-        execute: ``async (name, args) -> result`` for tools without a function in the toolset.
+        execute: ``async (name, args) -> result`` for tools without a function in the toolset
+            (a replan hook's replacement by another tool included).
         raise_errors: re-raise a tool's own exception instead of replying ``"Error: ..."``.
 
     Returns:

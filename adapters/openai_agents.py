@@ -43,6 +43,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import to_jsonable_python
+
 from prefixmon import Episode, Monitor, Outcome, ToolBlocked
 
 try:
@@ -301,14 +303,17 @@ class AgentsMonitor:
             pending = run.episode.pending(context.tool_call_id) if run is not None else None
             if run is None or pending is None:
                 return await invoke(context, arguments)
-            if pending.call is not pending.emitted:
+            if pending.replaced:  # else the emitted JSON runs untouched (validated args may hold dates, enums)
+                replacement = json.dumps(to_jsonable_python(pending.args))
                 if pending.call.name != context.tool_name:
-                    pending.abandon(f"the Agents SDK cannot run {pending.call.name} in place of {context.tool_name}")
+                    pending.abandon(
+                        f"the Agents SDK cannot run {pending.call.name} in place of {context.tool_name}", started=False
+                    )
                     return (
                         f"Call to {context.tool_name!r} was not run: {pending.verdict.reason}\n"
-                        f"Guidance: call {pending.call.name} with {json.dumps(pending.args)} instead."
+                        f"Guidance: call {pending.call.name} with {replacement} instead."
                     )
-                arguments = json.dumps(pending.args)
+                arguments = replacement
             try:
                 result = await invoke(context, arguments)
             except Exception as e:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
+from pydantic_core import to_jsonable_python
 
 from prefixmon import (
     Approve,
@@ -130,11 +131,16 @@ class _RunState:
     episode: Episode
     escalations: dict[str, _Escalated] = field(default_factory=dict)
     """Calls waiting for a deferred approval, by call id."""
+    seen: set[tuple[int, str]] = field(default_factory=set)
+    """Calls emitted to the episode: (position of their model response in the messages, call id).
 
-    def handled(self, call_id: str) -> bool:
-        """Whether the call is recorded, admitted, or waiting for an approval already."""
-        ep = self.episode
-        return call_id in self.escalations or ep.action_for(call_id) is not None or ep.pending(call_id) is not None
+    Keyed by response, not by call id alone: models that reuse ids every turn ("call_0")
+    would otherwise hide a later call behind an earlier turn's record.
+    """
+
+    def handled(self, position: int, call_id: str) -> bool:
+        """Whether the call of that response is recorded, admitted, or waiting for an approval already."""
+        return (position, call_id) in self.seen or call_id in self.escalations or self.episode.pending(call_id) is not None
 
 
 @dataclass(eq=False)
@@ -151,11 +157,18 @@ def _text_of(content: Any) -> list[str]:
     return []
 
 
-def _last_response(messages: Sequence[ModelMessage]) -> ModelResponse | None:
-    for message in reversed(messages):
+def _last_response_at(messages: Sequence[ModelMessage]) -> tuple[int, ModelResponse] | None:
+    """The last model response and its position in the messages."""
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
         if isinstance(message, ModelResponse):
-            return message
+            return i, message
     return None
+
+
+def _last_response(messages: Sequence[ModelMessage]) -> ModelResponse | None:
+    found = _last_response_at(messages)
+    return found[1] if found is not None else None
 
 
 def _same_args(a: RawToolArgs | None, b: RawToolArgs | None) -> bool:
@@ -306,25 +319,27 @@ class PrefixmonCapability(AbstractCapability[Any]):
         self, ctx: RunContext[Any], state: _RunState, messages: Sequence[ModelMessage], upto: str | None = None
     ) -> None:
         """Record, in message order, calls pydantic-ai refused before any hook (unknown tools)."""
-        response = _last_response(messages)
+        found = _last_response_at(messages)
         manager = ctx.tool_manager
-        if response is None:
+        if found is None:
             return
+        position, response = found
         for part in response.parts:
             if not isinstance(part, ToolCallPart):
                 continue
             call_id = part.tool_call_id
             if call_id == upto:
                 return
-            if state.handled(call_id):
+            if state.handled(position, call_id):
                 continue
             if manager is None or manager.get_tool_def(part.tool_name) is not None:
                 continue  # the tool hooks see this call
+            state.seen.add((position, call_id))
             try:
                 pending = await state.episode.begin(part.tool_name, part.args, call_id=call_id)
             except ToolBlocked:
                 continue
-            pending.abandon("pydantic-ai refused the call before it could run")
+            pending.abandon("pydantic-ai refused the call before it could run", started=False)
 
     async def _deny_open_escalations(
         self, state: _RunState, why: str | None, *, messages: Sequence[ModelMessage] | None = None
@@ -399,6 +414,9 @@ class PrefixmonCapability(AbstractCapability[Any]):
                 await handler(args)
                 state.escalations[call_id] = _Escalated(tool=name, args=args)
                 raise ApprovalRequired(metadata={"prefixmon": {"cause": verdict.cause.value, "reason": verdict.reason}})
+        found = _last_response_at(ctx.messages)
+        if found is not None:
+            state.seen.add((found[0], call_id))
         token = _ANSWER.set(answer)
         try:
             pending = await episode.begin(name, args, call_id=call_id)
@@ -406,22 +424,24 @@ class PrefixmonCapability(AbstractCapability[Any]):
             raise ModelRetry(str(blocked)) from None
         finally:
             _ANSWER.reset(token)
+        # a replacement runs with its checked arguments, as JSON values (the tool validates them
+        # again, maybe with other classes than the rules'); else the emitted arguments run as emitted
+        run_args: RawToolArgs = to_jsonable_python(pending.args) if pending.replaced else args
         if pending.call.name != name:
-            pending.abandon(f"pydantic-ai cannot run {pending.call.name} in place of {name}")
+            pending.abandon(f"pydantic-ai cannot run {pending.call.name} in place of {name}", started=False)
             raise ModelRetry(
                 f"Call to {name!r} was not run: {pending.verdict.reason}\n"
-                f"Guidance: call {pending.call.name} with {pending.args} instead."
+                f"Guidance: call {pending.call.name} with {json.dumps(run_args)} instead."
             )
-        run_args: RawToolArgs = pending.args if pending.call is not pending.emitted else args
         try:
             return await handler(run_args)
         except (ApprovalRequired, CallDeferred):
             raise  # the call stays open in the episode until a later run executes it
-        except ModelRetry as e:
-            pending.failed(e.message)
+        except ModelRetry as e:  # the tool never ran: its arguments did not validate
+            pending.abandon(f"pydantic-ai's argument validation refused the call: {e.message}", started=False)
             raise
         except Exception as e:
-            pending.failed(e)
+            pending.abandon(f"pydantic-ai's argument validation refused the call: {type(e).__name__}: {e}", started=False)
             raise
 
     async def wrap_tool_execute(
@@ -442,7 +462,7 @@ class PrefixmonCapability(AbstractCapability[Any]):
         except (ApprovalRequired, CallDeferred):
             raise  # the call stays open in the episode until a later run executes it
         except SkipToolExecution:
-            pending.abandon("a capability skipped the execution")
+            pending.abandon("a capability skipped the execution", started=False)
             raise
         except ModelRetry as e:
             pending.failed(e.message)

@@ -140,11 +140,17 @@ class PendingCall:
             self._closed = True
             self._episode._finish_call(self, None, error, None)
 
-    def abandon(self, why: str = "cancelled before the call finished") -> None:
-        """The call's outcome will never be known (cancelled mid-call)."""
+    def abandon(self, why: str = "cancelled before the call finished", *, started: bool = True) -> None:
+        """The call's outcome will never be known (cancelled mid-call).
+
+        Args:
+            why: recorded as the action's error.
+            started: ``False`` when the call never started (the framework refused it before
+                running it): it is then recorded as not having reached the environment.
+        """
         if not self._closed:
             self._closed = True
-            self._episode._finish_call(self, None, None, why)
+            self._episode._finish_call(self, None, None, why, reached=started)
 
 
 class _Slot:
@@ -613,7 +619,9 @@ class Episode:
         self._refuse(verdict, token, Decision.BLOCK, None)
 
     # -- outcomes ----------------------------------------------------------------------------
-    def _finish_call(self, pending: PendingCall, result: Any, error: BaseException | str | None, abandoned: str | None) -> None:
+    def _finish_call(
+        self, pending: PendingCall, result: Any, error: BaseException | str | None, abandoned: str | None, *, reached: bool = True
+    ) -> None:
         self._open.pop(pending.verdict.depth, None)
         verdict = pending.verdict
         spec = pending.spec
@@ -657,7 +665,7 @@ class Episode:
         self._record(
             verdict,
             decision,
-            not replaced,
+            reached and not replaced,
             error_text,
             pending._token,
             name if replaced else None,

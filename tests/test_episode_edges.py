@@ -406,3 +406,13 @@ class TestPendingCallReplaced:
             swapped = await ep.begin("fw_remove", {"pid": "p-404"})  # never produced: replanned
             assert swapped.replaced and (swapped.call.name, swapped.args) == ("fw_lookup", {"name": "Ada"})
             swapped.done(None)
+
+    async def test_abandoned_before_it_started_did_not_reach_the_environment(self) -> None:
+        """abandon(started=False): the framework refused the call before running it."""
+        async with Monitor(build_tools(), policy="observe").episode("t") as ep:
+            pending = await ep.begin("fw_remove", {"pid": "p-404"})  # not executable, observed: let through
+            pending.abandon("the framework's validation refused it", started=False)
+        assert ep.record is not None
+        (action,) = ep.record.actions
+        assert not action.reached_environment and action.error == "the framework's validation refused it"
+        assert not ep.record.invalid_reached_environment

@@ -26,7 +26,7 @@ from openai.types.chat.chat_completion_message_function_tool_call import (
 from openai.types.responses import FunctionToolParam, Response, ResponseFunctionToolCall, ResponseOutputMessage
 from openai.types.responses.response_output_text import ResponseOutputText
 
-from prefixmon import Cause, Decision, Monitor, Outcome, SpecError
+from prefixmon import Cause, Decision, Monitor, Outcome, SpecError, ToolCall, TrackedState, Verdict
 from prefixmon.adapters.openai import (
     feed_messages,
     result_text,
@@ -276,6 +276,29 @@ class TestRunToolCalls:
             replies = await run_tool_calls(ep, assistant(call("c1", "search_contacts", '{"name": "a"}')), execute=execute)
         assert replies[0]["content"] == "done"
         assert seen == [("search_contacts", {"name": "a"})]
+
+    async def test_execute_runs_a_replacement_by_another_tool(self) -> None:
+        """A replan hook's call of another tool runs through the same name-aware execute=."""
+        seen: list[tuple[str, dict[str, Any]]] = []
+
+        async def execute(name: str, args: dict[str, Any]) -> Any:
+            seen.append((name, args))
+            return {"contacts": [CONTACTS["p-17"]]} if name == "search_contacts" else {"status": "sent"}
+
+        async def look_up_first(verdict: Verdict, emitted: ToolCall, state: TrackedState) -> ToolCall:
+            return ToolCall(name="search_contacts", args={"name": "Fredrik"})
+
+        monitor = Monitor(toolset_from_openai(CHAT_TOOLS, rules=RULES), policy="replan", replan=look_up_first)
+        emitted = call("c1", "send_message", '{"person_id": "p-99", "text": "hi"}')
+        async with monitor.episode(task_id="replan") as ep:
+            replies = await run_tool_calls(ep, assistant(emitted), execute=execute)
+            assert ep.state.is_bound("person_id", "p-17")  # the replacement's result was tracked
+        assert seen == [("search_contacts", {"name": "Fredrik"})]
+        assert json.loads(str(replies[0]["content"])) == {"contacts": [CONTACTS["p-17"]]}
+        assert ep.record is not None
+        (action,) = ep.record.actions
+        assert action.decision is Decision.REPLAN and action.replacement == "search_contacts"
+        assert action.cause is Cause.DEPENDENCY and action.error is None and not action.reached_environment
 
 
 class TestInformationPool:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+import enum
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 pytest.importorskip("agents")
 
@@ -13,7 +16,7 @@ from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
 from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from prefixmon import Cause, Decision, EpisodeRecord, Monitor, Outcome, Toolset
+from prefixmon import Cause, Decision, Edit, EpisodeRecord, Monitor, Outcome, Toolset
 from prefixmon.adapters.openai_agents import AgentsMonitor
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -187,3 +190,80 @@ class TestZeroConfig:
             ep.finish("success")
         (record,) = records
         assert record.fed == 1 and record.horizon == 3 and record.outcome is Outcome.SUCCESS
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class Slot(BaseModel):
+    day: datetime.date
+    hour: int
+
+
+class TestTypedArguments:
+    """Rules declared with typed arguments (date, Enum, BaseModel) do not break the SDK's tool call."""
+
+    @staticmethod
+    def booking(
+        monitor: Callable[[Toolset], Monitor], arguments: dict[str, Any], shown: list[str]
+    ) -> tuple[AgentsMonitor, Agent[Any]]:
+        rules = Toolset()
+
+        @rules.tool
+        def book(day: datetime.date, color: Color, slot: Slot) -> str:
+            """Book a slot."""
+            raise NotImplementedError  # the SDK's tool runs; these are the rules
+
+        guard = AgentsMonitor(monitor(rules))
+
+        @function_tool(name_override="book")
+        def book_tool(day: datetime.date, color: Color, slot: Slot) -> str:
+            """Book a slot."""
+            return f"booked {day.isoformat()} {color.value} {slot.day.isoformat()} {slot.hour}"
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [function_call("book", arguments, call_id="b1")]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call))
+            return [assistant_message("booked")]
+
+        return guard, guard.protect(Agent(name="booking", model=scripted(first, last), tools=[book_tool]))
+
+    async def test_validated_typed_arguments_run_as_emitted(self) -> None:
+        """The emitted JSON runs untouched; the tool gets its own parsed values; the record is clean."""
+        records: list[EpisodeRecord] = []
+        shown: list[str] = []
+        arguments = {"day": "2026-01-02", "color": "red", "slot": {"day": "2026-01-03", "hour": 9}}
+        guard, agent = self.booking(lambda rules: Monitor(rules, policy="block", sink=records.append), arguments, shown)
+        result = await guard.run(agent, "book the 2nd", outcome=lambda r: Outcome.SUCCESS)
+        assert result.final_output == "booked"
+        assert shown == ["booked 2026-01-02 red 2026-01-03 9"]
+        (record,) = records
+        assert (record.fed, record.horizon) == (2, 1)
+        (action,) = record.actions
+        assert action.executable and action.reached_environment and action.error is None
+
+    async def test_edited_typed_arguments_are_sent_as_json(self) -> None:
+        """An escalation edit whose validated arguments hold a date and a model reaches the tool as JSON."""
+        records: list[EpisodeRecord] = []
+        shown: list[str] = []
+
+        async def edit(verdict: Any, call: Any) -> Edit:
+            return Edit(
+                args={"day": datetime.date(2026, 1, 5), "color": Color.RED, "slot": Slot(day=datetime.date(2026, 1, 6), hour=10)}
+            )
+
+        def monitor(rules: Toolset) -> Monitor:
+            return Monitor(rules, policy="escalate", escalate=edit, sink=records.append)
+
+        guard, agent = self.booking(
+            monitor, {"day": "not a date", "color": "red", "slot": {"day": "2026-01-03", "hour": 9}}, shown
+        )
+        await guard.run(agent, "book the 5th")
+        assert shown == ["booked 2026-01-05 red 2026-01-06 10"]
+        (record,) = records
+        (action,) = record.actions
+        assert action.decision is Decision.EDIT and action.replacement == "book" and action.error is None
+        assert not action.executable and not action.reached_environment  # the emitted call did not run; its edit did

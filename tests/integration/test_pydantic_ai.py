@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel
 
 pytest.importorskip("pydantic_ai")
 
@@ -55,6 +57,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+class RuleSlot(BaseModel):
+    """The booking slot as the monitor's rules declare it."""
+
+    day: datetime.date
+    hour: int
+
+
+class Slot(BaseModel):
+    """The booking slot as the agent's tool declares it (another class, same fields)."""
+
+    day: datetime.date
+    hour: int
 
 
 def tool_returns(messages: list[ModelMessage]) -> list[str]:
@@ -206,6 +222,94 @@ class TestBlockAndRepair:
         assert [a.call_id for a in record.actions] == ["u1", "u2", "u3"]
         assert record.fed == 2
         assert record.actions[1].cause is Cause.SCHEMA and "no tool named 'delete_everything'" in (record.actions[1].reason or "")
+
+    async def test_unknown_tool_with_an_id_used_in_an_earlier_turn(self) -> None:
+        """Models that reuse ids every turn ("call_0"): the unknown-tool call of turn 2 is still recorded."""
+        shown: list[str] = []
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            n = responses(messages)
+            if n:
+                shown.extend(tool_returns(messages))
+            turns = [
+                ToolCallPart("search_contacts", {"name": "Fredrik"}, tool_call_id="call_0"),
+                ToolCallPart("delete_everything", {}, tool_call_id="call_0"),
+                ToolCallPart("remove_contact", {"person_id": "p-99"}, tool_call_id="call_0"),
+                ToolCallPart("remove_contact", {"person_id": "p-17"}, tool_call_id="call_0"),
+            ]
+            return ModelResponse(parts=[turns[n]]) if n < len(turns) else ModelResponse(parts=[TextPart("done")])
+
+        app = Contacts(script)
+        await app.agent.run("remove Fredrik")
+        assert "delete_everything" in shown[1] and shown[-1] == "removed"
+        (record,) = app.records
+        assert [a.tool for a in record.actions] == ["search_contacts", "delete_everything", "remove_contact", "remove_contact"]
+        assert (record.horizon, record.fed) == (4, 2)
+        assert [a.cause for a in record.actions] == [None, Cause.SCHEMA, Cause.DEPENDENCY, None]
+        assert [a.reached_environment for a in record.actions] == [True, False, False, True]
+
+    @staticmethod
+    async def observed_bad_call(shown: list[str]) -> EpisodeRecord:
+        """policy="observe" lets a call with a bad argument type through to pydantic-ai's validation."""
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if responses(messages):
+                shown.extend(tool_returns(messages))
+                return ModelResponse(parts=[TextPart("done")])
+            return ModelResponse(parts=[ToolCallPart("search_contacts", {"name": 5}, tool_call_id="v1")])
+
+        app = Contacts(script, policy="observe")
+        await app.agent.run("find 5")
+        (record,) = app.records
+        return record
+
+    async def test_observed_call_refused_by_pydantic_ai_validation_is_not_a_rejection(self) -> None:
+        """The model gets pydantic-ai's own retry prompt; the record does not call it an environment rejection."""
+        shown: list[str] = []
+        record = await self.observed_bad_call(shown)
+        assert "valid string" in shown[0]
+        (action,) = record.actions
+        assert action.cause is Cause.SCHEMA and action.decision is Decision.OBSERVE
+        assert "validation refused the call" in (action.error or "")
+        assert "rejected by the environment" not in (action.error or "")
+
+    async def test_observed_call_refused_by_pydantic_ai_validation_did_not_reach_the_environment(self) -> None:
+        """The tool never ran, so the action did not reach the environment."""
+        record = await self.observed_bad_call([])
+        assert not record.actions[0].reached_environment and not record.invalid_reached_environment
+
+    async def test_emitted_arguments_run_as_emitted(self) -> None:
+        """Rules with their own argument model: the tool validates the emitted JSON, not the monitor's objects."""
+
+        shown: list[str] = []
+        rules = Toolset()
+
+        @rules.tool
+        def book(day: datetime.date, slot: RuleSlot) -> str:
+            """Book a slot."""
+            raise NotImplementedError  # pydantic-ai runs its own tool; these are the rules
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if responses(messages):
+                shown.extend(tool_returns(messages))
+                return ModelResponse(parts=[TextPart("done")])
+            args = {"day": "2026-01-02", "slot": {"day": "2026-01-03", "hour": 9}}
+            return ModelResponse(parts=[ToolCallPart("book", args, tool_call_id="b1")])
+
+        records: list[EpisodeRecord] = []
+        agent: Agent[None, str] = Agent(
+            FunctionModel(script), capabilities=[PrefixmonCapability(Monitor(rules, policy="block", sink=records.append))]
+        )
+
+        @agent.tool_plain(name="book")
+        def book_slot(day: datetime.date, slot: Slot) -> str:
+            """Book a slot."""
+            return f"booked {day.isoformat()} {slot.day.isoformat()} {slot.hour}"
+
+        await agent.run("book the 2nd")
+        assert shown == ["booked 2026-01-02 2026-01-03 9"]
+        (record,) = records
+        assert record.fed == 2 and record.actions[0].reached_environment and record.actions[0].error is None
 
 
 class TestToolErrors:
