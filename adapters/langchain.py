@@ -32,12 +32,18 @@ How the monitor acts through the middleware hooks:
   ``ToolMessage`` (``tool_errors="raise"`` re-raises instead, as LangChain does by default).
 - The conversation's human messages and earlier tool messages go into the information pool
   when the episode starts; every tool result when it arrives. The call id is the tool call's
-  ``id``.
+  ``id``; an id that is empty or repeated within one model response names no single call:
+  such calls are recorded with ``call_id=None`` and skip the id-based resume lookups above.
+- Parallel calls are checked in the order the response lists them; a sync agent's ToolNode
+  runs them in threads, so each waits (at most ``_TURN_TIMEOUT``) for the calls before it.
 
 The episode is opened (``Monitor.open_episode``) in ``before_agent`` and closed
-(``Episode.aclose``) in ``after_agent``; it lives in the middleware instance while the graph
-is paused, keyed by an id kept in the agent state; resuming in another process starts over
-with a new episode. Sync agents run the monitor's async work with ``anyio.run``.
+(``Episode.aclose``) in ``after_agent``, or with status ``"error"`` when an exception leaves
+the middleware's model or tool wrapper (an interrupt keeps it open); put the middleware first
+in the list, before any that retries or handles errors. It lives in the middleware instance
+while the graph is paused, keyed by an id kept in the agent state; resuming in another
+process starts over with a new episode. Sync agents run the monitor's async work with
+``anyio.run``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import functools
 import json
 import sys
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
@@ -70,8 +77,13 @@ from prefixmon import (
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ToolCallRequest
-    from langchain.agents.middleware.types import ModelCallResult, ModelResponse, PrivateStateAttr
-    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain.agents.middleware.types import (
+        ExtendedModelResponse,
+        ModelCallResult,
+        ModelResponse,
+        PrivateStateAttr,
+    )
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     from langchain_core.tools import BaseTool
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.errors import GraphBubbleUp
@@ -89,6 +101,12 @@ STATE_KEY = "prefixmon_episode"
 
 _UNFINISHED = "RuntimeError"
 """The error an episode is closed with when its invocation never reached ``after_agent``."""
+
+_TURN_TIMEOUT = 2.0
+"""Seconds a sync tool call waits for the calls emitted before it to begin (never a deadlock)."""
+
+_ENDED_KEPT = 1024
+"""How many episodes ended by an error are remembered, to tell a run that goes on after it."""
 
 _ANSWER: contextvars.ContextVar[Approve | Edit | Deny | None] = contextvars.ContextVar("prefixmon_langchain_answer", default=None)
 
@@ -145,6 +163,68 @@ def _run_sync(func: Callable[[], Awaitable[T]]) -> T:
 
 
 @dataclass(eq=False)
+class _Response:
+    """The tool calls of one model response, in the order the model emitted them.
+
+    Tells apart calls whose ids do not name one call (empty, or repeated within the
+    response), and lets the calls of a sync agent, which ToolNode runs in threads, begin in
+    emission order: each waits (bounded) until the calls before it have had their turn.
+    """
+
+    calls: list[tuple[str, str, Any]]
+    """``(id, name, args)`` of each call."""
+    ambiguous: frozenset[str]
+    """Ids that are empty or repeated within the response."""
+    claimed: list[bool] = field(init=False)
+    passed: list[bool] = field(init=False)
+    """Whether each call has had its turn (begun, refused, or given up)."""
+    turns: threading.Condition = field(default_factory=threading.Condition)
+
+    def __post_init__(self) -> None:
+        self.claimed = [False] * len(self.calls)
+        self.passed = [False] * len(self.calls)
+
+    @classmethod
+    def of(cls, result: Any) -> _Response:
+        """The tool calls of a ``wrap_model_call`` handler's result."""
+        if isinstance(result, ExtendedModelResponse):
+            result = result.model_response
+        messages = result.result if isinstance(result, ModelResponse) else [result]
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}  # structured output
+        calls = [
+            (c.get("id") or "", c["name"], c.get("args"))
+            for m in messages
+            if isinstance(m, AIMessage)
+            for c in m.tool_calls
+            if (c.get("id") or "") not in answered
+        ]
+        ids = [i for i, _, _ in calls]
+        ambiguous = frozenset(i for i in ids if not i or ids.count(i) > 1)
+        return cls(calls=calls, ambiguous=ambiguous)
+
+    def claim(self, call_id: str, name: str, args: Any) -> int | None:
+        """The position of this call in the response (identical calls take the first free one)."""
+        with self.turns:
+            free = [i for i, c in enumerate(self.calls) if not self.claimed[i] and c[0] == call_id]
+            exact = [i for i in free if self.calls[i][1:] == (name, args)]
+            if exact or (free and call_id not in self.ambiguous):
+                index = (exact or free)[0]
+                self.claimed[index] = True
+                return index
+            return None
+
+    def wait_for_turn(self, index: int) -> None:
+        """Wait until the calls emitted before ``index`` have had their turn, at most ``_TURN_TIMEOUT``."""
+        with self.turns:
+            self.turns.wait_for(lambda: all(self.passed[:index]), timeout=_TURN_TIMEOUT)
+
+    def pass_turn(self, index: int) -> None:
+        with self.turns:
+            self.passed[index] = True
+            self.turns.notify_all()
+
+
+@dataclass(eq=False)
 class _Live:
     """One open episode across the graph's nodes and interrupts.
 
@@ -160,6 +240,10 @@ class _Live:
     """Model calls so far: the tool calls of one model response share this number."""
     emitted_in: dict[str, int] = field(default_factory=dict)
     """The model call whose response emitted each recorded call id."""
+    response: _Response | None = None
+    """The tool calls of the latest model response."""
+    closed: bool = False
+    """Closed by an error of the run; calls still in flight are not begun."""
 
     def rerun_of(self, call_id: str) -> ActionRecord | None:
         """The recorded call that LangGraph runs again on resume, or ``None`` for a new call.
@@ -170,6 +254,12 @@ class _Live:
         if self.emitted_in.get(call_id) != self.model_calls:
             return None
         return self.episode.action_for(call_id)
+
+    def call_id_of(self, raw_id: str) -> str | None:
+        """The id the episode knows the call by: ``None`` when it does not name one call."""
+        if not raw_id or (self.response is not None and raw_id in self.response.ambiguous):
+            return None
+        return raw_id
 
 
 def _text(content: Any) -> str:
@@ -214,7 +304,8 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         register_tools: declare the agent's tools that the toolset lacks from their JSON
             schemas (zero configuration); ``False`` makes such calls unknown tools.
         tool_errors: ``"return"`` (default) answers a tool's exception with an error
-            ``ToolMessage`` so the run goes on; ``"raise"`` re-raises it after recording.
+            ``ToolMessage`` so the run goes on; ``"raise"`` re-raises it after recording, which
+            ends the episode with status ``"error"``.
     """
 
     state_schema = PrefixmonState
@@ -239,6 +330,8 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         self.register_tools = register_tools
         self.tool_errors = tool_errors
         self._live: dict[str, _Live] = {}
+        self._ended: dict[str, str] = {}
+        """Episodes closed by an error that passed through this middleware, by state key."""
 
     @property
     def open_episodes(self) -> list[Episode]:
@@ -261,8 +354,69 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         return {STATE_KEY: episode.id}
 
     def _pop(self, state: Any) -> Episode | None:
-        live = self._live.pop(state.get(STATE_KEY) or "", None)
+        key = state.get(STATE_KEY) or ""
+        self._ended.pop(key, None)
+        live = self._live.pop(key, None)
         return live.episode if live is not None else None
+
+    @staticmethod
+    def _key_of(state: Any) -> str | None:
+        key = state.get(STATE_KEY) if isinstance(state, Mapping) else getattr(state, STATE_KEY, None)
+        return key if isinstance(key, str) and key else None
+
+    def _end(self, state: Any, error: BaseException) -> _Live | None:
+        """Take the episode of a run that fails with ``error`` out of the open ones.
+
+        Returns the live episode to close (``aclose("error", type name)``), or ``None`` when
+        another call already ended it. Calls still in flight are not begun any more.
+        """
+        key = self._key_of(state)
+        live = self._live.pop(key, None) if key is not None else None
+        if key is None or live is None:
+            return None
+        self._ended[key] = type(error).__name__
+        while len(self._ended) > _ENDED_KEPT:
+            del self._ended[next(iter(self._ended))]
+        return live
+
+    async def _aend(self, state: Any, error: BaseException) -> None:
+        live = self._end(state, error)
+        if live is not None:
+            live.closed = True
+            await live.episode.aclose("error", type(error).__name__)
+
+    def _sync_end(self, state: Any, error: BaseException) -> None:
+        live = self._end(state, error)
+        if live is not None:
+            with live.lock:  # not while another thread's call is being admitted
+                live.closed = True
+                _run_sync(functools.partial(live.episode.aclose, "error", type(error).__name__))
+
+    def _after_end(self, request: ToolCallRequest) -> ToolMessage | None:
+        """A tool call of a run that went on after its episode ended with an error.
+
+        That happens when middleware placed before PrefixmonMiddleware handles an error that
+        passed through it (a retry, a fallback). ``failure_mode="fail_closed"`` refuses the
+        call; otherwise it runs unchecked, with a warning.
+        """
+        key = self._key_of(request.state)
+        error = self._ended.get(key) if key is not None else None
+        if error is None:
+            return None
+        call = request.tool_call
+        why = (
+            f"the prefixmon episode of this run ended with {error}, which a middleware placed before "
+            "PrefixmonMiddleware then handled; place PrefixmonMiddleware first in the middleware list"
+        )
+        if self.monitor.failure_mode == "fail_closed":
+            return ToolMessage(
+                content=f"Call to {call['name']!r} was not run: {why}",
+                tool_call_id=call.get("id") or "",
+                name=call["name"],
+                status="error",
+            )
+        warnings.warn(f"{call['name']!r} runs unchecked: {why}", RuntimeWarning, stacklevel=2)
+        return None
 
     async def abefore_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         stale = self._pop(state)
@@ -305,8 +459,8 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         return {STATE_KEY: None}
 
     def _live_for(self, state: Any) -> _Live | None:
-        key = state.get(STATE_KEY) if isinstance(state, Mapping) else getattr(state, STATE_KEY, None)
-        return self._live.get(key) if key else None
+        key = self._key_of(state)
+        return self._live.get(key) if key is not None else None
 
     # -- tools the model is offered ----------------------------------------------------------
     def _declare(self, request: ModelRequest[Any]) -> None:
@@ -328,18 +482,39 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
             if name not in live.episode.state.exposed:
                 live.episode.expose(name)
 
+    def _note(self, request: ModelRequest[Any], result: ModelCallResult[Any]) -> None:
+        live = self._live_for(request.state)
+        if live is not None:
+            live.response = _Response.of(result)
+
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
     ) -> ModelCallResult[Any]:
         with self._lock_of(request.state):
             self._declare(request)
-        return handler(request)
+        try:
+            result = handler(request)
+        except GraphBubbleUp:
+            raise
+        except Exception as e:
+            self._sync_end(request.state, e)
+            raise
+        self._note(request, result)
+        return result
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
     ) -> ModelCallResult[Any]:
         self._declare(request)
-        return await handler(request)
+        try:
+            result = await handler(request)
+        except GraphBubbleUp:
+            raise
+        except Exception as e:
+            await self._aend(request.state, e)
+            raise
+        self._note(request, result)
+        return result
 
     def _lock_of(self, state: Any) -> threading.Lock:
         live = self._live_for(state)
@@ -347,7 +522,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
 
     # -- tool calls --------------------------------------------------------------------------
     def _escalation_answer(
-        self, live: _Live, name: str, args: Any, call_id: str, *, asynchronous: bool
+        self, live: _Live, name: str, args: Any, call_id: str | None, *, asynchronous: bool
     ) -> Approve | Edit | Deny | None:
         """Ask a human through ``interrupt()`` when the policy escalates this call.
 
@@ -389,7 +564,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         return ToolMessage(content=text, tool_call_id=call_id, name=name, status="error")
 
     def _request_for(self, live: _Live, request: ToolCallRequest, pending: PendingCall) -> ToolCallRequest:
-        if pending.call is pending.emitted:
+        if not pending.replaced:
             return request
         call = request.tool_call.copy()
         call["name"], call["args"] = pending.call.name, dict(pending.args)
@@ -408,11 +583,14 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
 
     def _failed(self, pending: PendingCall, call_id: str, name: str, error: Exception) -> ToolMessage:
         pending.failed(error)
-        if self.tool_errors == "raise":
-            raise error
         return ToolMessage(
             content=f"{name} failed: {type(error).__name__}: {error}", tool_call_id=call_id, name=name, status="error"
         )
+
+    @staticmethod
+    def _not_begun(name: str, call_id: str) -> ToolMessage:
+        text = f"Call to {name!r} was not run: the run failed before its turn"
+        return ToolMessage(content=text, tool_call_id=call_id, name=name, status="error")
 
     async def awrap_tool_call(
         self,
@@ -421,24 +599,29 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
     ) -> ToolMessage | Command[Any]:
         live = self._live_for(request.state)
         if live is None:
-            return await handler(request)
+            refused = self._after_end(request)
+            return refused if refused is not None else await handler(request)
         call = request.tool_call
-        call_id, name, args = call.get("id") or "", call["name"], call.get("args")
+        raw_id, name, args = call.get("id") or "", call["name"], call.get("args")
+        call_id = live.call_id_of(raw_id)  # None: the id does not name one call; no resume lookups
         episode = live.episode
-        pending = episode.pending(call_id)  # admitted before an interrupt inside the tool
+        pending = episode.pending(call_id) if call_id is not None else None  # admitted before an interrupt
         if pending is None:
-            recorded = live.rerun_of(call_id)
+            recorded = live.rerun_of(call_id) if call_id is not None else None
             if recorded is not None:  # a re-run of a recorded call: not a new action
                 if not recorded.reached_environment:
-                    return self._refused_again(recorded, name, call_id)
+                    return self._refused_again(recorded, name, raw_id)
                 return await handler(request)
             answer = self._escalation_answer(live, name, args, call_id, asynchronous=True)
+            if live.closed:
+                return self._not_begun(name, raw_id)
             token = _ANSWER.set(answer)
-            live.emitted_in[call_id] = live.model_calls
+            if call_id is not None:
+                live.emitted_in[call_id] = live.model_calls
             try:
                 pending = await episode.begin(name, args, call_id=call_id)
             except ToolBlocked as blocked:
-                return self._blocked(blocked, name, call_id)
+                return self._blocked(blocked, name, raw_id)
             finally:
                 _ANSWER.reset(token)
         try:
@@ -446,11 +629,15 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         except GraphBubbleUp:
             raise  # an interrupt inside the tool: the call stays open until the graph resumes
         except Exception as e:
-            return self._failed(pending, call_id, name, e)
+            message = self._failed(pending, raw_id, name, e)
+            if self.tool_errors == "raise":
+                await self._aend(request.state, e)
+                raise
+            return message
         except BaseException:
             pending.abandon()
             raise
-        self._settle(pending, call_id, result)
+        self._settle(pending, raw_id, result)
         return result
 
     def wrap_tool_call(
@@ -460,42 +647,69 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
     ) -> ToolMessage | Command[Any]:
         live = self._live_for(request.state)
         if live is None:
-            return handler(request)
+            refused = self._after_end(request)
+            return refused if refused is not None else handler(request)
         call = request.tool_call
-        call_id, name, args = call.get("id") or "", call["name"], call.get("args")
-        episode = live.episode
-        with live.lock:
-            pending = episode.pending(call_id)
-            recorded = live.rerun_of(call_id) if pending is None else None
-        if recorded is not None:  # a re-run of a recorded call: not a new action
-            if not recorded.reached_environment:
-                return self._refused_again(recorded, name, call_id)
-            return handler(request)
-        if pending is None:
-            answer = self._escalation_answer(live, name, args, call_id, asynchronous=False)
-            with live.lock:
-                live.emitted_in[call_id] = live.model_calls
-                try:
-                    pending = _run_sync(functools.partial(self._begin, episode, name, args, call_id, answer))
-                except ToolBlocked as blocked:
-                    return self._blocked(blocked, name, call_id)
+        raw_id, name, args = call.get("id") or "", call["name"], call.get("args")
+        response = live.response
+        turn = response.claim(raw_id, name, args) if response is not None else None
+        try:
+            if response is not None and turn is not None:  # ToolNode runs the calls in threads: keep emission order
+                response.wait_for_turn(turn)
+            started = self._sync_begin(live, request, raw_id, name, args)
+        finally:
+            if response is not None and turn is not None:
+                response.pass_turn(turn)
+        if not isinstance(started, PendingCall):
+            return started if isinstance(started, ToolMessage) else handler(request)
+        pending = started
         try:
             result = handler(self._request_for(live, request, pending))
         except GraphBubbleUp:
             raise  # an interrupt inside the tool: the call stays open until the graph resumes
         except Exception as e:
             with live.lock:
-                return self._failed(pending, call_id, name, e)
+                message = self._failed(pending, raw_id, name, e)
+            if self.tool_errors == "raise":
+                self._sync_end(request.state, e)
+                raise
+            return message
         except BaseException:
             with live.lock:
                 pending.abandon()
             raise
         with live.lock:
-            self._settle(pending, call_id, result)
+            self._settle(pending, raw_id, result)
         return result
 
+    def _sync_begin(
+        self, live: _Live, request: ToolCallRequest, raw_id: str, name: str, args: Any
+    ) -> PendingCall | ToolMessage | None:
+        """Admit a call of a sync agent: the call to run, the answer that refuses it, or ``None`` to re-run it."""
+        call_id = live.call_id_of(raw_id)  # None: the id does not name one call; no resume lookups
+        episode = live.episode
+        with live.lock:
+            pending = episode.pending(call_id) if call_id is not None else None
+            recorded = live.rerun_of(call_id) if pending is None and call_id is not None else None
+        if pending is not None:
+            return pending  # admitted before an interrupt inside the tool
+        if recorded is not None:  # a re-run of a recorded call: not a new action
+            return None if recorded.reached_environment else self._refused_again(recorded, name, raw_id)
+        answer = self._escalation_answer(live, name, args, call_id, asynchronous=False)
+        with live.lock:
+            if live.closed:
+                return self._not_begun(name, raw_id)
+            if call_id is not None:
+                live.emitted_in[call_id] = live.model_calls
+            try:
+                return _run_sync(functools.partial(self._begin, episode, name, args, call_id, answer))
+            except ToolBlocked as blocked:
+                return self._blocked(blocked, name, raw_id)
+
     @staticmethod
-    async def _begin(episode: Episode, name: str, args: Any, call_id: str, answer: Approve | Edit | Deny | None) -> PendingCall:
+    async def _begin(
+        episode: Episode, name: str, args: Any, call_id: str | None, answer: Approve | Edit | Deny | None
+    ) -> PendingCall:
         token = _ANSWER.set(answer)
         try:
             return await episode.begin(name, args, call_id=call_id)

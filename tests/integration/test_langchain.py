@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("langchain")
 
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ModelRetryMiddleware
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -126,9 +127,10 @@ class Contacts:
             return f"sent {amount}" if ok else "cancelled"
 
         self.model = ScriptedChatModel(script=script)
+        self.agent_tools = [search_contacts, remove_contact, send_money, confirm_and_send]
         self.agent = create_agent(
             self.model,
-            tools=[search_contacts, remove_contact, send_money, confirm_and_send],
+            tools=self.agent_tools,
             middleware=[self.middleware],
             checkpointer=checkpointer,
         )
@@ -272,6 +274,79 @@ class TestBlockAndRepair:
         assert record.actions[1].reached_environment and record.invalid_reached_environment
 
 
+def calls(*emitted: tuple[str, dict[str, Any], str]) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in emitted])
+
+
+def parallel_script(call_id: str) -> Script:
+    """One response with three calls sharing ``call_id``; the middle one invents a person id."""
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if answers(messages) == 0:
+            return calls(
+                ("search_contacts", {"name": "Fredrik"}, call_id),
+                ("remove_contact", {"person_id": "p-99"}, call_id),  # never returned: blocked
+                ("search_contacts", {"name": "Bob"}, call_id),
+            )
+        return AIMessage("done")
+
+    return script
+
+
+def assert_each_call_checked_once(app: Contacts, result: dict[str, Any]) -> None:
+    replies = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert [(m.name, m.status) for m in replies] == [
+        ("search_contacts", "success"),
+        ("remove_contact", "error"),
+        ("search_contacts", "success"),
+    ]
+    assert "'p-99' was never returned by any tool" in str(replies[1].content)
+    assert "Fredrik" in str(replies[0].content) and replies[2].content in ([], "[]")  # nobody named Bob
+    assert "p-17" in app.book  # the blocked removal never ran
+    (record,) = app.records
+    assert [(a.tool, a.decision, a.reached_environment) for a in record.actions] == [
+        ("search_contacts", Decision.ALLOW, True),
+        ("remove_contact", Decision.BLOCK, False),
+        ("search_contacts", Decision.ALLOW, True),
+    ]
+    assert [a.call_id for a in record.actions] == [None, None, None]  # an ambiguous id names no single call
+    assert (record.horizon, record.fed) == (3, 2) and app.middleware.open_episodes == []
+
+
+class TestParallelCalls:
+    """Parallel calls of one response: each checked and recorded once, in emission order."""
+
+    @pytest.mark.parametrize("call_id", ["", "call_0"])
+    async def test_ambiguous_ids_async(self, call_id: str) -> None:
+        """ainvoke: calls with empty or repeated ids are told apart; the blocked one never runs."""
+        app = Contacts(parallel_script(call_id))
+        result = await app.agent.ainvoke({"messages": [HumanMessage("remove Fredrik")]})
+        assert_each_call_checked_once(app, result)
+
+    @pytest.mark.parametrize("call_id", ["", "call_0"])
+    def test_ambiguous_ids_sync(self, call_id: str) -> None:
+        """invoke: the same through the threaded sync path."""
+        app = Contacts(parallel_script(call_id))
+        result = app.agent.invoke({"messages": [HumanMessage("remove Fredrik")]})
+        assert_each_call_checked_once(app, result)
+
+    def test_sync_depths_follow_emission_order(self) -> None:
+        """invoke runs parallel calls in threads; the depths still follow the order in the AIMessage."""
+        ids = [f"c{i}" for i in range(8)]
+
+        def script(messages: list[BaseMessage]) -> AIMessage:
+            if answers(messages) == 0:
+                return calls(*[("search_contacts", {"name": f"n{i}"}, i) for i in ids])
+            return AIMessage("done")
+
+        for _ in range(4):
+            app = Contacts(script)
+            app.agent.invoke({"messages": [HumanMessage("find them")]})
+            (record,) = app.records
+            assert [a.call_id for a in record.actions] == ids
+            assert [a.depth for a in record.actions] == list(range(1, 9))
+
+
 class TestInterrupts:
     """Escalation goes through LangGraph interrupts and is idempotent per call id on resume."""
 
@@ -370,37 +445,139 @@ def crash_once_script() -> Script:
     return script
 
 
-def assert_closed_as_unfinished(app: Contacts) -> None:
-    first, second = app.records
-    assert (first.status, first.error, first.outcome) == ("error", "RuntimeError", None)
+def assert_closed_when_it_failed(app: Contacts) -> None:
+    (first,) = app.records
+    assert (first.status, first.error, first.outcome) == ("error", "ConnectionError", None)
     assert [(a.call_id, a.reached_environment) for a in first.actions] == [("s1", True)]
+    assert app.middleware.open_episodes == []
+
+
+def assert_next_invocation_is_new(app: Contacts) -> None:
+    first, second = app.records
     assert (second.status, second.outcome) == ("finished", Outcome.SUCCESS)
     assert [a.tool for a in second.actions if a.tool is not None] == []  # the answer needed no tool call
     assert first.episode_id != second.episode_id and app.middleware.open_episodes == []
 
 
-class TestEpisodeLifetime:
-    """An invocation that never reaches after_agent has its episode closed when the thread runs again."""
+def tool_raises_script(app: Contacts) -> Script:
+    """Search, then remove a contact someone else deleted meanwhile (the tool raises KeyError)."""
 
-    async def test_async_unfinished_invocation(self) -> None:
-        """ainvoke: the crashed invocation's episode stays open, then closes as error at the next invocation."""
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if answers(messages) == 0:
+            return call("search_contacts", {"name": "Fredrik"}, "s1")
+        app.book.clear()
+        return call("remove_contact", {"person_id": "p-17"}, "r1")
+
+    return script
+
+
+class TestEpisodeLifetime:
+    """A run that raises closes its episode as an error and delivers the record; an interrupted one stays open."""
+
+    async def test_async_model_error_closes_the_episode(self) -> None:
+        """ainvoke: the model's exception ends the episode with status error and its type; the next run is new."""
         app = Contacts(crash_once_script(), checkpointer=InMemorySaver())
         config: Any = {"configurable": {"thread_id": "th-crash"}}
         with pytest.raises(ConnectionError):
             await app.agent.ainvoke({"messages": [HumanMessage("find Fredrik")]}, config)
-        assert app.records == [] and [ep.depth for ep in app.middleware.open_episodes] == [1]
+        assert_closed_when_it_failed(app)
         await app.agent.ainvoke({"messages": [HumanMessage("try again")]}, config)
-        assert_closed_as_unfinished(app)
+        assert_next_invocation_is_new(app)
 
-    def test_sync_unfinished_invocation(self) -> None:
+    def test_sync_model_error_closes_the_episode(self) -> None:
         """invoke: the same, with the monitor's async work run from sync nodes."""
         app = Contacts(crash_once_script(), checkpointer=InMemorySaver())
         config: Any = {"configurable": {"thread_id": "th-crash-sync"}}
         with pytest.raises(ConnectionError):
             app.agent.invoke({"messages": [HumanMessage("find Fredrik")]}, config)
-        assert app.records == [] and [ep.depth for ep in app.middleware.open_episodes] == [1]
+        assert_closed_when_it_failed(app)
         app.agent.invoke({"messages": [HumanMessage("try again")]}, config)
-        assert_closed_as_unfinished(app)
+        assert_next_invocation_is_new(app)
+
+    async def test_failed_runs_without_checkpointer_do_not_pile_up(self) -> None:
+        """Without a checkpointer every failed run is its own error record; no episode stays open."""
+        app = Contacts(crash_once_script())
+        for _ in range(3):
+            with pytest.raises(ConnectionError):
+                await app.agent.ainvoke({"messages": [HumanMessage("find Fredrik")]})
+            app.model.script = crash_once_script()
+        assert [(r.status, r.error, r.horizon) for r in app.records] == [("error", "ConnectionError", 1)] * 3
+        assert app.middleware.open_episodes == []
+
+    @staticmethod
+    def raising_app() -> Contacts:
+        app = Contacts(crash_once_script())
+        app.model.script = tool_raises_script(app)
+        app.middleware.tool_errors = "raise"
+        return app
+
+    @staticmethod
+    def assert_tool_error_recorded(app: Contacts) -> None:
+        (record,) = app.records
+        assert (record.status, record.error, record.horizon, record.fed) == ("error", "KeyError", 2, 2)
+        assert record.actions[1].cause is Cause.STATE_CONSISTENCY and record.actions[1].reached_environment
+        assert app.middleware.open_episodes == []
+
+    async def test_tool_errors_raise_closes_the_episode(self) -> None:
+        """tool_errors="raise": the tool's exception is recorded, re-raised, and ends the episode."""
+        app = self.raising_app()
+        with pytest.raises(KeyError):
+            await app.agent.ainvoke({"messages": [HumanMessage("remove Fredrik")]})
+        self.assert_tool_error_recorded(app)
+
+    def test_tool_errors_raise_closes_the_episode_sync(self) -> None:
+        """The same through invoke."""
+        app = self.raising_app()
+        with pytest.raises(KeyError):
+            app.agent.invoke({"messages": [HumanMessage("remove Fredrik")]})
+        self.assert_tool_error_recorded(app)
+
+    async def test_retries_inside_the_middleware_keep_one_episode(self) -> None:
+        """A retrying middleware placed after PrefixmonMiddleware hides the failed attempt: one finished episode."""
+        app = Contacts(crash_once_script())
+        retry = ModelRetryMiddleware(max_retries=1, initial_delay=0.0, jitter=False)
+        stack: list[AgentMiddleware[Any, Any, Any]] = [app.middleware, retry]
+        agent = create_agent(app.model, tools=list(app.agent_tools), middleware=stack)
+        result = await agent.ainvoke({"messages": [HumanMessage("find Fredrik")]})
+        assert result["messages"][-1].content == "done"
+        (record,) = app.records
+        assert (record.status, record.horizon) == ("finished", 1) and app.middleware.open_episodes == []
+
+    @staticmethod
+    def retried_app(**monitor: Any) -> tuple[Contacts, Any]:
+        """A retrying middleware placed before PrefixmonMiddleware: the error passes through it first."""
+        crashed: list[bool] = []
+
+        def script(messages: list[BaseMessage]) -> AIMessage:
+            n = answers(messages)
+            if n == 0:
+                return call("search_contacts", {"name": "Fredrik"}, "s1")
+            if not crashed:
+                crashed.append(True)
+                raise ConnectionError("model backend down")
+            return call("remove_contact", {"person_id": "p-17"}, "r1") if n == 1 else AIMessage("done")
+
+        app = Contacts(script, **monitor)
+        retry = ModelRetryMiddleware(max_retries=1, initial_delay=0.0, jitter=False)
+        stack: list[AgentMiddleware[Any, Any, Any]] = [retry, app.middleware]
+        return app, create_agent(app.model, tools=list(app.agent_tools), middleware=stack)
+
+    async def test_run_going_on_after_its_episode_ended_fail_closed(self) -> None:
+        """fail_closed: a call after the error is refused, saying where PrefixmonMiddleware belongs."""
+        app, agent = self.retried_app(failure_mode="fail_closed")
+        result = await agent.ainvoke({"messages": [HumanMessage("remove Fredrik")]})
+        assert "place PrefixmonMiddleware first" in errors_shown(result["messages"])[0]
+        assert "p-17" in app.book  # the unchecked removal never ran
+        (record,) = app.records
+        assert (record.status, record.error, record.horizon) == ("error", "ConnectionError", 1)
+
+    async def test_run_going_on_after_its_episode_ended_fail_open(self) -> None:
+        """fail_open (default): the call runs unchecked, with a RuntimeWarning that says why."""
+        app, agent = self.retried_app()
+        with pytest.warns(RuntimeWarning, match="'remove_contact' runs unchecked"):
+            await agent.ainvoke({"messages": [HumanMessage("remove Fredrik")]})
+        assert app.book == {}
+        assert [(r.status, r.horizon) for r in app.records] == [("error", 1)]
 
 
 class TestParseAnswer:
