@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import anyio
 
@@ -399,10 +399,9 @@ class Episode:
         if verdict.faults:
             for fault in verdict.faults:
                 self._fault(fault.where, fault.error)
-            if monitor.fail_closed and verdict.executable:
-                return Verdict(
-                    tool=name, call_id=call_id, depth=depth, executable=False, failures=(_fault_failure(name),), args=verdict.args
-                )
+            if monitor.fail_closed:  # blocked whatever else failed; the fault ranks as a precondition
+                failures = _in_cause_order(verdict.failures, _fault_failure(name))
+                return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=failures, args=verdict.args)
         return verdict
 
     async def begin(
@@ -453,7 +452,7 @@ class Episode:
         depth = verdict.depth
         if self._fed is None or depth < self._fed:  # live: known now, even while an observed call runs
             self._fed = depth
-        if verdict.code == "monitor_fault":
+        if any(f.code == "monitor_fault" for f in verdict.failures):
             self._refuse(verdict, token, Decision.FAIL_CLOSED, None)
         action = self.monitor.policy(verdict)
         if action == "observe":
@@ -641,13 +640,13 @@ class Episode:
             except BaseException:  # KeyboardInterrupt: the call ran; record it before it propagates
                 self._record_cut_short(pending, verdict, name)
                 raise
-        if rejection is not None and verdict.executable and decision is Decision.ALLOW:
+        if rejection is not None and not replaced:  # the emitted call ran and was rejected
             verdict = Verdict(
                 tool=verdict.tool,
                 call_id=verdict.call_id,
                 depth=verdict.depth,
                 executable=False,
-                failures=(rejection,),
+                failures=_in_cause_order(verdict.failures, rejection),
                 args=verdict.args,
             )
         error_text = abandoned or (rejection.reason if rejection is not None else None)
@@ -831,6 +830,16 @@ class Episode:
         )
         self.record = record
         return record
+
+
+_CAUSE_RANK: Final = {cause: rank for rank, cause in enumerate(Cause)}
+
+
+def _in_cause_order(failures: tuple[Failure, ...], extra: Failure) -> tuple[Failure, ...]:
+    """``failures`` with ``extra`` added in tie-break order (after the failures of its own cause)."""
+    rank = _CAUSE_RANK[extra.cause]
+    at = next((i for i, f in enumerate(failures) if _CAUSE_RANK[f.cause] > rank), len(failures))
+    return (*failures[:at], extra, *failures[at:])
 
 
 def _fault_failure(name: str) -> Failure:

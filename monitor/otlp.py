@@ -306,11 +306,11 @@ def _episode(root: OtlpSpan, calls: list[OtlpSpan]) -> EpisodeRecord:
         by_depth[action.depth] = action  # a re-exported duplicate span carries the same data
     actions = [by_depth[d] for d in sorted(by_depth)]
     horizon = int(a[sc.PREFIXMON_HORIZON])
-    if not 1 <= horizon <= MAX_HORIZON:
-        raise ValueError(f"episode {episode_id!r}: horizon must be in 1..{MAX_HORIZON:,}, got {horizon}")
+    if horizon > MAX_HORIZON and len(actions) != horizon:
+        raise ValueError(f"episode {episode_id!r}: a horizon above {MAX_HORIZON:,} ({horizon}) must come with its call spans")
     allows_no_tool = bool(a.get(sc.PREFIXMON_ALLOWS_NO_TOOL, False))
-    if actions and [x.depth for x in actions] != list(range(1, horizon + 1)):
-        missing = sorted(set(range(1, horizon + 1)) - set(by_depth))
+    if actions and (len(actions) != horizon or actions[-1].depth != horizon or actions[0].depth != 1):
+        missing = sorted(set(range(1, min(horizon, MAX_HORIZON) + 1)) - set(by_depth))[:20]
         raise ValueError(
             f"episode {episode_id!r}: horizon {horizon} but call spans for depths "
             f"{sorted(by_depth)} (missing {missing}: dropped or sampled out)"

@@ -126,8 +126,9 @@ def trusted_action(
 
 
 MAX_HORIZON: Final = 100_000
-"""The most actions a record may have: a larger horizon is rejected as implausible (and
-would make every per-depth curve of a report that long)."""
+"""The largest horizon a record may claim without listing its actions: a bare number above
+it is rejected as implausible (it would make every per-depth curve of a report that long,
+from a line of a few bytes). Longer episodes are recorded and read with their actions."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,8 +168,10 @@ class EpisodeRecord:
 
     def __post_init__(self) -> None:
         where = f"episode {self.episode_id!r}"
-        if not 1 <= self.horizon <= MAX_HORIZON:
-            raise ValueError(f"{where}: horizon must be in 1..{MAX_HORIZON:,}, got {self.horizon}")
+        if self.horizon < 1:
+            raise ValueError(f"{where}: horizon must be >= 1, got {self.horizon}")
+        if self.horizon > MAX_HORIZON and len(self.actions) != self.horizon:
+            raise ValueError(f"{where}: a horizon above {MAX_HORIZON:,} ({self.horizon}) must come with its actions")
         if not 1 <= self.fed <= self.horizon + 1:
             raise ValueError(f"{where}: fed {self.fed} outside 1..horizon+1 ({self.horizon + 1})")
         if self.executable != (self.fed == self.horizon + 1):

@@ -97,7 +97,7 @@ class TestFastLoader:
         ("edit", "message"),
         [
             (lambda d: d.update(fed=9), r"fed: expected an integer in 1\.\.horizon\+1"),
-            (lambda d: d.update(horizon="3"), r"horizon: expected an integer in 1..100,000, got '3'"),
+            (lambda d: d.update(horizon="3"), r"horizon: expected an integer >= 1, got '3'"),
             (lambda d: d.update(schema="other/1"), r"schema: expected 'prefixmon\.episode/1'"),
             (lambda d: d.update(outcome="won"), r"outcome: expected success, partial, failure or null, got 'won'"),
             (lambda d: d.update(executable=not d["executable"]), r"executable: "),

@@ -39,16 +39,32 @@ def write(path: Path, *lines: str) -> Path:
 class TestImplausibleRecords:
     """A record whose numbers no episode can have is refused with file and line."""
 
-    def test_huge_horizon_is_refused_by_both_readers(self, tmp_path: Path) -> None:
+    def test_huge_horizon_without_its_actions_is_refused_by_both_readers(self, tmp_path: Path) -> None:
         """Without actions any horizon used to pass, and a report's curves grew with it."""
         huge = MAX_HORIZON + 1
         path = write(tmp_path / "r.jsonl", record_line(), record_line("e-2", horizon=huge, fed=huge + 1, actions=[]))
-        with pytest.raises(RecordError, match=r"r\.jsonl:2: .*horizon"):
+        with pytest.raises(RecordError, match=r"r\.jsonl:2: .*horizon.*must come with its actions"):
             read_records(path)
-        with pytest.raises(RecordError, match=r"r\.jsonl:2: .*horizon"):
+        with pytest.raises(RecordError, match=r"r\.jsonl:2: .*horizon.*must come with its actions"):
             load_columns(path)
         skipped: list[BadLine] = []
         assert len(load_columns(path, on_error="skip", errors=skipped)) == 1 and skipped[0].line == 2
+
+    async def test_an_episode_longer_than_the_bare_limit_is_recorded_and_read(self, tmp_path: Path) -> None:
+        """A real episode past MAX_HORIZON calls closes normally, and both readers take its record."""
+        tools = Toolset()
+
+        @tools.tool
+        def ping(n: int) -> int:
+            return n
+
+        path = tmp_path / "long.jsonl"
+        async with Monitor(tools, sink=path).episode("t") as ep:
+            for _ in range(MAX_HORIZON + 1):
+                await ep.call("ping", {"n": 1})
+        (record,) = read_records(path)
+        assert record.horizon == MAX_HORIZON + 1 and record.executable
+        assert int(load_columns(path).horizon[0]) == MAX_HORIZON + 1
 
     @pytest.mark.parametrize(
         ("actions", "fed", "executable", "message"),
@@ -122,7 +138,7 @@ class TestOtlpInput:
         [
             ("prefixmon.outcome", {"stringValue": "great"}, "'great' is not a valid Outcome"),
             ("prefixmon.horizon", {"doubleValue": "Infinity"}, "episode"),
-            ("prefixmon.horizon", {"intValue": str(10**9)}, "horizon must be in"),
+            ("prefixmon.horizon", {"intValue": str(10**9)}, "must come with its call spans"),
             ("startTimeUnixNano", str(10**30), "episode"),
         ],
     )

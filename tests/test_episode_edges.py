@@ -6,13 +6,14 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
 from prefixmon import (
     Decision,
     EpisodeRecord,
+    Grounded,
     Monitor,
     Observer,
     ToolBlocked,
@@ -416,3 +417,50 @@ class TestPendingCallReplaced:
         (action,) = ep.record.actions
         assert not action.reached_environment and action.error == "the framework's validation refused it"
         assert not ep.record.invalid_reached_environment
+
+
+class TestTieBreakWithFaultsAndRejections:
+    """The primary cause follows DESIGN §2's order also when faults and rejections join other failures."""
+
+    @staticmethod
+    def tools(ran: list[str]) -> Toolset:
+        def buggy(state: Any, args: Any) -> bool:
+            raise KeyError("balance")
+
+        tools = Toolset()
+
+        @tools.tool(requires=[buggy])
+        def wire(to: Annotated[str, Grounded()], amount: float) -> str:
+            ran.append(to)
+            return "ok"
+
+        @tools.tool
+        def send_money(phone: Annotated[str, Grounded()], amount: float) -> str:
+            raise RuntimeError("no such account")
+
+        return tools
+
+    async def test_fail_closed_blocks_a_faulty_check_whatever_else_failed(self) -> None:
+        """A precondition that raised blocks the call under fail_closed, also when the value is invented."""
+        ran: list[str] = []
+        monitor = Monitor(self.tools(ran), policy="observe", failure_mode="fail_closed")
+        async with monitor.episode("t") as ep:
+            ep.user("wire 5 to ACC-1")
+            for to in ("ACC-1", "ACC-666"):
+                with pytest.raises(ToolBlocked):
+                    await ep.call("wire", {"to": to, "amount": 5})
+        assert ep.record is not None and ran == []
+        assert [(a.decision, a.cause and a.cause.value) for a in ep.record.actions] == [
+            (Decision.FAIL_CLOSED, "precondition"),
+            (Decision.FAIL_CLOSED, "precondition"),  # the fault outranks the information failure
+        ]
+
+    async def test_a_rejection_outranks_an_information_failure(self) -> None:
+        """An ungrounded call that ran and was rejected: state_consistency comes before information."""
+        monitor = Monitor(self.tools([]), policy="observe")
+        async with monitor.episode("t") as ep:
+            ep.user("pay my landlord 5")
+            with pytest.raises(RuntimeError):
+                await ep.call("send_money", {"phone": "+1 555 0000", "amount": 5})
+        assert ep.record is not None and ep.record.first_failure is not None
+        assert ep.record.first_failure.cause.value == "state_consistency"

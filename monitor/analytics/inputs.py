@@ -132,8 +132,10 @@ def _check(d: Any) -> tuple[str, str, dict[str, str], int, int, int, int, str | 
         raise _Bad(f"task_id: expected a string, got {task_id!r}")
     if type(labels) is not dict or not all(type(v) is str for v in labels.values()):
         raise _Bad(f"labels: expected an object of strings, got {labels!r}")
-    if type(horizon) is not int or not 1 <= horizon <= MAX_HORIZON:
-        raise _Bad(f"horizon: expected an integer in 1..{MAX_HORIZON:,}, got {horizon!r}")
+    if type(horizon) is not int or horizon < 1:
+        raise _Bad(f"horizon: expected an integer >= 1, got {horizon!r}")
+    if horizon > MAX_HORIZON and len(d.get("actions") or ()) != horizon:
+        raise _Bad(f"horizon: above {MAX_HORIZON:,} ({horizon}) it must come with its actions")
     if type(fed) is not int or not 1 <= fed <= horizon + 1:
         raise _Bad(f"fed: expected an integer in 1..horizon+1 ({horizon + 1}), got {fed!r}")
     executable = fed == horizon + 1
@@ -193,7 +195,7 @@ def read_record_columns(path: str, on_error: OnError = "raise", errors: list[Bad
                         d = loads(raw[:j] + b"}")
                     except ValueError:  # the cut was not at top level: parse the whole line
                         d = None
-                    if d is not None and not d.keys() >= _NEEDED:  # another writer's key order
+                    if d is not None and (not d.keys() >= _NEEDED or _big(d)):  # another key order; or check the actions
                         d = None
                 if d is None:
                     d = loads(raw)
@@ -219,6 +221,12 @@ def read_record_columns(path: str, on_error: OnError = "raise", errors: list[Bad
                 failure_reason=reason,
             )
     return builder.build()
+
+
+def _big(d: dict[str, Any]) -> bool:
+    """A horizon that must be checked against the actions (the head parse does not have them)."""
+    horizon = d.get("horizon")
+    return type(horizon) is int and horizon > MAX_HORIZON
 
 
 def _sniff_records(path: str, head: bytes) -> bool:
