@@ -18,7 +18,8 @@ MAX_WALK_DEPTH: Final = 64
 MAX_WALK_ITEMS: Final = 200_000
 """At most this many nodes (leaves and containers) of one tool result are visited."""
 MAX_TOKENISED_LENGTH: Final = 2_000
-"""Strings up to this length are also indexed word by word."""
+"""Strings up to this length are also indexed word by word; longer ones from tool results are
+pooled as their length and hash only (an exact match still counts as seen)."""
 
 _STRIP = ".,;:!?()[]{}<>\"'`"
 
@@ -34,6 +35,11 @@ class Binding:
     current: bool = True
     stale_depth: int | None = None
     stale_by: str | None = None
+
+
+def _long(text: str) -> Hashable:
+    """The pool's key for a string too long to keep: its length and hash, not its text."""
+    return ("\x00long", len(text), hash(text))
 
 
 def _key(value: Any) -> Hashable | None:
@@ -153,9 +159,12 @@ class TrackedState:
                     return
                 if type(v) is str and level < MAX_WALK_DEPTH:  # a string leaf, inlined
                     budget[0] -= 1
-                    pool.add(v)
-                    if len(v) <= MAX_TOKENISED_LENGTH and (" " in v or "\n" in v):
-                        self._add_words(v)
+                    if len(v) <= MAX_TOKENISED_LENGTH:
+                        pool.add(v)
+                        if " " in v or "\n" in v:
+                            self._add_words(v)
+                    else:
+                        pool.add(_long(v))
                     if k in produce and isinstance(k, str):
                         self.bind(produce[k], v, tool=tool)
                 else:
@@ -184,17 +193,21 @@ class TrackedState:
         budget[0] -= 1
         pool = self._pool
         if type(obj) is str:  # the common leaf, inlined: the value, and its words when it has several
-            pool.add(obj)
-            if len(obj) <= MAX_TOKENISED_LENGTH and (" " in obj or "\n" in obj):
-                self._add_words(obj)
+            if len(obj) <= MAX_TOKENISED_LENGTH:
+                pool.add(obj)
+                if " " in obj or "\n" in obj:
+                    self._add_words(obj)
+            else:
+                pool.add(_long(obj))
         else:
             k = _key(obj)
             if k is None:
                 return
-            pool.add(k)
-            if isinstance(obj, str):
+            if isinstance(obj, str):  # a str subclass
+                pool.add(k if len(obj) <= MAX_TOKENISED_LENGTH else _long(obj))
                 self._add_words(obj)
             else:
+                pool.add(k)
                 pool.add(str(obj))
         if key is not None and key in produce:
             self.bind(produce[key], obj, tool=tool)
@@ -216,6 +229,8 @@ class TrackedState:
         key = _key(value)
         if key is None:
             return False
+        if isinstance(value, str) and len(value) > MAX_TOKENISED_LENGTH:
+            key = _long(value)
         if key in self._pool:
             return True
         if isinstance(value, str):

@@ -286,6 +286,16 @@ class TestHugePayloads:
                     await ep.call("echo", json.dumps({"text": str(i) * 100_000}))
         assert mem.peak < 60 * MB  # about 40 MB of argument text went through in all
 
+    async def test_large_result_strings_are_not_kept_by_the_episode(self, monitor: Monitor) -> None:
+        """30 results of 1 MB strings: the open episode keeps almost none of it; an exact reuse still counts as seen."""
+        big = [f"{i}:" + "x" * MB for i in range(30)]
+        async with monitor.episode(task_id="t") as ep:
+            with Traced() as mem:
+                for text in big:
+                    await ep.call("anything", {"data": None}, execute=lambda args, text=text: {"body": text})
+            assert mem.retained < 1 * MB
+            assert ep.state.seen(big[3]) and not ep.state.seen("3:" + "x" * (MB - 1))
+
 
 class TestNesting:
     """10,000-deep nesting in arguments and results."""
