@@ -19,15 +19,19 @@ verifier work is method-side cost: it never adds actions to an episode.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import copy
 import json
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, cast
+
+import fastjsonschema
 
 from .exceptions import PlanError
 from .predicate import Failure, Fault, Undetermined, Verdict, check_dependencies, check_information, check_schema, quote
@@ -58,6 +62,10 @@ _ID = re.compile(r"[A-Za-z0-9_-]+")
 _INDEX = re.compile(r"\[(\d+)\]")
 _STEP_FIELDS: Final = frozenset({"tool", "args", "arguments", "id", "note"})
 _SUMMARY_ITEMS: Final = 20
+_LISTED: Final = 10
+"""Step ids or labels a reason or deviation names at most (the rest are counted)."""
+_SCAN: Final = 32
+"""Planned steps of one tool a :class:`PlanFollower` compares a call with, at most, in each direction."""
 _MISSING: Final = object()
 
 
@@ -386,7 +394,27 @@ def plan_effect(simulate: Effect | None) -> Callable[[Effect], SymbolicEffect]:
 
 
 # -- the copy-on-write view ----------------------------------------------------------------
-_IMMUTABLE = (str, bytes, int, float, bool, type(None), tuple, frozenset, PlanRef)
+_SCALAR = (str, bytes, int, float, bool, type(None), PlanRef)
+
+
+def _shared(value: Any) -> bool:
+    """Whether ``value`` can be shared with the parent: nothing reachable from it can change in place."""
+    if isinstance(value, _SCALAR):
+        return True
+    if isinstance(value, (tuple, frozenset)):
+        try:
+            return all(_shared(v) for v in value)
+        except RecursionError:
+            return False
+    return False
+
+
+def _private(local: dict[str, Any], key: str, value: Any) -> Any:
+    """The view's own copy of a parent's fact, made when an effect first reads it (tuples are looked into)."""
+    if not _shared(value):
+        value = copy.deepcopy(value)  # effects may change it in place
+    local[key] = value
+    return value
 
 
 class _Facts(MutableMapping[str, Any]):
@@ -410,8 +438,8 @@ class _Facts(MutableMapping[str, Any]):
             raise KeyError(key)
         else:
             value = self._parent[key]
-            if owner._writing and not isinstance(value, _IMMUTABLE):
-                value = local[key] = copy.deepcopy(value)  # effects may change it in place
+            if owner._writing and not isinstance(value, _SCALAR):
+                value = _private(local, key, value)
         if type(value) is PlanRef:
             owner._symbols_read.append(value)
         return value
@@ -426,8 +454,8 @@ class _Facts(MutableMapping[str, Any]):
             value = self._parent.get(key, _MISSING)
             if value is _MISSING:
                 return default
-            if owner._writing and not isinstance(value, _IMMUTABLE):
-                value = self._local[key] = copy.deepcopy(value)
+            if owner._writing and not isinstance(value, _SCALAR):
+                value = _private(self._local, key, value)
         elif type(value) is PlanRef:
             owner._symbols_read.append(value)
         return value
@@ -504,6 +532,7 @@ class PlanState(TrackedState):
 
     __slots__ = (
         "_env_value",
+        "_invalidated",
         "_parent",
         "_read_env",
         "_read_facts",
@@ -522,6 +551,8 @@ class PlanState(TrackedState):
         self._parent = parent
         self._sim = sim
         self._symbolic: dict[PlanRef, dict[str, Binding]] = {}
+        self._invalidated: dict[tuple[str, str], tuple[PlanRef, Binding]] = {}
+        """``{(step id, kind): (reference, stale binding)}``: a step's output invalidated through one path."""
         self.facts = cast("dict[str, Any]", _Facts(parent.facts, self))
         self.depth = parent.depth
         self.turn = parent.turn
@@ -555,9 +586,9 @@ class PlanState(TrackedState):
         if isinstance(value, PlanRef):
             b = self._symbolic_binding(value, kind)
             if b is not None and b.current:
-                self._symbolic[value][kind] = Binding(
-                    kind=kind, depth=b.depth, tool=b.tool, current=False, stale_depth=self.depth, stale_by=by
-                )
+                stale = Binding(kind=kind, depth=b.depth, tool=b.tool, current=False, stale_depth=self.depth, stale_by=by)
+                self._symbolic[value][kind] = stale
+                self._invalidated.setdefault((value.step, kind), (value, stale))
             return
         local = self._bindings.get(value) if type(value) is str else None
         if local is None or kind not in local:
@@ -628,6 +659,17 @@ class PlanState(TrackedState):
         if b is not None:
             return b.current
         return self._produced(r, kind) is not None
+
+    def aliased_stale(self, r: PlanRef, kind: str) -> tuple[PlanRef, Binding] | None:
+        """Another path to the same step's output that was invalidated as ``kind``, if any.
+
+        One result can hold several values of a kind (``f.person_id``, ``f.contacts[0].person_id``);
+        whether two paths name the same value is known only when the step runs.
+        """
+        if not self._invalidated:
+            return None
+        other = self._invalidated.get((r.step, kind))
+        return other if other is not None and other[0] != r else None
 
     @property
     def binding_count(self) -> int:
@@ -832,7 +874,19 @@ _step_verdict: Final = _step_verdict_builder()
 class _Simulation:
     """Per-verification bookkeeping shared by the view and the step checks."""
 
-    __slots__ = ("base_depth", "changed_env", "current", "index", "lost_facts", "ran", "read_only", "samples", "specs", "steps")
+    __slots__ = (
+        "base_depth",
+        "changed_env",
+        "current",
+        "index",
+        "lost_facts",
+        "producers",
+        "ran",
+        "read_only",
+        "samples",
+        "specs",
+        "steps",
+    )
 
     def __init__(self, plan: Plan, toolset: Toolset, base_depth: int, read_only: frozenset[str]) -> None:
         self.steps = plan.steps
@@ -847,6 +901,14 @@ class _Simulation:
         self.lost_facts: str | None = None
         """The first earlier step whose effect on the facts could not be simulated."""
         self.samples: dict[tuple[str, Location], Any] = {}
+        self.producers: dict[str, tuple[int, str]] = {}
+        """``{kind: (index, key)}``: the first earlier step that passed its checks and produces the kind."""
+
+    def passed(self, i: int, spec: ToolSpec) -> None:
+        """Step ``i`` passed its checks: its output exists for later steps."""
+        self.ran[i] = True
+        for p in spec.produces:
+            self.producers.setdefault(p.kind, (i, p.key))
 
     def earlier(self, step_id: str) -> int | None:
         """The index of an earlier step that passed its checks, or ``None``."""
@@ -897,7 +959,7 @@ def verify_plan(
     sim = _Simulation(plan, toolset, parent.depth, only_reads)
     view = PlanState(parent, sim)
     verdicts: list[StepVerdict] = []
-    specs, ran, base = sim.specs, sim.ran, parent.depth + 1
+    specs, base = sim.specs, parent.depth + 1
     for i, step in enumerate(plan.steps):
         sim.current = i
         view.depth = base + i
@@ -905,8 +967,8 @@ def verify_plan(
         verdict, args, whys, hint = _check_step(toolset, view, sim, step, spec)
         notes: tuple[str, ...] = ()
         if verdict.executable:
-            ran[i] = True
             assert spec is not None and args is not None
+            sim.passed(i, spec)
             notes = _apply(view, sim, step, spec, args)
         if not verdict.executable:
             status = StepStatus.NOT_EXECUTABLE
@@ -948,14 +1010,12 @@ def _check_step(
     whys: list[str] = []
     symbolic = step.symbolic
 
-    # 1. schema: placeholders are validated as sample values of their declared type
-    raw: Mapping[str, Any] = _with_samples(sim, step, spec) if symbolic and spec is not None else step.args
-    _, validated, failure = check_schema(toolset, view, step.tool, raw)
-    if failure is not None and symbolic and failure.code == "invalid_arguments":
-        arg = next((a for a in symbolic if f"'{a}'" in failure.reason or f"'{a}." in failure.reason), None)
-        if arg is not None:
-            whys.append(f"whether '{arg}' fits the schema depends on {symbolic[arg][0]!r}, known only when it runs")
-            validated, failure = dict(step.args), None
+    # 1. schema: placeholders are validated as sample values of their declared type; a
+    # failure of a placeholder itself only makes the step undetermined
+    if symbolic and spec is not None:
+        validated, failure = _schema_with_refs(toolset, view, sim, step, spec, whys)
+    else:
+        _, validated, failure = check_schema(toolset, view, step.tool, step.args)
     if failure is not None or validated is None:
         assert failure is not None
         verdict = Verdict(tool=step.tool, call_id=step.id, depth=depth, executable=False, failures=(failure,))
@@ -975,7 +1035,7 @@ def _check_step(
     # 2. dependency: plan references first, then the tool's reference arguments
     dep = _reference_failure(sim, step) if step.refs else None
     if dep is None and spec.refs:
-        dep, hint = _ref_arguments(toolset, view, sim, step, spec, args)
+        dep, hint = _ref_arguments(toolset, view, sim, step, spec, args, whys)
     if dep is not None:
         failures.append(dep)
 
@@ -1001,7 +1061,9 @@ def _check_step(
         tuple(faults) if faults else (),
         tuple(undetermined) if undetermined else (),
     )
-    return verdict, args, tuple(whys) if whys else (), hint if failures and failures[0] is dep else None
+    if failures:  # what only execution decides does not matter for a step that cannot execute
+        return verdict, args, (), hint if failures[0] is dep else None
+    return verdict, args, tuple(whys) if whys else (), None
 
 
 def _reference_failure(sim: _Simulation, step: PlanStep) -> Failure | None:
@@ -1012,7 +1074,7 @@ def _reference_failure(sim: _Simulation, step: PlanStep) -> Failure | None:
             continue
         where = f"{step.tool}: argument '{_loc_text(loc)}' refers to {r!r}"
         if i is None:
-            known = ", ".join(s.id for s in sim.steps[: sim.current]) or "none"
+            known = _listed([s.id for s in sim.steps[: min(sim.current, _LISTED)]], sim.current) or "none"
             return Failure(
                 cause=Cause.DEPENDENCY,
                 code="unknown_step",
@@ -1035,7 +1097,13 @@ def _reference_failure(sim: _Simulation, step: PlanStep) -> Failure | None:
 
 
 def _ref_arguments(
-    toolset: Toolset, view: PlanState, sim: _Simulation, step: PlanStep, spec: ToolSpec, args: Mapping[str, Any]
+    toolset: Toolset,
+    view: PlanState,
+    sim: _Simulation,
+    step: PlanStep,
+    spec: ToolSpec,
+    args: Mapping[str, Any],
+    whys: list[str],
 ) -> tuple[Failure | None, str | None]:
     """Every reference argument must be bound, current and of its kind (check 2)."""
     for path, r in spec.refs:
@@ -1044,6 +1112,14 @@ def _ref_arguments(
                 failure = _symbolic_ref_failure(view, sim, spec, loc, r, value)
                 if failure is not None:
                     return failure, _hint(toolset, sim, r.kind) if failure.code != "stale_reference" else None
+                aliased = view.aliased_stale(value, r.kind)
+                if aliased is not None:
+                    other, stale = aliased
+                    at = stale.stale_depth - sim.base_depth if stale.stale_depth is not None else "?"
+                    whys.append(
+                        f"whether {value!r} is still a current {r.kind} depends on whether it is the same value as "
+                        f"{other!r}, which {stale.stale_by or 'an earlier step'} invalidates at step {at}; known only at run time"
+                    )
                 continue
             b = view.binding(value, r.kind)
             if (b is not None and b.current) or (b is None and r.user and view.user_said(value)):
@@ -1082,13 +1158,17 @@ def _symbolic_ref_failure(view: PlanState, sim: _Simulation, spec: ToolSpec, loc
     )
 
 
+def _listed(items: Sequence[str], total: int) -> str:
+    """``a, b, c`` naming at most the first :data:`_LISTED` of ``total`` items, and counting the rest."""
+    shown = ", ".join(items[:_LISTED])
+    return shown + (f" and {total - _LISTED} more" if total > _LISTED else "")
+
+
 def _hint(toolset: Toolset, sim: _Simulation, kind: str) -> str:
-    for i in range(sim.current):
-        spec = sim.specs[i]
-        if sim.ran[i] and spec is not None:
-            for p in spec.produces:
-                if p.kind == kind:
-                    return f'use the output of an earlier step, e.g. {{"$ref": "{sim.steps[i].id}.{p.key}"}}'
+    made = sim.producers.get(kind)
+    if made is not None:
+        i, key = made
+        return f'use the output of an earlier step, e.g. {{"$ref": "{sim.steps[i].id}.{key}"}}'
     producers = toolset.producers_of(kind)
     if producers:
         key = next((p.key for p in toolset[producers[0]].produces if p.kind == kind), kind)
@@ -1217,6 +1297,163 @@ def _with_samples(sim: _Simulation, step: PlanStep, spec: ToolSpec) -> dict[str,
     return out
 
 
+def _schema_with_refs(
+    toolset: Toolset, view: PlanState, sim: _Simulation, step: PlanStep, spec: ToolSpec, whys: list[str]
+) -> tuple[dict[str, Any] | None, Failure | None]:
+    """Check 1 for a step with references: literals must fit; a reference may only be undecided.
+
+    The arguments are validated with each placeholder replaced by a sample of its declared
+    type. When that fails, the problems the validator reports are located: one at a
+    reference (the sample did not fit a ``pattern``, say) says nothing about the plan, one
+    elsewhere is a real failure. When every reported problem is at a reference, the other
+    arguments are validated again against the schema with those locations unconstrained
+    (unless the validator reports every problem at once, as pydantic does), so a literal
+    next to a reference is never approved unchecked.
+    """
+    raw = _with_samples(sim, step, spec)
+    _, validated, failure = check_schema(toolset, view, step.tool, raw)
+    if failure is None or failure.code != "invalid_arguments":
+        return validated, failure
+    refs = {_dotted(loc): r for loc, r in step.refs}
+    parts, more = _error_parts(failure.reason, step.tool)
+    at_refs: list[str] = []
+    real: list[str] = []
+    for kind, loc, text in parts:
+        ref_loc = _ref_location(loc, refs) if kind == "value" else None
+        if ref_loc is None:
+            real.append(text)
+        elif ref_loc not in at_refs:
+            at_refs.append(ref_loc)
+    if real:
+        if len(real) == len(parts):
+            return None, failure
+        reason = f"{step.tool}: " + "; ".join(real) + (" (and more)" if more else "")
+        return None, Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=reason)
+    if more or not _reports_every_error(spec):
+        problem = _relaxed_problem(spec, step, refs, raw)
+        if isinstance(problem, Failure):
+            return None, problem
+        if problem is not None and problem not in at_refs:
+            at_refs.append(problem)
+    for loc in at_refs:
+        whys.append(f"whether '{loc}' fits the schema depends on {refs[loc]!r}, known only when it runs")
+    return dict(step.args), None
+
+
+def _dotted(loc: Sequence[str | int]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+_PART_SPLIT: Final = re.compile(r"; (?=(?:argument|missing required argument|unknown argument) ')")
+_MORE: Final = re.compile(r" \(and \d+ more\)$")
+_QUOTED: Final = re.compile(r"^(missing required argument|unknown argument|argument) '(.*?)'(?::|$)")
+_BRACKET: Final = re.compile(r"\[(\d+)\]")
+
+
+def _error_parts(reason: str, tool: str) -> tuple[list[tuple[str, str | None, str]], bool]:
+    """Split a schema failure's reason into ``(kind, location, text)`` problems, and whether more were left out.
+
+    ``kind`` is ``missing``, ``unknown`` (both structural), ``value`` (a value at ``location``
+    does not fit) or ``root`` (the arguments as a whole; location ``None``). The formats are
+    those :mod:`prefixmon.spec` writes for pydantic and JSON-Schema validators.
+    """
+    text = reason[len(tool) + 2 :] if reason.startswith(f"{tool}: ") else reason
+    more = _MORE.search(text)
+    if more is not None:
+        text = text[: more.start()]
+    parts: list[tuple[str, str | None, str]] = []
+    for part in _PART_SPLIT.split(text):
+        m = _QUOTED.match(part)
+        if m is not None:
+            kind = {"missing required argument": "missing", "unknown argument": "unknown"}.get(m.group(1), "value")
+            parts.append((kind, _BRACKET.sub(r".\1", m.group(2)), part))
+        elif part.startswith("arguments ") or " " not in part:
+            parts.append(("root", None, part))
+        else:  # a JSON-Schema message that starts with the location: "order.id must match pattern ..."
+            parts.append(("value", _BRACKET.sub(r".\1", part.split(" ", 1)[0]), part))
+    return parts, more is not None
+
+
+def _ref_location(loc: str | None, refs: Mapping[str, PlanRef]) -> str | None:
+    """The reference location that ``loc`` is at or inside, if any."""
+    if loc is None:
+        return None
+    if loc in refs:
+        return loc
+    return next((r for r in refs if loc.startswith(r + ".")), None)
+
+
+def _reports_every_error(spec: ToolSpec) -> bool:
+    """Whether the tool's validator lists every problem (pydantic models do, up to a count)."""
+    return "_model_validator" in getattr(spec.validate, "__qualname__", "")
+
+
+_RELAXED: dict[tuple[int, tuple[str, ...]], tuple[ToolSpec, Callable[[Any], Any] | None]] = {}
+_RELAXED_MAX: Final = 512
+
+
+def _relaxed_problem(spec: ToolSpec, step: PlanStep, refs: Mapping[str, PlanRef], raw: Mapping[str, Any]) -> Failure | str | None:
+    """Validate against the schema with every reference location unconstrained.
+
+    Returns a failure of a literal argument, the reference location a problem is still
+    reported at (the schema constrains it from elsewhere), or ``None`` when the rest fits.
+    """
+    key = (id(spec), tuple(sorted(refs)))
+    cached = _RELAXED.get(key)
+    if cached is None or cached[0] is not spec:
+        if len(_RELAXED) >= _RELAXED_MAX:
+            _RELAXED.clear()
+        cached = _RELAXED[key] = (spec, _compile_relaxed(spec.parameters, [loc for loc, _ in step.refs]))
+    validate = cached[1]
+    if validate is None:
+        return None
+    try:
+        validate(dict(raw))
+    except fastjsonschema.JsonSchemaValueException as e:
+        path = [str(p) for p in (e.path or [])[1:]]
+        at = _ref_location(".".join(path), refs) if path else None
+        if at is not None:
+            return at
+        loc = ".".join(path)
+        msg = e.message.replace("data.", "", 1) if e.message.startswith("data.") else e.message
+        if msg.startswith("data "):
+            msg = "arguments " + msg[5:]
+        text = f"argument '{loc}': {msg}" if loc and not msg.startswith(loc) else msg
+        return Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{spec.name}: {text}")
+    except RecursionError:
+        return None
+    return None
+
+
+def _compile_relaxed(schema: Mapping[str, Any], locs: Sequence[Location]) -> Callable[[Any], Any] | None:
+    relaxed: Any = copy.deepcopy({k: v for k, v in schema.items() if k != "$schema"})
+    relaxed.setdefault("type", "object")
+    for loc in locs:
+        holder: Any = None
+        key: Any = None
+        node: Any = relaxed
+        for part in loc:
+            if not isinstance(node, dict) or "$ref" in node or any(c in node for c in ("anyOf", "oneOf", "allOf")):
+                break  # cannot see further in: unconstrain what holds it
+            items = node.get("items")
+            props = node.get("properties")
+            if isinstance(part, int) and isinstance(items, dict):
+                holder, key = node, "items"
+            elif isinstance(part, int) and isinstance(items, list) and part < len(items):
+                holder, key = items, part
+            elif isinstance(part, str) and isinstance(props, dict) and part in props:
+                holder, key = props, part
+            else:
+                break
+            node = holder[key]
+        if holder is not None:
+            holder[key] = {}
+    try:
+        return cast("Callable[[Any], Any]", fastjsonschema.compile(relaxed, use_default=False))
+    except Exception:  # a schema the runtime compiled; a relaxed copy that does not compile is not checked
+        return None
+
+
 def _resolve_schema(schema: Any, root: Mapping[str, Any]) -> Any:
     for _ in range(8):
         if not isinstance(schema, Mapping):
@@ -1273,10 +1510,8 @@ def _sample(schema: Any, root: Mapping[str, Any]) -> Any:
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
-    if kind == "integer":
-        return int(schema.get("minimum", 0) or 0)
-    if kind == "number":
-        return float(schema.get("minimum", 0) or 0)
+    if kind in ("integer", "number"):
+        return _number_sample(schema, integer=kind == "integer")
     if kind == "boolean":
         return False
     if kind == "array":
@@ -1287,6 +1522,29 @@ def _sample(schema: Any, root: Mapping[str, Any]) -> Any:
     if isinstance(fmt, str) and fmt in _FORMATS:
         return _FORMATS[fmt]
     return "x" * max(1, int(schema.get("minLength", 1) or 1))
+
+
+def _number_sample(schema: Mapping[str, Any], *, integer: bool) -> int | float:
+    """The smallest simple number that meets ``minimum``, ``exclusiveMinimum`` and ``multipleOf``."""
+
+    def num(key: str) -> float | None:
+        v = schema.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    low, excl, step = num("minimum"), schema.get("exclusiveMinimum"), num("multipleOf")
+    value = low if low is not None else 0.0
+    if excl is True and low is not None:  # draft 4: a flag on minimum
+        value = low + (1 if integer else 0.5)
+    elif (x := num("exclusiveMinimum")) is not None and value <= x:
+        value = math.floor(x) + 1 if integer else x + 1
+    if integer:
+        value = math.ceil(value)
+    if step is not None and step > 0:
+        value = math.ceil(value / step) * step
+    high = num("maximum")
+    if high is not None and value > high and low is None and excl is None:
+        value = high
+    return int(value) if integer and float(value).is_integer() else float(value)
 
 
 # -- planner support -----------------------------------------------------------------------
@@ -1361,7 +1619,7 @@ class PlanAttempt:
     """The plan, or ``None`` when the planner's output did not parse."""
     verdict: PlanVerdict | None
     error: str | None = None
-    """Why the planner's output did not parse."""
+    """Why the attempt has no plan: the planner's output did not parse, or the planner raised."""
     feedback: str
     """What the verifier said about this attempt (given to the planner for the next one)."""
     planner_seconds: float
@@ -1384,6 +1642,12 @@ class PlanRevision:
     """The approved plan's verdict."""
     attempts: tuple[PlanAttempt, ...]
     budget: int
+    planner_error: Exception | None = field(default=None, compare=False)
+    """The exception the planner raised, which ended the loop early; ``None`` when it did not.
+
+    The failed call is the last attempt (no plan, ``error`` says what was raised), so the
+    attempts before it and the method-side time spent are kept. Re-raise it to propagate.
+    """
 
     @property
     def approved(self) -> bool:
@@ -1432,7 +1696,10 @@ async def revise_plan(
         state, allow_undetermined, read_only, allows_no_tool: as for :func:`verify_plan`.
 
     Returns:
-        every attempt, and the approved plan only if one was approved.
+        every attempt, and the approved plan only if one was approved. A planner that raises
+        (an ``Exception``, such as an API timeout) ends the loop: its call is the last
+        attempt and the exception is :attr:`PlanRevision.planner_error`; cancellation and
+        other ``BaseException`` propagate.
     """
     if budget < 1:
         raise ValueError(f"budget must be at least 1, got {budget}")
@@ -1444,7 +1711,21 @@ async def revise_plan(
     attempts: list[PlanAttempt] = []
     for number in range(1, budget + 1):
         started = time.perf_counter()
-        proposed = await planner(goal, specs, summary, feedback)
+        try:
+            proposed = await planner(goal, specs, summary, feedback)
+        except Exception as e:
+            attempts.append(
+                PlanAttempt(
+                    number=number,
+                    plan=None,
+                    verdict=None,
+                    error=f"the planner raised {type(e).__name__}: {e}",
+                    feedback="",
+                    planner_seconds=time.perf_counter() - started,
+                    verifier_seconds=0.0,
+                )
+            )
+            return PlanRevision(goal=goal, plan=None, verdict=None, attempts=tuple(attempts), budget=budget, planner_error=e)
         planned = time.perf_counter()
         try:
             plan = parse_plan(proposed)
@@ -1523,7 +1804,10 @@ class PlanFollower:
     with what the referenced step's result actually held. A step is completed when a call
     matching it ran and the environment accepted it (a blocked call can be retried).
     Calls are matched as they finish: an episode that runs calls concurrently gets them
-    matched in the order they finished, not the order they were emitted.
+    matched in the order they finished, not the order they were emitted. A call is compared
+    only with steps of its own tool, at most 32 after the expected step and 32 before it, so
+    matching costs the same whatever the plan's length; a call that fits a step further
+    ahead counts as other arguments for the next step of its tool.
 
     Args:
         plan: the plan (or a verdict on it).
@@ -1536,6 +1820,11 @@ class PlanFollower:
         self._results: dict[str, list[Any]] = {}
         self._done: set[int] = set()
         self._cursor = 0
+        self._by_id = {s.id: s for s in self.plan.steps}
+        self._by_tool: dict[str, list[int]] = {}
+        """0-based positions of each tool's steps, in plan order: a call is compared only with its tool's steps."""
+        for i, s in enumerate(self.plan.steps):
+            self._by_tool.setdefault(s.tool, []).append(i)
 
     @property
     def next_step(self) -> PlanStep | None:
@@ -1595,7 +1884,7 @@ class PlanFollower:
             values = _descend(result, r.path)
             if not values:
                 keys = {r.path[-1]}
-                step = self.plan.step(r.step)
+                step = self._by_id.get(r.step)
                 spec = self._toolset.get(step.tool) if self._toolset is not None and step is not None else None
                 if spec is not None:
                     keys |= {p.key for p in spec.produces if p.kind == r.path[-1]}
@@ -1617,40 +1906,51 @@ class PlanFollower:
         cursor = self._cursor
         found: PlanStep | None = None
         deviation: str | None = None
+        # Only steps of the same tool are compared, at most _SCAN of them each way: the cost of a
+        # call does not grow with the plan.
+        positions = self._by_tool.get(tool, ())
+        at = bisect.bisect_right(positions, cursor)  # this tool's first step after the cursor
         if cursor < len(steps) and self._fits(steps[cursor], tool, args) is None:
             found = steps[cursor]
         else:
-            later = next((s for s in steps[cursor + 1 :] if self._fits(s, tool, args) is None), None)
+            later = next((steps[i] for i in positions[at : at + _SCAN] if self._fits(steps[i], tool, args) is None), None)
             if later is not None:
                 found = later
-                skipped = steps[cursor : later.index - 1]
-                deviation = "skipped " + ", ".join(s.label for s in skipped)
+                deviation = "skipped " + self._skipped(cursor, later.index - 1)
             else:
-                earlier = next((s for s in steps[:cursor] if s.index in self._done and self._fits(s, tool, args) is None), None)
+                before = bisect.bisect_left(positions, cursor)
+                recent = positions[max(0, before - _SCAN) : before]
+                earlier = next(
+                    (steps[i] for i in reversed(recent) if i + 1 in self._done and self._fits(steps[i], tool, args) is None),
+                    None,
+                )
                 if earlier is not None:
                     found, deviation = earlier, f"repeats {earlier.label}, which already ran"
                 elif cursor < len(steps) and steps[cursor].tool == tool:
                     found = steps[cursor]
                     deviation = f"arguments differ from {found.label}: {self._fits(found, tool, args)}"
+                elif at < len(positions):
+                    same_tool = steps[positions[at]]
+                    found = same_tool
+                    deviation = (
+                        f"arguments differ from {same_tool.label}: {self._fits(same_tool, tool, args)}; "
+                        f"skipped {self._skipped(cursor, same_tool.index - 1)}"
+                    )
+                elif cursor >= len(steps):
+                    deviation = f"{tool} is not in the plan (all {len(steps)} planned steps were already taken)"
                 else:
-                    same_tool = next((s for s in steps[cursor + 1 :] if s.tool == tool), None)
-                    if same_tool is not None:
-                        found = same_tool
-                        skipped = steps[cursor : same_tool.index - 1]
-                        deviation = (
-                            f"arguments differ from {same_tool.label}: {self._fits(same_tool, tool, args)}; "
-                            f"skipped {', '.join(s.label for s in skipped)}"
-                        )
-                    elif cursor >= len(steps):
-                        deviation = f"{tool} is not in the plan (all {len(steps)} planned steps were already taken)"
-                    else:
-                        deviation = f"{tool} is not in the plan (expected {steps[cursor].label})"
+                    deviation = f"{tool} is not in the plan (expected {steps[cursor].label})"
         if found is not None and ran:
             self._results.setdefault(found.id, []).append(result)
             self._done.add(found.index)
             if found.index - 1 >= self._cursor:
                 self._cursor = found.index
         return PlanMatch(step=found.index if found is not None else None, deviation=deviation)
+
+    def _skipped(self, start: int, stop: int) -> str:
+        """Labels of the steps at positions ``start`` to ``stop - 1`` (the first few, and a count)."""
+        steps = self.plan.steps
+        return _listed([s.label for s in steps[start : min(stop, start + _LISTED)]], stop - start)
 
     def _fits(self, step: PlanStep, tool: str, args: Mapping[str, Any]) -> str | None:
         """``None`` when the call is the step, else how its arguments differ."""

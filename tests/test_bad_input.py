@@ -292,7 +292,11 @@ class TestHugePayloads:
         async with monitor.episode(task_id="t") as ep:
             with Traced() as mem:
                 for text in big:
-                    await ep.call("anything", {"data": None}, execute=lambda args, text=text: {"body": text})
+
+                    def execute(args: dict[str, Any], text: str = text) -> dict[str, str]:
+                        return {"body": text}
+
+                    await ep.call("anything", {"data": None}, execute=execute)
             assert mem.retained < 1 * MB
             assert ep.state.seen(big[3]) and not ep.state.seen("3:" + "x" * (MB - 1))
 

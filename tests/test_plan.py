@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from pydantic import Field
 
 from prefixmon import Cause, Monitor, PlanError, Ref, ToolBlocked, Toolset, ToolSpec, TrackedState, Undetermined
 from prefixmon.plan import (
@@ -899,3 +900,269 @@ class TestEpisodeConditioning:
         assert next(a.plan_step for a in rec.actions) == 1 and rec.actions[3].plan_step == 2
         assert rec.actions[1].deviation is not None and rec.actions[0].deviation is None
         assert rec.fed == 3  # a verified plan followed by an invalid executor call is an ordinary prefix failure
+
+
+# -- review fixes ---------------------------------------------------------------------------
+def _ref_tools() -> Toolset:
+    """A producer, an invalidator and reference arguments with ordinary JSON-Schema constraints."""
+    tools = Toolset()
+
+    def obj(props: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
+        return {"type": "object", "properties": props, "required": list(required)}
+
+    tools.add_schema("search", obj({"name": {"type": "string"}}), produces="person_id")
+    tools.add_schema("remove", obj({"person_id": {"type": "string"}}), refs={"person_id": "person_id"}, invalidates="person_id")
+    tools.add_schema(
+        "send",
+        obj({"person_id": {"type": "string", "pattern": "^p-[0-9]+$"}, "count": {"type": "integer"}}, ["person_id"]),
+        refs={"person_id": "person_id"},
+    )
+    tools.add_schema(
+        "plain_send", obj({"person_id": {"type": "string"}, "count": {"type": "integer"}}), refs={"person_id": "person_id"}
+    )
+    tools.add_schema("find_order", obj({"q": {"type": "string"}}), produces=[("order_id", "order_id")])
+    for name, prop in {
+        "pattern": {"type": "string", "pattern": "^ord_[a-z0-9]+$"},
+        "exclusive_minimum": {"type": "integer", "exclusiveMinimum": 0},
+        "multiple_of": {"type": "integer", "minimum": 1, "multipleOf": 5},
+        "nested_pattern": None,
+    }.items():
+        if prop is None:
+            schema = obj(
+                {
+                    "order": obj({"id": {"type": "string", "pattern": "^ord_[a-z0-9]+$"}, "qty": {"type": "integer"}}),
+                    "note": {"type": "string"},
+                }
+            )
+            tools.add_schema("use_" + name, schema, refs={"order.id": "order_id"})
+        else:
+            tools.add_schema(
+                "use_" + name, obj({"order_id": prop, "note": {"type": "string"}}, ["order_id"]), refs={"order_id": "order_id"}
+            )
+
+    @tools.tool
+    def pay(account: Annotated[str, Field(pattern=r"^acc-[0-9]+$")], amount: int) -> str:
+        """Pay."""
+        return "ok"
+
+    return tools
+
+
+FIND_ORDER: dict[str, Any] = {"id": "f", "tool": "find_order", "args": {"q": "x"}}
+FRED: dict[str, Any] = {"id": "f", "tool": "search", "args": {"name": "Fred"}}
+
+
+class TestReferenceArgumentsAndTheSchema:
+    """A $ref argument is never rejected by the schema because of the verifier's own placeholder."""
+
+    @pytest.mark.parametrize(
+        ("tool", "args"),
+        [
+            ("use_pattern", {"order_id": {"$ref": "f.order_id"}}),
+            ("use_exclusive_minimum", {"order_id": {"$ref": "f.order_id"}}),
+            ("use_multiple_of", {"order_id": {"$ref": "f.order_id"}}),
+            ("use_nested_pattern", {"order": {"id": {"$ref": "f.order_id"}, "qty": 2}}),
+            ("pay", {"account": {"$ref": "f.order_id"}, "amount": 5}),
+            ("pay", {"account": {"$ref": "f.order_id"}, "amount": "5"}),  # pydantic's lax coercion still applies
+        ],
+    )
+    def test_constrained_reference_argument_is_executable_or_undetermined(self, tool: str, args: dict[str, Any]) -> None:
+        """pattern, exclusiveMinimum and multipleOf on a $ref argument never make the step not executable."""
+        tools = _ref_tools()
+        verdict = verify_plan(tools, [FIND_ORDER, {"tool": tool, "args": args}], state=state_with(tools))
+        step = verdict.steps[1]
+        assert verdict.approved and step.executable, step.reason
+        if step.status is StepStatus.UNDETERMINED:
+            assert any("depends on" in why and "f.order_id" in why for why in step.why_undetermined)
+
+    def test_samples_honour_numeric_bounds(self) -> None:
+        """exclusiveMinimum and multipleOf are met by the placeholder sample, so those steps are fully decided."""
+        tools = _ref_tools()
+        for tool in ("use_exclusive_minimum", "use_multiple_of"):
+            verdict = verify_plan(tools, [FIND_ORDER, {"tool": tool, "args": {"order_id": {"$ref": "f.order_id"}}}])
+            assert verdict.steps[1].status is StepStatus.EXECUTABLE
+
+    @pytest.mark.parametrize(
+        ("plan", "code"),
+        [
+            ([{"tool": "send", "args": {"person_id": {"$ref": "f.person_id"}}}, FRED], "forward_reference"),
+            ([{"id": "me", "tool": "send", "args": {"person_id": {"$ref": "me.person_id"}}}], "forward_reference"),
+            ([FRED, {"tool": "send", "args": {"person_id": {"$ref": "g.person_id"}}}], "unknown_step"),
+            (
+                [
+                    {"id": "f", "tool": "search", "args": {"nm": "x"}},
+                    {"tool": "send", "args": {"person_id": {"$ref": "f.person_id"}}},
+                ],
+                "failed_step",
+            ),
+            (
+                [
+                    FRED,
+                    {"tool": "remove", "args": {"person_id": {"$ref": "f.person_id"}}},
+                    {"tool": "send", "args": {"person_id": {"$ref": "f.person_id"}}},
+                ],
+                "stale_reference",
+            ),
+        ],
+    )
+    def test_reference_problems_keep_their_codes(self, plan: list[dict[str, Any]], code: str) -> None:
+        """With a pattern on the argument, forward, self, unknown, failed and stale references keep their own codes."""
+        tools = _ref_tools()
+        verdict = verify_plan(tools, plan, state=state_with(tools))
+        assert verdict.steps[-1 if code != "forward_reference" else 0].verdict.code == code
+
+    @pytest.mark.parametrize(
+        ("tool", "args", "fragment"),
+        [
+            ("send", {"person_id": {"$ref": "f.person_id"}, "count": "many"}, "count"),
+            ("plain_send", {"person_id": {"$ref": "f.person_id"}, "count": "many"}, "count"),
+            ("send", {"person_id": {"$ref": "f.person_id"}, "bogus": 1}, "bogus"),
+            ("pay", {"account": {"$ref": "f.person_id"}, "amount": "lots"}, "amount"),
+            ("use_nested_pattern", {"order": {"id": {"$ref": "f.person_id"}, "qty": "two"}}, "qty"),
+            ("use_pattern", {"order_id": {"$ref": "f.person_id"}, "note": 7}, "note"),
+        ],
+    )
+    def test_literal_arguments_beside_a_reference_are_still_validated(
+        self, tool: str, args: dict[str, Any], fragment: str
+    ) -> None:
+        """A literal argument that fails the schema makes the step not executable, whatever the $ref next to it."""
+        tools = _ref_tools()
+        tools.add_schema("producer", None, produces=["person_id", "order_id"], replace=False)
+        plan = [{"id": "f", "tool": "producer", "args": {}}, {"tool": tool, "args": args}]
+        step = verify_plan(tools, plan, state=state_with(tools)).steps[1]
+        assert step.status is StepStatus.NOT_EXECUTABLE and step.verdict.code == "invalid_arguments"
+        assert fragment in step.reason
+        assert "match pattern" not in step.reason and "acc-" not in step.reason  # not the placeholder's own failure
+
+
+class TestAliasedInvalidation:
+    """Invalidating a step's output through one $ref path leaves another path to the same output undecided."""
+
+    def test_other_path_to_an_invalidated_output_is_undetermined(self) -> None:
+        """remove(f.contacts[0].person_id) then send(f.person_id): only execution tells whether it is the same id."""
+        tools = _ref_tools()
+        for removed, used in (("f.contacts[0].person_id", "f.person_id"), ("f.person_id", "f.contacts[0].person_id")):
+            plan = [
+                FRED,
+                {"tool": "remove", "args": {"person_id": {"$ref": removed}}},
+                {"tool": "plain_send", "args": {"person_id": {"$ref": used}}},
+            ]
+            verdict = verify_plan(tools, plan, state=state_with(tools))
+            step = verdict.steps[2]
+            assert step.status is StepStatus.UNDETERMINED, step.reason
+            assert any("remove" in why and "person_id" in why for why in step.why_undetermined)
+            assert not verify_plan(tools, plan, state=state_with(tools), allow_undetermined=False).approved
+
+    def test_outputs_of_another_step_are_not_aliased(self) -> None:
+        """Invalidating one step's output says nothing about another step's, and the same path is still stale."""
+        tools = _ref_tools()
+        plan = [
+            FRED,
+            {"id": "g", "tool": "search", "args": {"name": "Ann"}},
+            {"tool": "remove", "args": {"person_id": {"$ref": "f.person_id"}}},
+            {"tool": "plain_send", "args": {"person_id": {"$ref": "g.person_id"}}},
+            {"tool": "plain_send", "args": {"person_id": {"$ref": "f.person_id"}}},
+        ]
+        steps = verify_plan(tools, plan, state=state_with(tools)).steps
+        assert steps[3].status is StepStatus.EXECUTABLE and steps[4].verdict.code == "stale_reference"
+
+
+class TestBoundedCost:
+    """Feedback and plan following stay proportional to the plan, not to its square."""
+
+    def test_unknown_step_reasons_are_bounded(self) -> None:
+        """Each unknown_step reason names at most 10 earlier steps and counts the rest."""
+        tools = _ref_tools()
+        n = 400
+        plan = [{"id": f"s{i}", "tool": "search", "args": {"name": "x"}} for i in range(n)]
+        plan += [{"tool": "plain_send", "args": {"person_id": {"$ref": "zz.person_id"}}}] * n
+        verdict = verify_plan(tools, plan, state=state_with(tools))
+        reasons = [s.reason for s in verdict.rejected]
+        assert len(reasons) == n and all(r and len(r) < 300 for r in reasons)
+        assert "s0, s1" in reasons[0] and f"and {n - 10} more" in reasons[0]
+        assert len(verdict.feedback()) < 1000 * n
+
+    def test_follower_work_per_call_does_not_grow_with_the_plan(self) -> None:
+        """Calls outside the plan, and calls of a planned tool with other arguments, compare a bounded number of steps."""
+
+        class Counting(PlanFollower):
+            compared = 0
+
+            def _fits(self, step: Any, tool: str, args: Any) -> str | None:
+                Counting.compared += 1
+                return super()._fits(step, tool, args)
+
+        tools = _ref_tools()
+        per_call = []
+        for n in (200, 3200):
+            f = Counting([{"tool": "search", "args": {"name": str(i)}} for i in range(n)], tools)
+            Counting.compared = 0
+            for _ in range(20):
+                assert f.match("plain_send", {"person_id": "x"}, ran=True).step is None
+                m = f.match("search", {"name": "nobody"}, ran=True)
+                assert m.step is not None and m.deviation is not None and m.deviation.startswith("arguments differ")
+            per_call.append(Counting.compared)
+        assert per_call[0] == per_call[1] and per_call[1] <= 20 * 70
+        plain = PlanFollower([{"tool": "search", "args": {"name": str(i)}} for i in range(500)], tools)
+        m = plain.match("search", {"name": "20"}, ran=True)
+        skipped = ", ".join(f"step{i} (search)" for i in range(1, 11))
+        assert (m.step, m.deviation) == (21, f"skipped {skipped} and 10 more")
+        m = plain.match("search", {"name": "400"})  # beyond the look-ahead: the expected step, with other arguments
+        assert m.step == 22 and m.deviation is not None and m.deviation.startswith("arguments differ from step22")
+
+
+class TestCopyOnWriteInsideContainers:
+    """Verification never changes the real state, even through mutable values held in tuples."""
+
+    def test_effect_mutating_inside_a_tuple_does_not_leak(self) -> None:
+        """An effect that bumps a counter in a dict held by a tuple fact changes only the view."""
+        tools = Toolset()
+
+        def bump(state: TrackedState, args: Any, result: Any) -> None:
+            state.facts["meta"][1]["count"] += 1
+            state.facts["deep"][0][0].append("x")
+
+        def bumped_once(state: TrackedState, args: Any) -> bool:
+            """the counter must have been bumped"""
+            return bool(state.facts["meta"][1]["count"] == 1)
+
+        @tools.tool(effects=[bump])
+        def buy(item: str) -> str:
+            """Buy."""
+            return "ok"
+
+        @tools.tool(requires=[bumped_once])
+        def check() -> str:
+            """Check."""
+            return "ok"
+
+        parent = state_with(tools, facts={"meta": ("m", {"count": 0}), "deep": (([],),), "flat": ("a", 1)})
+        verdict = verify_plan(tools, [{"tool": "buy", "args": {"item": "b"}}, {"tool": "check", "args": {}}], state=parent)
+        assert [s.status for s in verdict.steps] == [StepStatus.EXECUTABLE] * 2  # the view sees its own change
+        assert parent.facts == {"meta": ("m", {"count": 0}), "deep": (([],),), "flat": ("a", 1)}
+
+
+class TestPlannerFailure:
+    """A planner that raises ends the loop without losing the attempts already made."""
+
+    async def test_attempts_survive_a_planner_error(self) -> None:
+        """The revision records the earlier attempts, the failed call and the planner's exception."""
+        tools = _ref_tools()
+        calls: list[str | None] = []
+        error = TimeoutError("LLM API timed out")
+
+        async def planner(goal: str, specs: Sequence[ToolSpec], summary: str, feedback: str | None) -> PlanLike:
+            calls.append(feedback)
+            if len(calls) == 3:
+                raise error
+            return [{"tool": "nope", "args": {}}] if len(calls) == 1 else "not json"
+
+        revision = await revise_plan(planner, "g", tools, budget=5)
+        assert len(calls) == 3 and not revision.approved and revision.plan is None
+        assert [a.number for a in revision.attempts] == [1, 2, 3]
+        assert revision.attempts[0].verdict is not None and revision.attempts[1].error is not None
+        last = revision.attempts[2]
+        assert last.plan is None and last.verdict is None and last.error == "the planner raised TimeoutError: LLM API timed out"
+        assert revision.planner_error is error
+        assert revision.labels() == {"plan_attempts": "3", "plan_approved": "false"}
+        assert revision.planner_seconds >= 0 and revision.verifier_seconds > 0
