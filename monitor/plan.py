@@ -1388,23 +1388,13 @@ def _reports_every_error(spec: ToolSpec) -> bool:
     return "_model_validator" in getattr(spec.validate, "__qualname__", "")
 
 
-_RELAXED: dict[tuple[int, tuple[str, ...]], tuple[ToolSpec, Callable[[Any], Any] | None]] = {}
-_RELAXED_MAX: Final = 512
-
-
 def _relaxed_problem(spec: ToolSpec, step: PlanStep, refs: Mapping[str, PlanRef], raw: Mapping[str, Any]) -> Failure | str | None:
     """Validate against the schema with every reference location unconstrained.
 
     Returns a failure of a literal argument, the reference location a problem is still
     reported at (the schema constrains it from elsewhere), or ``None`` when the rest fits.
     """
-    key = (id(spec), tuple(sorted(refs)))
-    cached = _RELAXED.get(key)
-    if cached is None or cached[0] is not spec:
-        if len(_RELAXED) >= _RELAXED_MAX:
-            _RELAXED.clear()
-        cached = _RELAXED[key] = (spec, _compile_relaxed(spec.parameters, [loc for loc, _ in step.refs]))
-    validate = cached[1]
+    validate = _compile_relaxed(spec.parameters, [loc for loc, _ in step.refs])  # rare: only when a sample failed
     if validate is None:
         return None
     try:
