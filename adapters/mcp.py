@@ -14,19 +14,23 @@ it is sent. A call the policy does not run never reaches the server; the caller 
 
 **Server side.** :class:`MonitorMiddleware` is a server middleware (``ServerMiddleware``:
 ``async (ctx, call_next) -> result``) for the SDK's low-level ``Server`` and for
-``MCPServer`` (the 2.x name of FastMCP; pass ``middleware=[...]``), so a server protects
-itself from any client. Each client connection is one episode, finished when the connection
-closes. Tool specs come from the server's own ``tools/list``.
+``MCPServer`` (the 2.x name of FastMCP; pass ``middleware=[guard], lifespan=guard.lifespan()``),
+so a server protects itself from any client. Each client connection is one episode, finished
+when the connection closes; stateless 2026-07-28 requests share one episode, finished when
+the server stops (the lifespan). Tool specs come from the server's own ``tools/list`` (every
+page, re-read when a call names an unlisted tool).
 
-Server errors (``isError`` results) are recorded as ``state_consistency`` rejections;
-structured results (or JSON text results) feed the information pool and bind references.
+Server errors (``isError`` results, JSON-RPC error answers) are recorded as
+``state_consistency`` rejections; transport failures (connection closed, read timeout) as
+abandoned calls. Structured results (or JSON text results) feed the information pool and
+bind references.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Collection, Hashable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import Any, Protocol, TypeAlias, cast
 
@@ -34,9 +38,17 @@ import anyio
 import structlog
 
 try:
-    from mcp import Client, ClientSession
+    from mcp import Client, ClientSession, MCPError
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-    from mcp.types import CallToolResult, ListToolsResult, PaginatedRequestParams, TextContent, Tool
+    from mcp.types import (
+        CallToolRequestParams,
+        CallToolResult,
+        ListToolsResult,
+        PaginatedRequestParams,
+        TextContent,
+        Tool,
+    )
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError('pip install "prefixmon[mcp]"') from e
@@ -45,6 +57,7 @@ from prefixmon import Episode, Monitor, PendingCall, SpecError, ToolBlocked, Too
 
 __all__ = [
     "MAX_LIST_PAGES",
+    "RELIST_INTERVAL",
     "MonitorMiddleware",
     "MonitoredSession",
     "ToolSession",
@@ -55,6 +68,12 @@ __all__ = [
 
 MAX_LIST_PAGES = 100
 """Most ``tools/list`` pages read when learning a server's tools (a cursor that never ends cannot hang)."""
+
+RELIST_INTERVAL = 1.0
+"""Seconds before a call to the same unlisted tool name may make the server middleware re-read its tools again."""
+
+_MAX_RELIST_NAMES = 1024
+"""Most unlisted names remembered for :data:`RELIST_INTERVAL` (beyond it, unknown names do not re-list)."""
 
 
 ToolSession: TypeAlias = ClientSession | Client
@@ -79,6 +98,16 @@ def declare_tools(
     Returns:
         The names declared or changed.
     """
+    return _declare(toolset, tools, rules)
+
+
+def _declare(
+    toolset: Toolset,
+    tools: Iterable[Tool | Mapping[str, Any]],
+    rules: Mapping[str, Mapping[str, Any]] | None,
+    force: Collection[str] = (),
+) -> list[str]:
+    """:func:`declare_tools`; names in ``force`` are re-declared even when they look unchanged."""
     rules = rules or {}
     changed: list[str] = []
     for i, tool in enumerate(tools):
@@ -95,7 +124,12 @@ def declare_tools(
         if schema is not None and not isinstance(schema, Mapping):
             raise SpecError(f"tools[{i}] ({name}): inputSchema must be a JSON Schema object")
         old = toolset.get(name)
-        if old is not None and dict(old.parameters) == dict(schema or {}) and old.description == description:
+        if (
+            old is not None
+            and name not in force
+            and dict(old.parameters) == dict(schema or {})
+            and old.description == description
+        ):
             continue
         try:
             toolset.add_schema(
@@ -159,6 +193,24 @@ def _expose(ep: Episode, name: str) -> None:
         ep.expose(name)
 
 
+def _names_of(tools: Iterable[Tool | Mapping[str, Any]]) -> set[str]:
+    out: set[str] = set()
+    for tool in tools:
+        name = tool.get("name") if isinstance(tool, Mapping) else getattr(tool, "name", None)
+        if isinstance(name, str):
+            out.add(name)
+    return out
+
+
+def _transport_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection failed (closed, timed out), not that the tool answered with an error."""
+    if isinstance(exc, MCPError):
+        return exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+    return isinstance(
+        exc, (TimeoutError, ConnectionError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
+    )
+
+
 # -- client side ----------------------------------------------------------------------------
 class MonitoredSession:
     """An MCP client session whose ``call_tool`` is checked before anything is sent.
@@ -189,6 +241,10 @@ class MonitoredSession:
         self.session = session
         self.monitor = monitor if monitor is not None else Monitor(Toolset(), policy=policy, **monitor_options)
         self.rules: dict[str, Mapping[str, Any]] = dict(rules or {})
+        self._declared: set[str] = set()
+        self._gone: set[str] = set()
+        """Tools an earlier complete listing had and the last one did not: hidden in the episodes."""
+        self._connection_lost = False
 
     @property
     def toolset(self) -> Toolset:
@@ -212,7 +268,11 @@ class MonitoredSession:
         return result
 
     async def refresh_tools(self) -> list[str]:
-        """List every tool the server offers (all pages); returns the names."""
+        """List every tool the server offers (all pages); returns the names.
+
+        Tools an earlier listing had and this one does not are hidden in the current
+        episode and in episodes opened later (a call to one is refused as unavailable).
+        """
         names: list[str] = []
         cursor: str | None = None
         for _ in range(MAX_LIST_PAGES):
@@ -221,13 +281,23 @@ class MonitoredSession:
             cursor = result.next_cursor
             if not cursor:
                 break
+        if not cursor:  # a complete listing: what it lacks is gone
+            self._gone = self._declared - set(names)
+            ep = current_episode()
+            if ep is not None and ep.monitor is self.monitor and self._gone:
+                ep.hide(*self._gone)
         return names
 
     def _learn(self, tools: Iterable[Tool]) -> None:
-        changed = declare_tools(self.toolset, tools, rules=self.rules)
+        tools = list(tools)
+        listed = _names_of(tools)
+        changed = _declare(self.toolset, tools, self.rules)
+        self._declared |= listed
+        back = self._gone & listed
+        self._gone -= listed
         ep = current_episode()
         if ep is not None and ep.monitor is self.monitor:
-            for name in changed:
+            for name in {*changed, *back}:
                 _expose(ep, name)
 
     @asynccontextmanager
@@ -236,6 +306,8 @@ class MonitoredSession:
     ) -> AsyncIterator[Episode]:
         """One agent run: ``async with guarded.episode(task_id=...) as ep`` (see ``Monitor.episode``)."""
         async with self.monitor.episode(task_id, labels, **options) as ep:
+            if self._gone and "exposed" not in options:
+                ep.hide(*self._gone)
             yield ep
 
     def _episode(self) -> Episode:
@@ -269,19 +341,31 @@ class MonitoredSession:
         Returns:
             the server's result, or an ``isError`` result with the reason when the call was
             not sent.
+
+        Raises:
+            MCPError: as ``ClientSession.call_tool``. A transport failure (connection closed,
+                read timeout) is no answer from the tool: the call is recorded as abandoned
+                (not sent at all when the connection was already known to be closed), not
+                as rejected; a JSON-RPC error answer is the tool rejecting the call.
         """
         ep = self._episode()
         try:
             pending = await ep.begin(name, arguments, call_id=call_id)
         except ToolBlocked as blocked:
             return blocked_result(blocked)
+        lost_before = self._connection_lost
         try:
             result = await self.session.call_tool(pending.call.name, pending.args, read_timeout_seconds, **kwargs)
         except anyio.get_cancelled_exc_class():
             pending.abandon()
             raise
         except Exception as exc:
-            pending.failed(exc)
+            if not _transport_failure(exc):
+                pending.failed(exc)
+                raise
+            if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
+                self._connection_lost = True  # the SDK sends nothing on a closed connection
+            pending.abandon(f"no answer: {type(exc).__name__}: {exc}", started=not lost_before)
             raise
         if not isinstance(result, CallToolResult):  # pragma: no cover - claimed extension results
             pending.done(result)
@@ -305,9 +389,10 @@ def _settle(pending: PendingCall, result: CallToolResult | Mapping[str, Any]) ->
 class MonitorMiddleware:
     """Server middleware that checks every ``tools/call`` before the tool runs.
 
-    Register it on ``MCPServer(..., middleware=[MonitorMiddleware(...)])`` or append it to a
-    low-level ``Server.middleware``. A call the policy does not run gets an ``isError``
-    result whose text tells the model why; the tool never runs.
+    Register it on ``MCPServer(..., middleware=[guard], lifespan=guard.lifespan())`` (or
+    append it to a low-level ``Server.middleware`` and pass ``lifespan=guard.lifespan()``
+    there). A call the policy does not run gets an ``isError`` result whose text tells the
+    model why; the tool never runs.
 
     Args:
         monitor: a monitor to use. Default: a new ``Monitor(Toolset(), policy=policy,
@@ -322,9 +407,16 @@ class MonitorMiddleware:
             finished by :meth:`aclose`.
         **monitor_options: further :class:`Monitor` options (``sink=``, ``observers=``, ...).
 
-    Each client connection is one episode, finished (and written to the sink) when the
-    connection closes; call :meth:`aclose` to finish the episodes still open, e.g. at
-    shutdown.
+    Each client connection of the 2025 protocol (initialize handshake) is one episode,
+    finished (and written to the sink) when the connection closes. Requests of the
+    stateless 2026-07-28 protocol (``mcp.Client``'s default) carry no connection: they
+    share one episode, finished by :meth:`aclose` -- which :meth:`lifespan` calls when the
+    server stops.
+
+    The tool list is the server's own ``tools/list``, every page of it, read before the
+    first call is checked. A call to a name the list lacks re-reads it (at most once per
+    name per :data:`RELIST_INTERVAL` seconds), so tools added at runtime are known; tools a
+    complete listing no longer has are hidden, so a call to one is refused.
     """
 
     def __init__(
@@ -346,6 +438,16 @@ class MonitorMiddleware:
         self.task_id = task_id
         self.labels: dict[str, str] = dict(labels or {})
         self._listed = False
+        """Whether a complete listing (every page) has been read."""
+        self._generation = 0
+        """Complete listings read so far (a waiter for the lock skips re-reading one just read)."""
+        self._declared: set[str] = set()
+        """Every name this middleware declared (tools the user declared otherwise are never hidden)."""
+        self._gone: set[str] = set()
+        """Declared names the last complete listing lacked: hidden in every episode."""
+        self._unchecked: set[str] = set()
+        """Names declared as stand-ins while the listing failed: replaced by the real listing."""
+        self._relisted: dict[str, float] = {}
         self._episodes: dict[Hashable, Episode] = {}
         self._lock = anyio.Lock()
 
@@ -354,10 +456,37 @@ class MonitorMiddleware:
         """The toolset the server's tools are declared in."""
         return self.monitor.toolset
 
+    def lifespan(
+        self, inner: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None
+    ) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
+        """A server lifespan that finishes the open episodes (writes their records) when the server stops.
+
+        Pass it as ``MCPServer(..., lifespan=guard.lifespan())`` or ``Server(...,
+        lifespan=guard.lifespan())``; wrap your own lifespan with ``guard.lifespan(mine)``.
+        """
+
+        @asynccontextmanager
+        async def run(app: Any) -> AsyncIterator[Any]:
+            try:
+                if inner is None:
+                    yield {}
+                else:
+                    async with inner(app) as state:
+                        yield state
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.aclose()
+
+        return run
+
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method == "tools/list" and ctx.request_id is not None:
             result = await call_next(ctx)
-            self._learn(result)
+            try:
+                # one page the client asked for: the whole list only when it is the only page
+                self._learn(_tools_of(result), complete=not (ctx.params or {}).get("cursor") and not _next_cursor(result))
+            except Exception as e:  # a listing the monitor cannot read must not break the client's
+                self._log_listing_error(e)
             return result
         if ctx.method != "tools/call" or ctx.request_id is None:
             return await call_next(ctx)
@@ -365,23 +494,25 @@ class MonitorMiddleware:
         name = params.get("name")
         if not isinstance(name, str):
             return await call_next(ctx)  # the SDK answers malformed params itself
-        if not self._listed:
-            try:
-                await self._list(ctx, call_next)
-            except Exception as e:  # never break the client: fail open (unchecked) or closed, as the monitor says
-                structlog.get_logger("prefixmon").error(
-                    "mcp_tool_listing_failed", error_type=type(e).__name__, failure_mode=self.monitor.failure_mode
-                )
-                if self.monitor.failure_mode == "fail_closed":
-                    text = f"{name} was not run: the monitor could not read this server's tools"
-                    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-                return await call_next(ctx)
+        arguments = params.get("arguments")
+        malformed = arguments is not None and not isinstance(arguments, Mapping)
+        listing_error = await self._ensure_listed(ctx, call_next, name)
+        if listing_error is not None and name not in self.toolset:
+            self._stand_in(name, listing_error)
         ep = self._episode_for(ctx)
-        _expose(ep, name)
+        if name not in self._gone:
+            _expose(ep, name)
+        raw = json.dumps(arguments, default=str) if malformed else arguments  # the wire text: "not an object"
         try:
-            pending = await ep.begin(name, params.get("arguments"), call_id=str(ctx.request_id))
+            pending = await ep.begin(name, raw, call_id=str(ctx.request_id))
         except ToolBlocked as blocked:
+            if malformed:  # answer as the SDK does without the monitor: invalid params
+                CallToolRequestParams.model_validate(params, by_name=False)
             return blocked_result(blocked)
+        if malformed and not pending.replaced:  # pragma: no cover - parse failures are never runnable
+            pending.abandon("arguments are not a JSON object", started=False)
+            CallToolRequestParams.model_validate(params, by_name=False)
+            return blocked_result(ToolBlocked(pending.verdict))
         call = pending.call
         try:
             result = await call_next(replace(ctx, params={**params, "name": call.name, "arguments": pending.args}))
@@ -397,32 +528,106 @@ class MonitorMiddleware:
             pending.done(result)
         return result
 
-    def _learn(self, result: HandlerResult) -> None:
-        tools = result.get("tools") if isinstance(result, Mapping) else getattr(result, "tools", None)
-        if isinstance(tools, list):
-            changed = declare_tools(self.toolset, tools, rules=self.rules)
-            for ep in self._episodes.values():
-                for name in changed:
-                    _expose(ep, name)
-            self._listed = True
+    # -- the tool list ----------------------------------------------------------------------
+    async def _ensure_listed(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext, name: str) -> BaseException | None:
+        """Read the tool list when it is not known yet, or when ``name`` is not on it; the listing's error, if any."""
+        if self._listed and not self._unlisted(name):
+            return None
+        if self._listed and not self._may_relist(name):
+            return None
+        try:
+            await self._list(ctx, call_next, self._generation)
+        except Exception as e:  # never break the client: the call is checked (or refused) as the monitor's failure mode says
+            self._log_listing_error(e)
+            return e
+        return None
 
-    async def _list(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:
-        """Read the server's own tool listing through the rest of the chain."""
+    def _unlisted(self, name: str) -> bool:
+        return name not in self.toolset or name in self._gone
+
+    def _may_relist(self, name: str) -> bool:
+        """Rate limit of re-reads for unlisted names: once per name per :data:`RELIST_INTERVAL`."""
+        now = anyio.current_time()
+        last = self._relisted.get(name)
+        if last is not None and now - last < RELIST_INTERVAL:
+            return False
+        if len(self._relisted) >= _MAX_RELIST_NAMES:
+            self._relisted = {k: t for k, t in self._relisted.items() if now - t < RELIST_INTERVAL}
+            if len(self._relisted) >= _MAX_RELIST_NAMES:
+                return False
+        self._relisted[name] = now
+        return True
+
+    async def _list(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext, generation: int) -> None:
+        """Read the server's own tool listing (every page) through the rest of the chain."""
         async with self._lock:
-            if self._listed:
+            if self._generation != generation:  # read while this request waited
                 return
+            tools: list[Any] = []
             cursor: str | None = None
             for _ in range(MAX_LIST_PAGES):
                 params: dict[str, Any] = {k: v for k, v in (ctx.params or {}).items() if k == "_meta"}
                 if cursor:
                     params["cursor"] = cursor
                 page = await call_next(replace(ctx, method="tools/list", params=params or None))
-                self._learn(page)
-                cursor = page.get("nextCursor") if isinstance(page, Mapping) else getattr(page, "next_cursor", None)
+                tools.extend(_tools_of(page) or ())
+                cursor = _next_cursor(page)
                 if not cursor:
                     break
-            self._listed = True
+            else:
+                structlog.get_logger("prefixmon").warning("mcp_tool_listing_truncated", pages=MAX_LIST_PAGES)
+            self._learn(tools, complete=not cursor)
+            if cursor:  # truncated: known as far as it goes, and not re-read on every call
+                self._listed = True
+                self._generation += 1
 
+    def _learn(self, tools: list[Any] | None, *, complete: bool) -> None:
+        """Declare listed tools; a ``complete`` listing also hides the tools it no longer has."""
+        if tools is None:
+            return
+        listed = _names_of(tools)
+        changed = _declare(self.toolset, tools, self.rules, force=self._unchecked & listed)
+        self._unchecked -= listed
+        self._declared |= listed
+        back = self._gone & listed
+        gone = self._declared - listed if complete else self._gone - listed
+        self._gone = gone
+        for ep in self._episodes.values():
+            for name in {*changed, *back}:
+                _expose(ep, name)
+            if gone:
+                ep.hide(*gone)
+        if complete:
+            self._listed = True
+            self._generation += 1
+
+    def _stand_in(self, name: str, error: BaseException) -> None:
+        """Declare ``name`` while the tool list cannot be read: every check of it is a monitor fault.
+
+        The core then applies its failure mode: fail-open records the call as executable and
+        runs it (the fault is counted and logged); fail-closed refuses it (``fail_closed``).
+        """
+        why = f"the server's tool listing failed ({type(error).__name__}: {error})"
+
+        def tool_listing(state: Any, args: Mapping[str, Any]) -> bool:
+            raise RuntimeError(why)
+
+        self.toolset.add_schema(
+            name,
+            {"type": "object", "additionalProperties": True},
+            replace=True,
+            requires=[tool_listing],
+            metadata={"source": "mcp", "unchecked": why},
+        )
+        self._unchecked.add(name)
+        self._declared.add(name)
+
+    def _log_listing_error(self, e: BaseException) -> None:
+        structlog.get_logger("prefixmon").error(
+            "mcp_tool_listing_failed", error_type=type(e).__name__, failure_mode=self.monitor.failure_mode
+        )
+
+    # -- episodes ---------------------------------------------------------------------------
     def _episode_for(self, ctx: ServerRequestContext[Any, Any]) -> Episode:
         """The episode of the request's connection (or ``key``), opened on its first checked call."""
         connection = _connection_of(ctx)
@@ -430,6 +635,8 @@ class MonitorMiddleware:
         ep = self._episodes.get(key)
         if ep is None:  # no await between the lookup and the insert: no other request can race it
             ep = self.monitor.open_episode(self.task_id, self.labels)
+            if self._gone:
+                ep.hide(*self._gone)
             self._episodes[key] = ep
             if connection is not None and self.key is None:
                 connection.exit_stack.push_async_callback(self._finish, key)
@@ -450,6 +657,16 @@ class MonitorMiddleware:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _tools_of(result: Any) -> list[Any] | None:
+    tools = result.get("tools") if isinstance(result, Mapping) else getattr(result, "tools", None)
+    return tools if isinstance(tools, list) else None
+
+
+def _next_cursor(result: Any) -> str | None:
+    cursor = result.get("nextCursor") if isinstance(result, Mapping) else getattr(result, "next_cursor", None)
+    return cursor if isinstance(cursor, str) and cursor else None
 
 
 class _Connection(Protocol):

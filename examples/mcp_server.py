@@ -11,7 +11,8 @@ the guarded server as a subprocess and sends it calls from a plain, unprotected 
 With ``--guard`` every ``tools/call`` from any client is checked before the tool runs: a
 message to a ``person_id`` that no earlier ``search_contacts`` returned is refused with an
 ``isError`` result that tells the model why, and each client connection is one episode,
-written to ``--records`` when the connection closes. ``examples/mcp_client.py`` and
+written to ``--records`` when the connection closes (with ``mcp.Client``'s default, stateless
+2026-07-28 protocol, the requests share one episode, written when the server stops). ``examples/mcp_client.py`` and
 ``tests/integration/test_mcp.py`` drive this server as a real subprocess.
 """
 
@@ -40,12 +41,15 @@ def build_server(*, guard: bool = False, records: str | None = None) -> MCPServe
     """The contacts server; with ``guard`` it checks every tool call with prefixmon."""
     contacts = {k: dict(v) for k, v in CONTACTS.items()}
     sent: list[dict[str, str]] = []
-    middleware = []
     if guard:
         from prefixmon.adapters.mcp import MonitorMiddleware
 
-        middleware.append(MonitorMiddleware(policy="block", rules=RULES, sink=records, task_id="contacts-server"))
-    server = MCPServer("contacts", middleware=middleware, log_level="WARNING")
+        monitor = MonitorMiddleware(policy="block", rules=RULES, sink=records, task_id="contacts-server")
+        # lifespan: the episode still open when the server stops is written then (the
+        # stateless 2026-07-28 protocol has no connection whose close would end it)
+        server = MCPServer("contacts", middleware=[monitor], lifespan=monitor.lifespan(), log_level="WARNING")
+    else:
+        server = MCPServer("contacts", log_level="WARNING")
 
     @server.tool()
     def search_contacts(name: str) -> dict[str, Any]:
