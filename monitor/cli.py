@@ -49,7 +49,8 @@ def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         description=(
             "Group episodes into cohorts by label keys and report PEC, FED, TER, AUC-PEC, RR, "
             "final success and S/P/F completion, with a paired task-level bootstrap (the same "
-            "resampled task ids for every cohort of a dataset) and Wilson intervals for RR."
+            "resampled task ids for every cohort of a dataset that ran the same tasks; comparisons "
+            "of cohorts with different task sets use the tasks both ran) and Wilson intervals for RR."
         ),
     )
     p.add_argument("records", nargs="+", metavar="RECORDS", help="episode record files (JSON Lines)")
@@ -126,13 +127,6 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"prefixmon report: skipped {bad.path}:{bad.line}: {bad.message}", file=sys.stderr)
     if len(skipped) > 5:
         print(f"prefixmon report: ... {len(skipped)} bad lines skipped in all", file=sys.stderr)
-    columns, again = distinct_episodes(columns)
-    if again:
-        print(
-            f"prefixmon report: {len(again)} episode(s) read more than once, each counted once "
-            f"(first: {again[0]!r}); check for duplicate inputs",
-            file=sys.stderr,
-        )
     strata = None if args.strata.lower() == "none" else args.strata
     with _progress_bar(args.progress, args.bootstrap, len(columns.task_ids)) as progress:
         report = build_report(
@@ -148,6 +142,12 @@ def run_report(args: argparse.Namespace) -> int:
             skipped=skipped,
             progress=progress,
         )
+    if report.duplicates:  # build_report counted each episode id once
+        print(
+            f"prefixmon report: {len(report.duplicates)} episode(s) read more than once, each counted once "
+            f"(first: {report.duplicates[0]!r}); check for duplicate inputs",
+            file=sys.stderr,
+        )
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(render(report, args.format))
@@ -161,6 +161,7 @@ def run_report(args: argparse.Namespace) -> int:
         plot_pec(report, args.plot, max_depth=args.max_depth)
         print(f"prefixmon report: PEC plot written to {args.plot}", file=sys.stderr)
     if args.review_sheet:
+        columns, _ = distinct_episodes(columns)
         grouping = group(columns, report.by, None)
         items = review_sample(columns, fraction=args.review_fraction, seed=args.seed, cohort=grouping.cohort)
         n = write_review_sheet(args.review_sheet, items)

@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import binomtest  # type: ignore[import-untyped]
 from scipy.stats import bootstrap as scipy_bootstrap
 
-from prefixmon.analytics import build_report, columns_from_records, percentile_interval, wilson_interval
+from prefixmon.analytics import build_report, columns_from_records, percentile_interval, render, wilson_interval
 from prefixmon.analytics.bootstrap import resample_sums
 from prefixmon.analytics.metrics import FloatArray, episode_statistics, group
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record
@@ -156,9 +156,9 @@ class TestResampling:
         counts = [i for i in range(base.shape[0]) if i != 3]  # statistic 3, (FED-1)/T, is not an integer
         assert np.array_equal(base[counts], chunked[counts])
         assert np.array_equal(base[counts], shuffled[counts])
-        # (FED-1)/T sums go through single precision (exact for integer sums only): 1e-7 relative
-        assert np.allclose(base, chunked, rtol=1e-6, atol=0)
-        assert np.allclose(base, shuffled, rtol=1e-6, atol=0)
+        # unscaled (FED-1)/T fractions are summed in double precision, in an order that depends on chunking
+        assert np.allclose(base, chunked, rtol=1e-12, atol=0)
+        assert np.allclose(base, shuffled, rtol=1e-12, atol=0)
         assert not np.array_equal(base[counts], other[counts])
 
     def test_large_sums_stay_exact(self) -> None:
@@ -259,3 +259,163 @@ class TestComparisons:
             build_report(grid(), bootstrap=0, compare=["method=a"])
         with pytest.raises(ValueError, match="key=value"):
             build_report(grid(), bootstrap=0, compare=["method=a,b"])
+
+
+def one_method(method: str, feds: dict[int, int], dataset: str = "d", horizon: int = 3) -> list[EpisodeRecord]:
+    """One rollout per task t<i> of ``feds`` (task index -> FED), success iff fully executable."""
+    labels = {"dataset": dataset, "method": method}
+    return [
+        episode(f"{dataset}-{method}-{t}", f"t{t}", labels, horizon, fed, fed == horizon + 1) for t, fed in sorted(feds.items())
+    ]
+
+
+class TestTaskSets:
+    """Cohorts that ran different tasks: each cohort resamples its own, differences use the shared ones."""
+
+    def test_difference_is_on_the_shared_tasks(self) -> None:
+        """a ran t0..t9 (all executable); b ran t0..t19 and failed at depth 1 on t0..t4 only.
+
+        On the 10 shared tasks: TER(a) = 1, TER(b) = 5/10, so ΔTER = +0.5 (not 1 - 15/20 = 0.25);
+        mean FED 4 vs (5·1 + 5·4)/10 = 2.5, so Δ = +1.5. Point and interval equal those of a
+        report on the shared tasks alone (same seed, same draws).
+        """
+        a = one_method("a", dict.fromkeys(range(10), 4))
+        b = one_method("b", {t: 1 if t < 5 else 4 for t in range(20)})
+        report = build_report(a + b, bootstrap=1000, seed=4, compare=["method=a,method=b"])
+        (cmp,) = report.comparisons
+        assert (cmp.shared_tasks, cmp.tasks_a, cmp.tasks_b) == (10, 10, 20)
+        assert cmp.paired and cmp.computable
+        assert cmp.differences["ter"].value == pytest.approx(0.5)
+        assert cmp.differences["mean_fed"].value == pytest.approx(1.5)
+        assert cmp.differences["success"].value == pytest.approx(0.5)
+        assert cmp.differences["rr"].value is None  # a never failed on the shared tasks
+        shared = build_report(a + b[:10], bootstrap=1000, seed=4, compare=["method=a,method=b"])
+        (ref,) = shared.comparisons
+        assert (ref.shared_tasks, ref.tasks_a, ref.tasks_b) == (10, 10, 10)
+        for m in ("ter", "mean_fed", "auc_pec", "success", "completion", "pec@1", "pec@3"):
+            assert cmp.differences[m].value == pytest.approx(ref.differences[m].value)
+            assert cmp.differences[m].ci == pytest.approx(ref.differences[m].ci)
+        ci = cmp.differences["ter"].ci
+        assert ci is not None and ci[0] <= 0.5 <= ci[1] and ci[0] >= 0.0
+
+    def test_identical_on_shared_tasks_is_zero(self) -> None:
+        """The reviewer's case: identical on the 10 shared tasks, b also failed on 10 more: every Δ is 0 [0, 0]."""
+        a = one_method("a", dict.fromkeys(range(10), 4))
+        b = one_method("b", {t: 4 if t < 10 else 1 for t in range(20)})
+        (cmp,) = build_report(a + b, bootstrap=500, seed=1, compare=["method=a,method=b"]).comparisons
+        for m in ("ter", "mean_fed", "auc_pec", "success", "pec@1"):
+            assert cmp.differences[m].value == 0.0
+            assert cmp.differences[m].ci == (0.0, 0.0)
+
+    def test_shared_tasks_are_taken_within_each_dataset(self) -> None:
+        """Same task ids in two datasets are different tasks: a ran t0..t3 in d1, b ran t0..t3 in d2 only.
+
+        by=method pools the datasets: no (dataset, task) pair is shared, so nothing is computable.
+        """
+        a = one_method("a", dict.fromkeys(range(4), 4), dataset="d1")
+        b = one_method("b", dict.fromkeys(range(4), 1), dataset="d2")
+        (cmp,) = build_report(a + b, by=["method"], bootstrap=200, compare=["method=a,method=b"]).comparisons
+        assert cmp.shared_tasks == 0 and not cmp.computable and not cmp.paired
+        assert all(e.value is None and e.ci is None for e in cmp.differences.values())
+
+    def test_no_shared_task_is_not_computable(self) -> None:
+        """a ran t0..t4, b ran t5..t9 of one dataset: the comparison is there but has no number."""
+        a = one_method("a", dict.fromkeys(range(5), 4))
+        b = one_method("b", {t: 1 for t in range(5, 10)})
+        for resamples in (0, 300):
+            report = build_report(a + b, bootstrap=resamples, compare=["method=a,method=b"])
+            (cmp,) = report.comparisons
+            assert (cmp.shared_tasks, cmp.tasks_a, cmp.tasks_b) == (0, 5, 5)
+            assert not cmp.computable and not cmp.paired
+            assert all(e.value is None and e.ci is None for e in cmp.differences.values())
+            doc = report.to_dict()
+            assert doc["comparisons"][0]["shared_tasks"] == 0 and doc["comparisons"][0]["paired"] is False
+
+    def test_own_interval_does_not_depend_on_other_cohorts(self) -> None:
+        """a ran 20 of the 60 tasks b ran: a's intervals are the same with or without b (its N is always 20)."""
+        a = one_method("a", {t: 4 if t % 2 else 1 for t in range(20)})
+        b = one_method("b", {t: 4 if t % 3 else 2 for t in range(60)})
+        both = build_report(a + b, bootstrap=2000, seed=0)
+        alone = build_report(a, bootstrap=2000, seed=0)
+        ca, ref = both.cohort(method="a"), alone.cohort(method="a")
+        for m in ("ter", "mean_fed", "auc_pec", "success", "completion"):
+            assert getattr(ca, m).ci == getattr(ref, m).ci
+        assert ca.checkpoints[1].ci == ref.checkpoints[1].ci
+        columns = columns_from_records(a + b)
+        g = group(columns, ["method"], "dataset")
+        sums = resample_sums(
+            episode_statistics(columns, []),
+            cohort=g.cohort,
+            n_cohorts=2,
+            task=columns.task,
+            task_names=columns.task_ids,
+            stratum=g.stratum,
+            strata=g.strata,
+            resamples=300,
+            seed=0,
+        )
+        assert np.all(sums[0, 0] == 20) and np.all(sums[0, 1] == 60)
+
+    def test_same_task_sets_still_share_draws(self) -> None:
+        """Cohorts that ran the same tasks are resampled together: a's and b's statistics move in step."""
+        a = one_method("a", dict.fromkeys(range(30), 4))
+        b = one_method("b", dict.fromkeys(range(30), 4))
+        (cmp,) = build_report(a + b, bootstrap=300, compare=["method=a,method=b"]).comparisons
+        assert (cmp.shared_tasks, cmp.tasks_a, cmp.tasks_b) == (30, 30, 30)
+        assert cmp.differences["mean_fed"].ci == (0.0, 0.0)
+
+
+class TestPairedFlag:
+    """Pairing holds whenever both sides are resampled with the same draws in every stratum."""
+
+    def test_paired_across_several_datasets(self) -> None:
+        """by=method over two datasets with the same tasks: paired, and the tables do not say unpaired."""
+        records = [r for r in grid() if r.labels["method"] in ("a", "b")]
+        report = build_report(records, by=["method"], bootstrap=300, seed=1, compare=["method=a,method=b"])
+        (cmp,) = report.comparisons
+        assert cmp.paired and cmp.shared_tasks == 80
+        doc = report.to_dict()
+        assert doc["bootstrap"]["paired"] is True and doc["comparisons"][0]["paired"] is True
+        text = render(report, "markdown")
+        assert "unpaired" not in text and "a - b" in text
+
+    def test_json_paired_is_not_hard_coded(self) -> None:
+        """No bootstrap: nothing was resampled, so bootstrap.paired is false."""
+        doc = build_report(grid(), bootstrap=0).to_dict()
+        assert doc["bootstrap"]["paired"] is False
+
+
+class TestAucPrecision:
+    """AUC-PEC draws are summed in double precision: a constant statistic gives [value, value]."""
+
+    @pytest.mark.parametrize(("horizon", "fed"), [(3, 2), (6, 2), (7, 3), (7, 5), (6, 5)])
+    @pytest.mark.parametrize("n", [7, 10, 13, 50])
+    def test_constant_auc_interval_holds_its_value(self, horizon: int, fed: int, n: int) -> None:
+        """Every episode has (FED-1)/T = the same fraction: every resample equals the point estimate."""
+        records = [episode(f"e{t}", f"t{t}", {"dataset": "d"}, horizon, fed, False) for t in range(n)]
+        auc = build_report(records, bootstrap=300, seed=0).cohorts[0].auc_pec
+        assert auc.value == pytest.approx((fed - 1) / horizon)
+        assert auc.ci is not None and auc.value is not None
+        assert auc.ci[0] <= auc.value <= auc.ci[1]
+
+
+class TestCompareSpecs:
+    """A --compare spec that cannot match is an error naming the spec and what is available."""
+
+    def test_value_matching_no_cohort(self) -> None:
+        """A typo in a value names the spec and the values of that key."""
+        with pytest.raises(ValueError, match=r"'method=a,method=bb'.*method='bb'.*a, b"):
+            build_report(grid(), bootstrap=0, compare=["method=a,method=bb"])
+
+    def test_tuple_form_with_a_key_outside_the_cohort_keys(self) -> None:
+        """The tuple form is checked like the string form: b's key must be a cohort key, not a KeyError."""
+        with pytest.raises(ValueError, match=r"'methd'.*cohort keys \(dataset, method\)"):
+            build_report(grid(), bootstrap=0, compare=[({"method": "a"}, {"methd": "b"})])
+        with pytest.raises(ValueError, match="same keys"):
+            build_report(grid(), bootstrap=0, compare=[({"method": "a"}, {"dataset": "d1"})])
+
+    def test_spec_without_any_pair(self) -> None:
+        """Both values exist but never with the same other keys: no pair of cohorts, an error."""
+        records = [r for r in grid() if (r.labels["dataset"], r.labels["method"]) in (("d1", "a"), ("d2", "b"))]
+        with pytest.raises(ValueError, match=r"'method=a,method=b' matches no pair of cohorts"):
+            build_report(records, bootstrap=0, compare=["method=a,method=b"])

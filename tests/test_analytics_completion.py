@@ -115,6 +115,43 @@ class TestUnstable:
         report = build_report(records, by=["model"], bootstrap=0)
         assert all(c.unstable == () and c.rerun_tasks == 0 for c in report.cohorts)
 
+    def test_same_task_id_in_two_datasets_is_two_tasks(self) -> None:
+        """t0..t4 exist in bfcl and in toolsandbox (different tasks), one run each, pooled by model.
+
+        10 distinct tasks, no reruns and nothing unstable, though bfcl succeeded and toolsandbox failed.
+        """
+        records = []
+        for dataset, code in (("bfcl", "S"), ("toolsandbox", "F")):
+            for t in range(5):
+                labels = {"dataset": dataset, "model": "m"}
+                actions = [ActionRecord(depth=1, tool="lookup", executable=True)]
+                records.append(
+                    build_record(
+                        episode_id=f"{dataset}-{t}",
+                        task_id=f"t{t}",
+                        labels=labels,
+                        actions=actions,
+                        outcome=OUTCOME[code],
+                        started_at=NOW,
+                        ended_at=NOW,
+                    )
+                )
+        again = build_record(
+            episode_id="bfcl-0-again",
+            task_id="t0",
+            labels={"dataset": "bfcl", "model": "m"},
+            actions=[ActionRecord(depth=1, tool="lookup", executable=True)],
+            outcome=Outcome.FAILURE,
+            started_at=NOW,
+            ended_at=NOW,
+        )
+        c = build_report(records, by=["model"], bootstrap=0).cohorts[0]
+        assert (c.n, c.tasks, c.rerun_tasks, c.unstable) == (10, 10, 0, ())
+        c = build_report([*records, again], by=["model"], bootstrap=0).cohorts[0]
+        assert (c.n, c.tasks, c.rerun_tasks) == (11, 10, 1)
+        (u,) = c.unstable
+        assert (u.dataset, u.task_id, u.runs, dict(u.outcomes)) == ("bfcl", "t0", 2, {"success": 1, "failure": 1})
+
 
 def write_chapter_annotations(path: Path) -> Path:
     """The chapter's CAUSES table as a task-level JSON Lines annotation file."""

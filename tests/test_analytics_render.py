@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from prefixmon.analytics import Report, build_report, plot_pec, render, render_table
+from prefixmon.analytics import Report, build_report, load_columns, plot_pec, render, render_table
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record, write_records
 from prefixmon.vocabulary import Cause, Outcome
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def episode(i: int, labels: dict[str, str], horizon: int, fed: int, outcome: Outcome) -> EpisodeRecord:
-    """A real record."""
+def episode(i: int, labels: dict[str, str], horizon: int, fed: int, outcome: Outcome, eid: str | None = None) -> EpisodeRecord:
+    """A real record (id ``e<i>-<method>`` unless given)."""
     actions = [
         ActionRecord(
             depth=d,
@@ -33,7 +33,7 @@ def episode(i: int, labels: dict[str, str], horizon: int, fed: int, outcome: Out
         for d in range(1, horizon + 1)
     ]
     return build_record(
-        episode_id=f"e{i}-{labels['method']}",
+        episode_id=eid or f"e{i}-{labels['method']}",
         task_id=f"t{i}",
         labels=labels,
         actions=actions,
@@ -136,6 +136,71 @@ class TestTextFormats:
         assert float(rows[2]["ter"]) == pytest.approx(1.0 - float(rows[1]["ter"]))
         assert not any(math.isnan(float(v)) for r in rows for v in r.values() if v and v[0].isdigit())
 
+    def test_comparisons_over_different_keys(self) -> None:
+        """Two --compare specs over different keys: each row keeps its own shared keys and shows its compared one."""
+        records = []
+        for m in ("m1", "m2"):
+            for meth in ("x", "y"):
+                for t in range(6):
+                    fed = 4 if (t + (m == "m2") + (meth == "y")) % 2 else 2
+                    labels = {"dataset": "d", "model": m, "method": meth}
+                    records.append(episode(t, labels, 3, fed, Outcome.SUCCESS, f"{m}-{meth}-{t}"))
+        rep = build_report(records, bootstrap=100, compare=["method=x,method=y", "model=m1,model=m2"])
+        assert len(rep.comparisons) == 4
+        text = render(rep, "markdown")
+        section = text.split("### Paired differences (a - b)")[1].split("###")[0]
+        assert "| dataset | model | method | tasks |" in section
+        rows = [line for line in section.splitlines() if line.startswith("| d |")]
+        assert [row.split(" | ")[1:3] for row in rows] == [["m1", "x - y"], ["m2", "x - y"], ["m1 - m2", "x"], ["m1 - m2", "y"]]
+        # model m1 vs m2 with method x: TER 3/6 vs 3/6 (alternating), so +0.00
+        assert all(" 6 | +0.00" in row for row in rows)
+        buf = io.StringIO()
+        render_table(rep, Console(file=buf, width=250, color_system=None))
+        table = buf.getvalue()
+        assert "m1 - m2" in table and "x - y" in table
+
+    def test_task_sets_that_differ_are_named(self) -> None:
+        """A comparison on part of the tasks says how many it used; one without a shared task says so."""
+        records = two_methods()
+        records += [episode(i, {"dataset": "bfcl", "model": "m", "method": "few"}, 3, 4, Outcome.SUCCESS) for i in range(10)]
+        records += [
+            episode(i, {"dataset": "bfcl", "model": "m", "method": "other"}, 3, 1, Outcome.FAILURE) for i in range(40, 45)
+        ]
+        rep = build_report(
+            records,
+            bootstrap=100,
+            compare=["method=few,method=sloppy", "method=careful,method=sloppy", "method=few,method=other"],
+        )
+        text = render(rep, "markdown")
+        assert "paired on 10 shared tasks" in text
+        assert "no shared task" in text
+        rows = list(csv.DictReader(io.StringIO(render(rep, "csv"))))
+        diffs = {r["method"]: r for r in rows if r["row"] == "difference"}
+        assert diffs["few - sloppy"]["tasks"] == "10" and diffs["careful - sloppy"]["tasks"] == "30"
+        assert diffs["few - other"]["tasks"] == "0" and diffs["few - other"]["ter"] == ""
+        doc = json.loads(render(rep, "json"))
+        few = doc["comparisons"][0]
+        assert (few["shared_tasks"], few["tasks_a"], few["tasks_b"], few["paired"]) == (10, 10, 30, True)
+
+    def test_duplicate_episodes_counted_once(self, tmp_path: Path) -> None:
+        """The same file twice, through the public API: each episode id counted once, the repeats listed."""
+        path = tmp_path / "r.jsonl"
+        write_records(path, two_methods())
+        once = build_report(two_methods(), bootstrap=0)
+        for source in (load_columns(path, path), [*two_methods(), *two_methods()[:3]]):
+            rep = build_report(source, bootstrap=0)
+            assert rep.episodes == 60
+            assert [c.n for c in rep.cohorts] == [30, 30]
+            assert rep.cohorts[1].rr.eligible == once.cohorts[1].rr.eligible
+            assert rep.cohorts[1].rr.ci == once.cohorts[1].rr.ci
+        assert rep.duplicates == ("e0-careful", "e0-sloppy", "e1-careful")
+        assert rep.to_dict()["duplicate_episodes"] == 3
+        assert once.duplicates == () and once.to_dict()["duplicate_episodes"] == 0
+        # A repeat under other labels is still the same episode: it makes no (empty) cohort of its own.
+        ghost = episode(0, {"dataset": "bfcl", "model": "m", "method": "ghost"}, 3, 4, Outcome.SUCCESS, "e0-careful")
+        rep = build_report([*two_methods(), ghost], bootstrap=50)
+        assert [c.key["method"] for c in rep.cohorts] == ["careful", "sloppy"] and rep.duplicates == ("e0-careful",)
+
     def test_build_from_a_path(self, tmp_path: Path) -> None:
         """build_report also takes the path of a records file."""
         path = tmp_path / "r.jsonl"
@@ -160,7 +225,7 @@ class TestPlot:
     def test_svg_has_one_line_per_cohort(self, tmp_path: Path) -> None:
         """The SVG has one labelled curve per cohort, panels per dataset."""
         records = two_methods() + [
-            episode(i, {"dataset": "toolsandbox", "model": "m", "method": "careful"}, 2, 1 + i % 3, Outcome.SUCCESS)
+            episode(i, {"dataset": "toolsandbox", "model": "m", "method": "careful"}, 2, 1 + i % 3, Outcome.SUCCESS, f"ts{i}")
             for i in range(10)
         ]
         rep = build_report(records, bootstrap=0)

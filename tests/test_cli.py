@@ -165,6 +165,15 @@ class TestReport:
             main(["report", str(records_file), "--checkpoints", "1,x"])
         assert exc.value.code == 2
 
+    def test_duplicate_inputs_counted_once(self, records_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The same file twice: a warning with the count from the report, 80 episodes, and the count in JSON."""
+        assert main(["report", str(records_file), str(records_file), "--format", "json", "--bootstrap", "0"]) == 0
+        out = capsys.readouterr()
+        doc = json.loads(out.out)
+        assert doc["episodes"] == 80 and [c["n"] for c in doc["cohorts"]] == [40, 40]
+        assert doc["duplicate_episodes"] == 80
+        assert "80 episode(s) read more than once" in out.err and "'ep-0'" in out.err
+
     def test_parser_lists_verbs(self) -> None:
         """The parser is built from the COMMANDS list; report is one of its verbs."""
         help_text = build_parser().format_help()

@@ -1,17 +1,20 @@
 """Paired, task-level, stratified percentile bootstrap, and the Wilson score interval.
 
-The resampling unit is a task id within a stratum (a dataset): a resample draws the
-stratum's task ids with replacement, and every rollout of a drawn task comes along. One
-draw serves **every cohort of the stratum and every statistic** at once: the draw is a
-vector of multiplicities m (how often each task was drawn), and the resampled sum of any
-statistic in any cohort is m · (per-task sums of that statistic in that cohort). So B
-resamples of all cohorts and statistics are one matrix product, (B x U) @ (U x C·S), and
-the same task ids are used for every model x method of the dataset: differences between
-cohorts of one dataset are paired.
+The resampling unit is a task within a stratum (a dataset): a resample draws, with
+replacement, as many of the tasks a cohort ran as it ran, and every rollout of a drawn
+task comes along. Cohorts that ran the same tasks of a stratum (the usual grid: every
+model x method on the whole dataset) share **one draw for all of them and every
+statistic**: the draw is a vector of multiplicities m (how often each task was drawn), and
+the resampled sum of any statistic in any of those cohorts is m · (per-task sums of that
+statistic in that cohort). So B resamples of all of them are one matrix product,
+(B x U) @ (U x C·S), and their differences are paired. A cohort that ran other tasks
+gets its own draw over its own tasks, so its interval does not depend on which other
+cohorts are in the input; a comparison with it is resampled over the tasks both ran
+(see :func:`~.report.build_report`).
 
 Seeding: each stratum draws from its own generator, seeded with (seed, crc32(stratum
 name)), so results do not depend on record order, on chunking, or on which other
-datasets are in the input.
+datasets or cohorts are in the input.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ def resample_sums(
 ) -> FloatArray:
     """Bootstrap sums of per-episode statistics per cohort.
 
+    In each stratum, the cohorts are grouped by the set of tasks they ran; each group
+    resamples its own tasks with the stratum's generator, so cohorts with the same tasks
+    get the same draws (paired) and a cohort's draws depend only on its own tasks.
+
     Args:
         values: (N, S) per-episode statistics.
         cohort: cohort index per episode.
@@ -87,40 +94,55 @@ def resample_sums(
     """
     n_stats = values.shape[1]
     out = np.zeros((n_stats, n_cohorts, resamples))
+    unit_of = np.full(int(task.max(initial=0)) + 1, -1, dtype=np.int64)
     plan = []
     for d, name in enumerate(strata):
         where = np.flatnonzero(stratum == d)
-        if where.size:
-            codes = np.unique(task[where])
-            order = np.argsort(np.array([task_names[c] for c in codes], dtype=object), kind="stable")
-            plan.append((name, where, codes[order]))
-    total = resamples * sum(int(codes.size) for _, _, codes in plan)
-    done = 0
-    for name, where, codes in plan:
-        n_units = int(codes.size)
-        unit_of = np.full(int(task.max()) + 1, -1, dtype=np.int64)
-        unit_of[codes] = np.arange(n_units)
+        if not where.size:
+            continue
+        codes = np.unique(task[where])
+        order = np.argsort(np.array([task_names[c] for c in codes], dtype=object), kind="stable")
+        unit_of[codes[order]] = np.arange(codes.size)
         unit = unit_of[task[where]]
-        present = np.unique(cohort[where])
-        local_of = np.full(n_cohorts, -1, dtype=np.int64)
-        local_of[present] = np.arange(present.size)
-        local = local_of[cohort[where]]
-        n_present = int(present.size)
-        # per_task[u, s * C_d + c]: sum of statistic s over the episodes of task u in cohort c.
-        flat = (unit[:, None] * n_stats + np.arange(n_stats)) * n_present + local[:, None]
-        per_task = np.bincount(flat.ravel(), weights=values[where].ravel(), minlength=n_units * n_stats * n_present)
-        # Single precision halves the memory traffic of the matrix product; it is exact for
-        # integer sums below 2**24 (every statistic but the AUC fractions, which it rounds
-        # at 1e-7). Bigger sums (millions of rollouts of one task) fall back to double.
-        exact32 = float(np.abs(per_task).max(initial=0.0)) * n_units < _EXACT_FLOAT32
+        present, local = np.unique(cohort[where], return_inverse=True)
+        local = local.reshape(-1)
+        ran = np.zeros((present.size, codes.size), dtype=np.bool_)
+        ran[local, unit] = True
+        task_sets, set_of = np.unique(ran, axis=0, return_inverse=True)
+        set_of = set_of.reshape(-1)
+        episode_set = set_of[local]
+        for k in range(task_sets.shape[0]):
+            units = np.flatnonzero(task_sets[k])
+            members = present[set_of == k]
+            mine = episode_set == k
+            renumber = np.full(codes.size, -1, dtype=np.int64)
+            renumber[units] = np.arange(units.size)
+            member_of = np.full(n_cohorts, -1, dtype=np.int64)
+            member_of[members] = np.arange(members.size)
+            plan.append((name, where[mine], renumber[unit[mine]], member_of[cohort[where[mine]]], members, int(units.size)))
+    total = resamples * sum(p[-1] for p in plan)
+    done = 0
+    for name, episodes, unit, local, members, n_units in plan:
+        n_members = int(members.size)
+        # per_task[u, s * C_k + c]: sum of statistic s over the episodes of task u in cohort c.
+        flat = (unit[:, None] * n_stats + np.arange(n_stats)) * n_members + local[:, None]
+        per_task = np.bincount(flat.ravel(), weights=values[episodes].ravel(), minlength=n_units * n_stats * n_members)
+        # Single precision halves the memory traffic of the matrix product, and is exact when
+        # every per-task sum is a multiple of 0.5 (counts, halves of completion, AUC fractions
+        # scaled to integers) and every resampled sum stays below 2**24. Otherwise double
+        # precision: a rounded sum could put an interval beside its own point estimate.
+        doubled = per_task * 2.0
+        exact32 = float(np.abs(doubled).max(initial=0.0)) * n_units < _EXACT_FLOAT32 and bool(
+            np.all(doubled == np.round(doubled))
+        )
         dtype: type[np.floating[Any]] = np.float32 if exact32 else np.float64
-        per_task_t = np.ascontiguousarray(per_task.reshape(n_units, n_stats * n_present).T, dtype=dtype)
+        per_task_t = np.ascontiguousarray(per_task.reshape(n_units, n_stats * n_members).T, dtype=dtype)
         rng = stratum_generator(seed, name)
         chunk = max(1, min(resamples, chunk_cells // max(n_units, 1)))
         for start in range(0, resamples, chunk):
             b = min(chunk, resamples - start)
             m = multiplicities(rng, n_units, b, dtype)
-            out[:, present, start : start + b] += (per_task_t @ m.T).reshape(n_stats, n_present, b)
+            out[:, members, start : start + b] += (per_task_t @ m.T).reshape(n_stats, n_members, b)
             done += b * n_units
             if progress is not None:
                 progress(done, total)

@@ -8,7 +8,7 @@ or read them straight from record files with the fast loader in :mod:`.inputs`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -23,6 +23,8 @@ OUTCOME_CODE: Final[Mapping[str | None, int]] = {None: -1, **{o: i for i, o in e
 CAUSES: Final[tuple[str, ...]] = tuple(c.value for c in Cause)
 """Cause codes 0..4 in tie-break order; a fully executable episode has code -1."""
 CAUSE_CODE: Final[Mapping[str | None, int]] = {None: -1, **{c: i for i, c in enumerate(CAUSES)}}
+DATASET: Final = "dataset"
+"""Label key of the dataset: a task is a (dataset, task id) pair, the same id in two datasets is two tasks."""
 
 IntArray = npt.NDArray[np.int32]
 SmallArray = npt.NDArray[np.int8]
@@ -238,8 +240,11 @@ def distinct_episodes(columns: EpisodeColumns) -> tuple[EpisodeColumns, list[str
     """The columns with each episode id once (its first occurrence), and the ids seen again.
 
     The same episode read twice (two copies of a file, records and the traces of the same
-    run, a sink that retried) would otherwise count twice and narrow every interval.
+    run, a sink that retried) would otherwise count twice and narrow every interval. The
+    lookup tables keep only the task ids and label sets of the episodes kept.
     """
+    if len(set(columns.episode_ids)) == len(columns):  # the usual case, at C speed
+        return columns, []
     seen: set[str] = set()
     again: list[str] = []
     keep = np.ones(len(columns), dtype=np.bool_)
@@ -249,4 +254,39 @@ def distinct_episodes(columns: EpisodeColumns) -> tuple[EpisodeColumns, list[str
             again.append(episode_id)
         else:
             seen.add(episode_id)
-    return (columns.select(keep) if again else columns), again
+    return (_compact(columns.select(keep)) if again else columns), again
+
+
+def _compact(columns: EpisodeColumns) -> EpisodeColumns:
+    """The same episodes with lookup tables cut down to the codes in use."""
+    tasks, task = np.unique(columns.task, return_inverse=True)
+    sets, label_set = np.unique(columns.label_set, return_inverse=True)
+    return replace(
+        columns,
+        task=task.reshape(-1).astype(np.int32),
+        label_set=label_set.reshape(-1).astype(np.int32),
+        task_ids=tuple(columns.task_ids[i] for i in tasks.tolist()),
+        label_sets=tuple(columns.label_sets[i] for i in sets.tolist()),
+    )
+
+
+def task_units(columns: EpisodeColumns) -> tuple[IntArray, tuple[tuple[str | None, str], ...]]:
+    """Each episode's task as a (dataset label, task id) pair, coded.
+
+    The same task id in two datasets names two different tasks; every count of tasks,
+    rerun and bootstrap unit goes through these codes.
+
+    Returns:
+        ``(codes, units)``: ``units[codes[i]]`` is the (dataset, task id) of episode i
+        (dataset ``None`` when the label is missing); units are ordered by dataset value
+        (missing last), then by first appearance of the task id.
+    """
+    if not len(columns):
+        return np.zeros(0, dtype=np.int32), ()
+    if not any(DATASET in ls for ls in columns.label_sets):
+        return columns.task, tuple((None, t) for t in columns.task_ids)
+    datasets, values = columns.label(DATASET)
+    n_tasks = len(columns.task_ids)
+    keys, codes = np.unique(datasets.astype(np.int64) * n_tasks + columns.task, return_inverse=True)
+    units = tuple((values[k // n_tasks], columns.task_ids[k % n_tasks]) for k in keys.tolist())
+    return codes.reshape(-1).astype(np.int32), units

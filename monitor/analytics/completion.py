@@ -23,7 +23,7 @@ from typing import Any, Final
 import numpy as np
 
 from ..exceptions import RecordError
-from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray
+from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, task_units
 
 ATTRIBUTIONS: Final[tuple[str, ...]] = ("model", "tool", "environment", "task")
 """Who a failure is put on, after a human read the trajectory."""
@@ -59,32 +59,49 @@ class UnstableTask:
     """Mean completion score (S = 1, P = 0.5, F = 0)."""
     spread: float
     """Sample standard deviation of the score over the runs."""
+    dataset: str | None = None
+    """The task's dataset (the same task id in two datasets is two tasks); ``None`` without the label."""
 
 
-def unstable_tasks(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int) -> tuple[list[list[UnstableTask]], list[int]]:
+def unstable_tasks(
+    columns: EpisodeColumns,
+    cohort: IntArray,
+    n_cohorts: int,
+    units: tuple[IntArray, Sequence[tuple[str | None, str]]] | None = None,
+) -> tuple[list[list[UnstableTask]], list[int]]:
     """Tasks whose reruns disagree, per cohort.
 
+    A task is a (dataset, task id) pair: runs of the same id in two datasets are not reruns.
+
+    Args:
+        columns: the episodes.
+        cohort: cohort index per episode.
+        n_cohorts: number of cohorts.
+        units: :func:`~.columns.task_units` of ``columns`` when already computed.
+
     Returns:
-        ``(unstable, rerun)``: per cohort the unstable tasks (sorted by task id) and the
-        number of tasks with two or more runs.
+        ``(unstable, rerun)``: per cohort the unstable tasks (sorted by task id, then
+        dataset) and the number of tasks with two or more runs.
     """
     unstable: list[list[UnstableTask]] = [[] for _ in range(n_cohorts)]
     rerun = [0] * n_cohorts
     if not len(columns):
         return unstable, rerun
-    n_tasks = len(columns.task_ids)
-    g = cohort.astype(np.int64) * n_tasks + columns.task
+    unit, names = task_units(columns) if units is None else units
+    n_units = len(names)
+    g = cohort.astype(np.int64) * n_units + unit
     groups, inverse = np.unique(g, return_inverse=True)
+    inverse = inverse.reshape(-1)
     code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int64)
     counts = np.bincount(inverse * 4 + code, minlength=groups.size * 4).reshape(groups.size, 4)
     runs = counts.sum(axis=1)
     score = np.array([SCORE[0], SCORE[1], SCORE[2], SCORE[-1]])[code]
     total = np.bincount(inverse, weights=score, minlength=groups.size)
     squares = np.bincount(inverse, weights=score * score, minlength=groups.size)
-    group_cohort = groups // n_tasks
+    group_cohort = groups // n_units
     for c, n in zip(*np.unique(group_cohort[runs >= 2], return_counts=True), strict=True):
         rerun[int(c)] = int(n)
-    names = (*OUTCOMES, "none")
+    outcome_names = (*OUTCOMES, "none")
     picked = np.flatnonzero((runs >= 2) & ((counts > 0).sum(axis=1) >= 2))
     # Plain lists: indexing numpy scalars one by one is what would make this loop slow.
     for g, r, row, tot, sq in zip(
@@ -96,17 +113,19 @@ def unstable_tasks(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int) ->
         strict=True,
     ):
         mean = tot / r
-        unstable[g // n_tasks].append(
+        dataset, task_id = names[g % n_units]
+        unstable[g // n_units].append(
             UnstableTask(
-                task_id=columns.task_ids[g % n_tasks],
+                task_id=task_id,
+                dataset=dataset,
                 runs=r,
-                outcomes={name: v for name, v in zip(names, row, strict=True) if v},
+                outcomes={name: v for name, v in zip(outcome_names, row, strict=True) if v},
                 mean=mean,
                 spread=math.sqrt(max(0.0, (sq - r * mean * mean) / (r - 1))),
             )
         )
     for tasks in unstable:
-        tasks.sort(key=lambda t: t.task_id)
+        tasks.sort(key=lambda t: (t.task_id, t.dataset is None, t.dataset or ""))
     return unstable, rerun
 
 

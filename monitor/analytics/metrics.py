@@ -9,6 +9,9 @@ Definitions (N episodes, horizon T_i, first-error depth FED_i, success Y_i):
 * PEC(k) = (1/N) Σ 1{FED_i > k}; n_k = Σ 1{T_i >= k}; PEC_elig(k) = Σ 1{FED_i > k} / n_k
   (FED_i > k implies T_i >= k, so PEC(k) = (n_k/N)·PEC_elig(k)).
 * TER = (1/N) Σ 1{FED_i = T_i + 1}; mean FED; AUC-PEC = (1/N) Σ (FED_i - 1)/T_i.
+  The AUC fractions are summed as integers (FED_i - 1)·L/T_i with L the least common
+  multiple of the horizons (:func:`auc_scale`), so that every sum, point or resampled,
+  is exact and an interval cannot miss its own estimate by a rounding step.
 * RR = Σ Y_i·1{FED_i <= T_i} / Σ 1{FED_i <= T_i}, undefined when the denominator
   (RR-eligible) is 0.
 * P(Y=1) = q·s + (1-q)·r with q = TER, s = P(Y=1 | FED = T+1), r = RR.
@@ -16,6 +19,7 @@ Definitions (N episodes, horizon T_i, first-error depth FED_i, success Y_i):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -28,6 +32,8 @@ from .columns import CAUSES, EpisodeColumns, IntArray
 FloatArray = npt.NDArray[np.float64]
 Int64Array = npt.NDArray[np.int64]
 
+_EXACT: Final = 2**53
+"""Integers below this are exact in double precision."""
 STATISTICS: Final[tuple[str, ...]] = (
     "n",
     "executable",
@@ -39,10 +45,30 @@ STATISTICS: Final[tuple[str, ...]] = (
 )
 """Per-episode statistics the bootstrap sums (then ``pec@k`` for each checkpoint).
 
-``n`` is 1, ``executable`` is 1{FED = T+1}, ``fed`` is FED, ``auc`` is (FED - 1)/T,
+``n`` is 1, ``executable`` is 1{FED = T+1}, ``fed`` is FED, ``auc`` is (FED - 1)·L/T,
 ``success`` is Y, ``recovered`` is Y·1{FED <= T}, ``completion`` is 1 / 0.5 / 0 for
-success / partial / otherwise, ``pec@k`` is 1{FED > k}.
+success / partial / otherwise, ``pec@k`` is 1{FED > k}. L is :func:`auc_scale` (1: the
+plain fractions).
 """
+
+
+def auc_scale(horizon: IntArray, bound: int) -> int:
+    """L: the least common multiple of the horizons, so that (FED - 1)·L/T is an integer.
+
+    Args:
+        horizon: T_i per episode.
+        bound: the largest number of episodes one sum can add up (a resample may draw
+            one task many times); L·bound must stay below 2**53 for the sums to be exact.
+
+    Returns:
+        L, or 1 (plain fractions, rounded) when the horizons are too many and too varied.
+    """
+    scale = 1
+    for t in np.unique(horizon).tolist():
+        scale = math.lcm(scale, int(t))
+        if scale * max(bound, 1) >= _EXACT:
+            return 1
+    return scale
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,12 +88,16 @@ class Grouping:
 
 
 def group(columns: EpisodeColumns, by: Sequence[str], strata: str | None = "dataset") -> Grouping:
-    """Assign episodes to cohorts (sorted by label values) and bootstrap strata."""
+    """Assign episodes to cohorts (sorted by label values) and bootstrap strata.
+
+    Only label sets some episode has make cohorts (a selection keeps the lookup tables).
+    """
     keys = tuple(by)
     per_set = [tuple(ls.get(k) for k in keys) for ls in columns.label_sets]
-    cohort_keys = tuple(sorted(set(per_set), key=lambda t: tuple((v is None, v or "") for v in t)))
+    used = {per_set[i] for i in np.unique(columns.label_set).tolist()}
+    cohort_keys = tuple(sorted(used, key=lambda t: tuple((v is None, v or "") for v in t)))
     index = {k: i for i, k in enumerate(cohort_keys)}
-    cohort_table = np.array([index[k] for k in per_set], dtype=np.int32)
+    cohort_table = np.array([index.get(k, -1) for k in per_set], dtype=np.int32)
     if strata is None:
         stratum = np.zeros(len(columns), dtype=np.int32)
         names: tuple[str | None, ...] = (None,)
@@ -93,7 +123,7 @@ class CohortSums:
     fed_sum: Int64Array
     """Σ FED_i."""
     auc_sum: FloatArray
-    """Σ (FED_i - 1)/T_i."""
+    """Σ (FED_i - 1)·L/T_i (an exact integer when L > 1)."""
     success: Int64Array
     """Σ Y_i."""
     success_executable: Int64Array
@@ -108,6 +138,12 @@ class CohortSums:
     """(C, K + 1): column k = Σ 1{FED_i > k} for k = 0..K (K = largest horizon)."""
     reach: Int64Array
     """(C, K + 1): column k = n_k = Σ 1{T_i >= k}."""
+    auc_scale: int = 1
+    """L of ``auc_sum`` (:func:`auc_scale`)."""
+
+    def auc_pec(self, c: int) -> float:
+        """AUC-PEC of cohort ``c``: Σ (FED_i - 1)·L/T_i / (L·N), one rounding."""
+        return float(self.auc_sum[c]) / (self.auc_scale * int(self.n[c]))
 
     @property
     def eligible(self) -> Int64Array:
@@ -120,8 +156,8 @@ class CohortSums:
         return int(nonzero[-1]) + 1 if nonzero.size else 0
 
 
-def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int) -> CohortSums:
-    """Every exact count the point estimates need, in one pass of bincounts."""
+def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int, auc_scale: int = 1) -> CohortSums:
+    """Every exact count the point estimates need, in one pass of bincounts (L = ``auc_scale``)."""
     c = cohort.astype(np.int64)
     horizon = columns.horizon.astype(np.int64)
     fed = columns.fed.astype(np.int64)
@@ -149,7 +185,7 @@ def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int) -> Co
         n=np.bincount(c, minlength=n_cohorts).astype(np.int64),
         executable=count(executable),
         fed_sum=np.bincount(c, weights=fed, minlength=n_cohorts).astype(np.int64),
-        auc_sum=np.bincount(c, weights=(fed - 1) / horizon, minlength=n_cohorts).astype(np.float64),
+        auc_sum=np.bincount(c, weights=_auc(fed, horizon, auc_scale), minlength=n_cohorts).astype(np.float64),
         success=count(y),
         success_executable=count(y & executable),
         recovered=count(y & ~executable),
@@ -157,11 +193,19 @@ def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int) -> Co
         causes=causes.astype(np.int64),
         survivors=survivors.astype(np.int64),
         reach=reach.astype(np.int64),
+        auc_scale=auc_scale,
     )
 
 
-def episode_statistics(columns: EpisodeColumns, checkpoints: Sequence[int]) -> FloatArray:
-    """(N, S) matrix of per-episode statistics, columns :data:`STATISTICS` then ``pec@k``."""
+def _auc(fed: npt.NDArray[np.int64] | FloatArray, horizon: npt.NDArray[np.int64] | FloatArray, scale: int) -> FloatArray:
+    """(FED - 1)·L/T per episode: integers when L > 1."""
+    if scale > 1:
+        return ((fed - 1).astype(np.int64) * (scale // horizon.astype(np.int64))).astype(np.float64)
+    return ((fed - 1) / horizon).astype(np.float64)
+
+
+def episode_statistics(columns: EpisodeColumns, checkpoints: Sequence[int], auc_scale: int = 1) -> FloatArray:
+    """(N, S) matrix of per-episode statistics, columns :data:`STATISTICS` then ``pec@k`` (L = ``auc_scale``)."""
     horizon = columns.horizon.astype(np.float64)
     fed = columns.fed.astype(np.float64)
     executable = fed == horizon + 1
@@ -171,7 +215,7 @@ def episode_statistics(columns: EpisodeColumns, checkpoints: Sequence[int]) -> F
         np.ones_like(fed),
         executable.astype(np.float64),
         fed,
-        (fed - 1.0) / horizon,
+        _auc(fed, horizon, auc_scale),
         y.astype(np.float64),
         (y & ~executable).astype(np.float64),
         completion,
@@ -180,11 +224,11 @@ def episode_statistics(columns: EpisodeColumns, checkpoints: Sequence[int]) -> F
     return np.stack(cols, axis=1) if len(fed) else np.zeros((0, len(cols)))
 
 
-def ratios(sums: FloatArray, checkpoints: Sequence[int]) -> dict[str, FloatArray]:
+def ratios(sums: FloatArray, checkpoints: Sequence[int], auc_scale: int = 1) -> dict[str, FloatArray]:
     """Metric values from summed statistics (first axis = :func:`episode_statistics` columns).
 
     Works on point sums (shape (S, C)) and bootstrap sums (shape (S, C, B)) alike; an
-    undefined ratio (zero denominator) is NaN.
+    undefined ratio (zero denominator) is NaN. ``auc_scale`` is the L of the AUC sums.
     """
     n = sums[0]
     executable = sums[1]
@@ -192,7 +236,7 @@ def ratios(sums: FloatArray, checkpoints: Sequence[int]) -> dict[str, FloatArray
         out = {
             "ter": executable / n,
             "mean_fed": sums[2] / n,
-            "auc_pec": sums[3] / n,
+            "auc_pec": sums[3] / (n * auc_scale),
             "success": sums[4] / n,
             "rr": sums[5] / (n - executable),
             "completion": sums[6] / n,

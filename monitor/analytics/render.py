@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -65,9 +65,10 @@ def sections(report: Report) -> list[Section]:
     keyed = [tuple(_cell(DASH if c.key[k] is None else str(c.key[k])) for k in by) for c in report.cohorts]
     conf = f"{report.confidence:.0%}"
     interval_note = (
-        f"Intervals: {conf} percentile bootstrap, {report.resamples:,} resamples of task ids"
+        f"Intervals: {conf} percentile bootstrap, {report.resamples:,} resamples of each cohort's tasks"
         + (f" within each {report.strata}" if report.strata else "")
-        + f", the same ids for every cohort (paired); seed {report.seed}. RR: Wilson interval on RR-eligible."
+        + f", the same draws for cohorts that ran the same tasks (paired); seed {report.seed}. "
+        "RR: Wilson interval on RR-eligible."
         if report.resamples
         else f"No bootstrap (--bootstrap 0). RR: {conf} Wilson interval on RR-eligible."
     )
@@ -141,33 +142,40 @@ def sections(report: Report) -> list[Section]:
     if report.comparisons:
         metrics = ("ter", "mean_fed", "auc_pec", "success", "rr", "completion")
         titles = ("ΔTER", "Δmean FED", "ΔAUC-PEC", "Δsuccess", "ΔRR", "Δcompletion")
-        shared = [k for k in by if k not in report.comparisons[0].a]
+        compared = [_compare_key(cmp, by) for cmp in report.comparisons]
+        within = f" (within each {report.strata})" if report.strata else ""
+        notes = [
+            f"Each difference is computed on the tasks both sides ran{within}, and its interval from the same "
+            "resampled tasks for both sides (paired bootstrap); an interval that excludes 0 is a paired effect "
+            "at that level.",
+        ]
+        if any(cmp.restricted for cmp in report.comparisons):
+            notes.append(
+                "'paired on n shared tasks': the two cohorts ran different tasks, so both are compared on "
+                "the n they share only (their own rows above use all their tasks)."
+            )
+        if any(not cmp.computable for cmp in report.comparisons):
+            notes.append(f"'no shared task': the two cohorts ran no task in common, so there is no paired difference ({DASH}).")
         out.append(
             Section(
                 title="Paired differences (a - b)",
-                headers=(*shared, "a - b", *titles),
-                key_columns=len(shared) + 1,
+                headers=(*by, "tasks", *titles),
+                key_columns=len(by) + 1,
                 rows=tuple(
-                    (*_compare_key(cmp, shared), *(fmt_estimate(cmp.differences[m], signed=True) for m in metrics))
-                    for cmp in report.comparisons
+                    (*key, *(fmt_estimate(cmp.differences[m], signed=True) for m in metrics))
+                    for key, cmp in zip(compared, report.comparisons, strict=True)
                 ),
-                notes=(
-                    "Intervals of differences come from the same resampled task ids for both sides "
-                    "(paired bootstrap); an interval that excludes 0 is a paired effect at that level.",
-                ),
+                notes=tuple(notes),
             )
         )
         out.append(
             Section(
                 title="Paired differences at the PEC checkpoints (a - b)",
-                headers=(*shared, "a - b", *(f"ΔPEC@{k}" for k in report.checkpoints)),
-                key_columns=len(shared) + 1,
+                headers=(*by, "tasks", *(f"ΔPEC@{k}" for k in report.checkpoints)),
+                key_columns=len(by) + 1,
                 rows=tuple(
-                    (
-                        *_compare_key(cmp, shared),
-                        *(fmt_estimate(cmp.differences[f"pec@{k}"], signed=True) for k in report.checkpoints),
-                    )
-                    for cmp in report.comparisons
+                    (*key, *(fmt_estimate(cmp.differences[f"pec@{k}"], signed=True) for k in report.checkpoints))
+                    for key, cmp in zip(compared, report.comparisons, strict=True)
                 ),
             )
         )
@@ -182,7 +190,7 @@ def sections(report: Report) -> list[Section]:
                 rows=tuple(
                     (
                         *k,
-                        _cell(u.task_id),
+                        _cell(u.task_id if "dataset" in by or u.dataset is None else f"{u.task_id} ({u.dataset})"),
                         _cell(str(u.runs)),
                         _cell(
                             "/".join(str(u.outcomes.get(o, 0)) for o in ("success", "partial", "failure"))
@@ -250,15 +258,27 @@ def sections(report: Report) -> list[Section]:
     return out
 
 
-def _compare_key(cmp: Comparison, shared: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    return (
-        *(_cell(DASH if cmp.key.get(k) is None else str(cmp.key.get(k))) for k in shared),
-        _cell(f"{_side(cmp.a)} - {_side(cmp.b)}" + ("" if cmp.paired else " (unpaired)")),
-    )
+def _compare_key(cmp: Comparison, by: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The cohort key columns (``a - b`` in each compared key) and the tasks the difference used."""
+    cells = []
+    for k in by:
+        if k in cmp.a:
+            cells.append(_cell(f"{_value(cmp.a[k])} - {_value(cmp.b[k])}"))
+        else:
+            cells.append(_cell(_value(cmp.key.get(k))))
+    return (*cells, _cell(_tasks(cmp)))
 
 
-def _side(sel: Mapping[str, str | None]) -> str:
-    return "+".join(str(v) for v in sel.values())
+def _tasks(cmp: Comparison) -> str:
+    if not cmp.computable:
+        return "no shared task"
+    if cmp.restricted:
+        return f"paired on {cmp.shared_tasks} shared task{'s' if cmp.shared_tasks != 1 else ''}"
+    return str(cmp.shared_tasks)
+
+
+def _value(v: str | None) -> str:
+    return DASH if v is None else str(v)
 
 
 def render_json(report: Report) -> str:
@@ -287,7 +307,10 @@ def _md(text: str) -> str:
 
 
 def render_csv(report: Report) -> str:
-    """One row per cohort (``row=cohort``), then one per paired difference (``row=difference``)."""
+    """One row per cohort (``row=cohort``), then one per paired difference (``row=difference``).
+
+    A difference row's ``tasks`` is the number of shared tasks it was computed on.
+    """
     metrics = ("ter", "mean_fed", "auc_pec", "success", "rr", "completion")
     cps = [f"pec@{k}" for k in report.checkpoints]
     header = [
@@ -340,7 +363,7 @@ def render_csv(report: Report) -> str:
                 "difference",
                 *("" if key.get(k) is None else key[k] for k in report.by),
                 "",
-                "",
+                cmp.shared_tasks,
                 *(x for e in ests for x in triple(e)),
                 *([""] * (len(header) - 3 - len(report.by) - 3 * len(ests))),
             ]

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from ..records import BadLine, EpisodeRecord
 from .bootstrap import CHUNK_CELLS, ProgressFn, percentile_interval, resample_sums, wilson_interval
-from .columns import CAUSES, OUTCOMES, EpisodeColumns, columns_from_records
+from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, columns_from_records, distinct_episodes, task_units
 from .completion import Annotation, Attribution, UnstableTask, attribute, read_annotations, unstable_tasks
 from .inputs import load_columns
-from .metrics import FloatArray, Grouping, cohort_sums, episode_statistics, group, ratios
+from .metrics import FloatArray, Grouping, auc_scale, cohort_sums, episode_statistics, group, ratios
 
 SCHEMA: Final = "prefixmon.report/1"
 DEFAULT_BY: Final[tuple[str, ...]] = ("dataset", "model", "method")
@@ -88,7 +89,7 @@ class CohortReport:
     """Label values that define the cohort."""
     n: int
     tasks: int
-    """Distinct task ids."""
+    """Distinct tasks: (dataset, task id) pairs."""
     ter: Estimate
     mean_fed: Estimate
     auc_pec: Estimate
@@ -120,16 +121,39 @@ class CohortReport:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Comparison:
-    """Paired differences ``a - b`` between two cohorts that differ only in the compared keys."""
+    """Paired differences ``a - b`` between two cohorts that differ only in the compared keys.
+
+    The differences are computed on the tasks both cohorts ran (within each stratum): when
+    their task sets differ, both sides are restricted to the shared tasks, point estimates
+    and bootstrap alike, and resampled with the same draws.
+    """
 
     key: Mapping[str, str | None]
     """The shared label values."""
     a: Mapping[str, str | None]
     b: Mapping[str, str | None]
     paired: bool
-    """True when both cohorts were resampled with the same task ids (same single stratum)."""
+    """True when the differences are paired: both sides on the same tasks, resampled with
+    the same draws in every stratum. False only when the cohorts share no task."""
+    shared_tasks: int
+    """Tasks both cohorts ran (same stratum, dataset and task id): the tasks the differences use."""
+    tasks_a: int
+    """Tasks cohort a ran (per stratum)."""
+    tasks_b: int
+    """Tasks cohort b ran (per stratum)."""
     differences: Mapping[str, Estimate]
-    """``ter``, ``mean_fed``, ``auc_pec``, ``success``, ``rr``, ``completion``, ``pec@k``."""
+    """``ter``, ``mean_fed``, ``auc_pec``, ``success``, ``rr``, ``completion``, ``pec@k``;
+    every value ``None`` when the cohorts share no task."""
+
+    @property
+    def computable(self) -> bool:
+        """Whether the cohorts share a task (otherwise there is no paired difference)."""
+        return self.shared_tasks > 0
+
+    @property
+    def restricted(self) -> bool:
+        """Whether the task sets differ, so the differences use only part of a cohort's tasks."""
+        return self.shared_tasks < max(self.tasks_a, self.tasks_b)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +176,8 @@ class Report:
     unmatched_annotations: tuple[Annotation, ...] = ()
     attribution: bool = False
     """Whether an annotation file was given."""
+    duplicates: tuple[str, ...] = ()
+    """Episode ids read again (each repeat once, in input order); every episode counts once."""
 
     def cohort(self, **key: str) -> CohortReport:
         """The cohort whose key has these values (e.g. ``report.cohort(method="react")``).
@@ -170,13 +196,15 @@ class Report:
             "schema": SCHEMA,
             "by": list(self.by),
             "episodes": self.episodes,
+            "duplicate_episodes": len(self.duplicates),
             "bootstrap": {
                 "resamples": self.resamples,
                 "seed": self.seed,
                 "confidence": self.confidence,
                 "unit": "task_id",
                 "strata": self.strata,
-                "paired": True,
+                # Differences always use the same draws for both sides (over the shared tasks).
+                "paired": self.resamples > 0,
             },
             "checkpoints": list(self.checkpoints),
             "cohorts": [_cohort_dict(c) for c in self.cohorts],
@@ -186,6 +214,9 @@ class Report:
                     "a": dict(cmp.a),
                     "b": dict(cmp.b),
                     "paired": cmp.paired,
+                    "shared_tasks": cmp.shared_tasks,
+                    "tasks_a": cmp.tasks_a,
+                    "tasks_b": cmp.tasks_b,
                     "differences": {k: e.to_dict() for k, e in cmp.differences.items()},
                 }
                 for cmp in self.comparisons
@@ -215,7 +246,14 @@ def _cohort_dict(c: CohortReport) -> dict[str, Any]:
         "outcomes": dict(c.outcomes),
         "decomposition": {"q": d.q, "s": d.s, "r": d.r, "uninterrupted": d.uninterrupted, "recovered": d.recovered},
         "unstable_tasks": [
-            {"task_id": u.task_id, "runs": u.runs, "outcomes": dict(u.outcomes), "mean": u.mean, "spread": u.spread}
+            {
+                "task_id": u.task_id,
+                "dataset": u.dataset,
+                "runs": u.runs,
+                "outcomes": dict(u.outcomes),
+                "mean": u.mean,
+                "spread": u.spread,
+            }
             for u in c.unstable
         ],
         "rerun_tasks": c.rerun_tasks,
@@ -276,6 +314,9 @@ def build_report(
 ) -> Report:
     """Compute the full report.
 
+    Each episode id counts once: repeats (the same file given twice, a sink that retried)
+    are dropped and listed in :attr:`Report.duplicates`. A task is a (dataset, task id) pair.
+
     Args:
         source: columns (:func:`~.inputs.load_columns`), episode records, or the path of a
             records (or traces) file.
@@ -285,14 +326,17 @@ def build_report(
         seed: seed of the bootstrap (nothing else in the report is random).
         confidence: interval level.
         checkpoints: PEC depths reported with intervals.
-        strata: label key within whose values task ids are resampled (``None``: one stratum).
-        compare: pairs of cohort selectors, e.g. ``"method=dual_loop,method=react"``.
+        strata: label key within whose values tasks are resampled (``None``: one stratum).
+        compare: pairs of cohort selectors, e.g. ``"method=dual_loop,method=react"`` or
+            ``({"method": "dual_loop"}, {"method": "react"})``; each pair compares every
+            two cohorts that match its sides and agree on the other keys, on the tasks both ran.
         annotations: human failure attributions (a file path or parsed annotations).
         skipped: bad lines the reader skipped, carried into the report.
         progress: bootstrap progress callback ``(done, total)``.
 
     Raises:
-        ValueError: an unknown ``by``/``compare`` key, a bad checkpoint or level, or no episodes.
+        ValueError: an unknown ``by`` key, a ``compare`` spec with an unknown key or value or
+            that matches no pair of cohorts, a bad checkpoint or level, or no episodes.
     """
     if isinstance(source, EpisodeColumns):
         columns = source
@@ -300,6 +344,7 @@ def build_report(
         columns = load_columns(source)
     else:
         columns = columns_from_records(source)
+    columns, again = distinct_episodes(columns)
     if not len(columns):
         raise ValueError("no episodes to report on")
     present = columns.label_keys()
@@ -314,29 +359,33 @@ def build_report(
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if bootstrap < 0:
         raise ValueError(f"bootstrap must be >= 0 resamples, got {bootstrap}")
-    pairs = [parse_compare(c) if isinstance(c, str) else (dict(c[0]), dict(c[1])) for c in compare]
-    for a, _ in pairs:
-        for k in a:
-            if k not in keys:
-                raise ValueError(f"--compare key {k!r} is not one of the cohort keys ({', '.join(keys)})")
+    pairs = [_parse_pair(c, keys) for c in compare]
     if strata is not None and strata not in present:
         strata = None
 
     grouping = group(columns, keys, strata)
+    _check_values(pairs, keys, grouping.cohort_keys)
     n_cohorts = len(grouping.cohort_keys)
-    sums = cohort_sums(columns, grouping.cohort, n_cohorts)
+    unit, units = task_units(columns)
+    unit_ids = [t for _, t in units]
+    cohort_tasks, runs = np.unique(grouping.cohort.astype(np.int64) * len(units) + unit, return_counts=True)
+    tasks_per_cohort = np.bincount(cohort_tasks // len(units), minlength=n_cohorts)
+    # A sum (point or resampled) adds at most (tasks) x (most runs of one task in one cohort) episodes.
+    scale = auc_scale(columns.horizon, len(units) * int(runs.max()))
+    sums = cohort_sums(columns, grouping.cohort, n_cohorts, scale)
     k_max = sums.survivors.shape[1] - 1
     checkpoint_counts = {k: sums.survivors[:, k] if k <= k_max else np.zeros(n_cohorts, dtype=np.int64) for k in cps}
+    statistics = episode_statistics(columns, cps, scale) if bootstrap or pairs else None
     draws: dict[str, FloatArray] = {}
     low: dict[str, FloatArray] = {}
     high: dict[str, FloatArray] = {}
-    if bootstrap:
+    if bootstrap and statistics is not None:
         boot = resample_sums(
-            episode_statistics(columns, cps),
+            statistics,
             cohort=grouping.cohort,
             n_cohorts=n_cohorts,
-            task=columns.task,
-            task_names=columns.task_ids,
+            task=unit,
+            task_names=unit_ids,
             stratum=grouping.stratum,
             strata=grouping.strata,
             resamples=bootstrap,
@@ -344,7 +393,7 @@ def build_report(
             progress=progress,
             chunk_cells=CHUNK_CELLS if progress is None else PROGRESS_CHUNK_CELLS,
         )
-        draws = ratios(boot, cps)
+        draws = ratios(boot, cps, scale)
         del boot
         for m in (*BOOTSTRAPPED, *(f"pec@{k}" for k in cps)):
             low[m], high[m] = percentile_interval(draws[m], confidence)
@@ -355,15 +404,12 @@ def build_report(
         lo_, hi_ = float(low[metric][c]), float(high[metric][c])
         return Estimate(value=value, ci=None if math.isnan(lo_) else (lo_, hi_))
 
-    unstable, rerun = unstable_tasks(columns, grouping.cohort, n_cohorts)
+    unstable, rerun = unstable_tasks(columns, grouping.cohort, n_cohorts, (unit, units))
     attributions: list[Attribution] | None = None
     unmatched: list[Annotation] = []
     if annotations is not None:
         notes = read_annotations(annotations) if isinstance(annotations, (str, os.PathLike)) else list(annotations)
         attributions, unmatched = attribute(columns, grouping.cohort, n_cohorts, notes)
-    tasks_per_cohort = np.zeros(n_cohorts, dtype=np.int64)
-    pairs_ct = np.unique(grouping.cohort.astype(np.int64) * len(columns.task_ids) + columns.task)
-    np.add.at(tasks_per_cohort, pairs_ct // len(columns.task_ids), 1)
 
     cohorts: list[CohortReport] = []
     for c in range(n_cohorts):
@@ -384,7 +430,7 @@ def build_report(
                 tasks=int(tasks_per_cohort[c]),
                 ter=estimate("ter", c, q),
                 mean_fed=estimate("mean_fed", c, int(sums.fed_sum[c]) / n),
-                auc_pec=estimate("auc_pec", c, float(sums.auc_sum[c]) / n),
+                auc_pec=estimate("auc_pec", c, sums.auc_pec(c)),
                 rr=RecoveryRate(
                     value=r,
                     ci=wilson_interval(recovered, eligible, confidence),
@@ -412,7 +458,21 @@ def build_report(
             )
         )
 
-    comparisons = _compare(cohorts, pairs, keys, grouping, draws, cps, confidence)
+    comparisons: list[Comparison] = []
+    if pairs and statistics is not None:
+        shared = _SharedTasks(
+            grouping=grouping,
+            unit=unit,
+            unit_ids=unit_ids,
+            statistics=statistics,
+            draws=draws,
+            checkpoints=cps,
+            auc_scale=scale,
+            resamples=bootstrap,
+            seed=seed,
+            confidence=confidence,
+        )
+        comparisons = shared.compare(cohorts, pairs, keys)
     return Report(
         by=keys,
         cohorts=tuple(cohorts),
@@ -426,56 +486,174 @@ def build_report(
         skipped=tuple(skipped),
         unmatched_annotations=tuple(unmatched),
         attribution=annotations is not None,
+        duplicates=tuple(again),
     )
 
 
-def _compare(
-    cohorts: Sequence[CohortReport],
-    pairs: Sequence[tuple[dict[str, str], dict[str, str]]],
-    keys: tuple[str, ...],
-    grouping: Grouping,
-    draws: Mapping[str, FloatArray],
-    checkpoints: Sequence[int],
-    confidence: float,
-) -> list[Comparison]:
-    index = {tuple(c.key.values()): i for i, c in enumerate(cohorts)}
-    # Which strata each cohort touches: same single stratum => the resamples were paired.
-    touched = [set[int]() for _ in cohorts]
-    n_strata = len(grouping.strata)
-    for code in np.unique(grouping.cohort.astype(np.int64) * n_strata + grouping.stratum).tolist():
-        touched[code // n_strata].add(code % n_strata)
-    out: list[Comparison] = []
-    metrics = [*COMPARED, *(f"pec@{k}" for k in checkpoints)]
-    for a_sel, b_sel in pairs:
-        for i, ca in enumerate(cohorts):
-            if any(ca.key.get(k) != v for k, v in a_sel.items()):
-                continue
-            b_key = {**ca.key, **b_sel}
-            j = index.get(tuple(b_key[k] for k in keys))
-            if j is None:
-                continue
-            cb = cohorts[j]
-            diffs: dict[str, Estimate] = {}
-            if draws:  # every metric's paired differences in one percentile pass
-                lows, highs = percentile_interval(np.stack([draws[m][i] - draws[m][j] for m in metrics]), confidence)
-            for row, m in enumerate(metrics):
-                va, vb = _metric(ca, m), _metric(cb, m)
-                value = None if va is None or vb is None else va - vb
-                ci: Interval | None = None
-                if value is not None and draws and not math.isnan(lows[row]):
-                    ci = (float(lows[row]), float(highs[row]))
-                diffs[m] = Estimate(value=value, ci=ci)
-            shared = {k: v for k, v in ca.key.items() if k not in a_sel}
-            out.append(
-                Comparison(
-                    key=shared,
-                    a={k: ca.key[k] for k in a_sel},
-                    b={k: cb.key[k] for k in b_sel},
-                    paired=len(touched[i]) == 1 and touched[i] == touched[j],
-                    differences=diffs,
+Pair = tuple[str, dict[str, str], dict[str, str]]
+"""A compare spec as given (for messages), its a side and its b side."""
+
+
+def _parse_pair(spec: str | tuple[Mapping[str, str], Mapping[str, str]], keys: tuple[str, ...]) -> Pair:
+    if isinstance(spec, str):
+        a, b = parse_compare(spec)
+        text = spec
+    else:
+        a, b = dict(spec[0]), dict(spec[1])
+        text = ",".join(_selector(side) for side in (a, b))
+    for k in (*a, *b):
+        if k not in keys:
+            raise ValueError(f"--compare {text!r}: key {k!r} is not one of the cohort keys ({', '.join(keys)})")
+    if not a or set(a) != set(b):
+        raise ValueError(f"--compare {text!r}: both sides must fix the same keys")
+    return text, a, b
+
+
+def _check_values(pairs: Sequence[Pair], keys: tuple[str, ...], cohort_keys: Sequence[tuple[str | None, ...]]) -> None:
+    """Every value a compare spec names must be the value of some cohort."""
+    for text, a, b in pairs:
+        for side in (a, b):
+            for k, v in side.items():
+                i = keys.index(k)
+                values = sorted({value for ck in cohort_keys if (value := ck[i]) is not None})
+                if v not in values:
+                    raise ValueError(f"--compare {text!r}: no cohort has {k}={v!r} ({k} values: {', '.join(values)})")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _SharedTasks:
+    """Paired differences on the tasks both cohorts ran."""
+
+    grouping: Grouping
+    unit: IntArray
+    """Task (dataset, task id) code per episode."""
+    unit_ids: Sequence[str]
+    statistics: FloatArray
+    draws: Mapping[str, FloatArray]
+    """The cohorts' own bootstrap ratios (empty without bootstrap)."""
+    checkpoints: tuple[int, ...]
+    auc_scale: int
+    resamples: int
+    seed: int
+    confidence: float
+
+    def compare(self, cohorts: Sequence[CohortReport], pairs: Sequence[Pair], keys: tuple[str, ...]) -> list[Comparison]:
+        """Every comparison the specs ask for, in spec order then cohort order.
+
+        Raises:
+            ValueError: a spec that matches no pair of cohorts.
+        """
+        index = {tuple(c.key.values()): i for i, c in enumerate(cohorts)}
+        g = self.grouping
+        n_units = int(self.unit.max(initial=-1)) + 1
+        # The tasks of each cohort as sorted (stratum, task) codes: a task is shared when both
+        # cohorts ran it in the same stratum.
+        self_su = g.stratum.astype(np.int64) * n_units + self.unit
+        n_su = len(g.strata) * n_units
+        codes = np.unique(g.cohort.astype(np.int64) * n_su + self_su)
+        bounds = np.searchsorted(codes, np.arange(len(cohorts) + 1, dtype=np.int64) * n_su)
+        task_sets = [codes[bounds[c] : bounds[c + 1]] % n_su for c in range(len(cohorts))]
+        metrics = [*COMPARED, *(f"pec@{k}" for k in self.checkpoints)]
+        out: list[Comparison] = []
+        for text, a_sel, b_sel in pairs:
+            found = 0
+            for i, ca in enumerate(cohorts):
+                if any(ca.key.get(k) != v for k, v in a_sel.items()):
+                    continue
+                b_key = {**ca.key, **b_sel}
+                j = index.get(tuple(b_key[k] for k in keys))
+                if j is None:
+                    continue
+                found += 1
+                cb = cohorts[j]
+                sa, sb = task_sets[i], task_sets[j]
+                if np.array_equal(sa, sb):
+                    n_shared = int(sa.size)
+                    diffs = self._same_tasks(ca, cb, i, j, metrics)
+                else:
+                    shared = np.intersect1d(sa, sb, assume_unique=True)
+                    n_shared = int(shared.size)
+                    if n_shared:
+                        mask = ((g.cohort == i) | (g.cohort == j)) & np.isin(self_su, shared)
+                        diffs = self._on_tasks(mask, j, metrics)
+                    else:
+                        diffs = {m: Estimate(value=None) for m in metrics}
+                out.append(
+                    Comparison(
+                        key={k: v for k, v in ca.key.items() if k not in a_sel},
+                        a={k: ca.key[k] for k in a_sel},
+                        b={k: cb.key[k] for k in b_sel},
+                        paired=n_shared > 0,
+                        shared_tasks=n_shared,
+                        tasks_a=int(sa.size),
+                        tasks_b=int(sb.size),
+                        differences=diffs,
+                    )
                 )
-            )
+            if not found:
+                others = [k for k in keys if k not in a_sel]
+                raise ValueError(
+                    f"--compare {text!r} matches no pair of cohorts: no cohort with "
+                    f"{_selector(a_sel)} has a counterpart with {_selector(b_sel)}"
+                    + (f" and the same {', '.join(others)}" if others else "")
+                )
+        return out
+
+    def _same_tasks(self, ca: CohortReport, cb: CohortReport, i: int, j: int, metrics: Sequence[str]) -> dict[str, Estimate]:
+        """Both cohorts ran the same tasks: their own estimates and (shared) draws."""
+        values = {m: _difference(_metric(ca, m), _metric(cb, m)) for m in metrics}
+        if not self.draws:
+            return {m: Estimate(value=v) for m, v in values.items()}
+        # every metric's paired differences in one percentile pass
+        lows, highs = percentile_interval(np.stack([self.draws[m][i] - self.draws[m][j] for m in metrics]), self.confidence)
+        return _estimates(metrics, values, lows, highs)
+
+    def _on_tasks(self, mask: npt.NDArray[np.bool_], j: int, metrics: Sequence[str]) -> dict[str, Estimate]:
+        """Both cohorts restricted to the shared tasks (``mask``): point and draws from those episodes."""
+        side = (self.grouping.cohort[mask] == j).astype(np.int32)  # 0 = a, 1 = b
+        stats = self.statistics[mask]
+        point = ratios(
+            np.stack([stats[side == 0].sum(axis=0), stats[side == 1].sum(axis=0)], axis=1), self.checkpoints, self.auc_scale
+        )
+        values = {m: _difference(_nan_to_none(float(point[m][0])), _nan_to_none(float(point[m][1]))) for m in metrics}
+        if not self.resamples:
+            return {m: Estimate(value=v) for m, v in values.items()}
+        boot = ratios(
+            resample_sums(
+                stats,
+                cohort=side,
+                n_cohorts=2,
+                task=self.unit[mask],
+                task_names=self.unit_ids,
+                stratum=self.grouping.stratum[mask],
+                strata=self.grouping.strata,
+                resamples=self.resamples,
+                seed=self.seed,
+            ),
+            self.checkpoints,
+            self.auc_scale,
+        )
+        lows, highs = percentile_interval(np.stack([boot[m][0] - boot[m][1] for m in metrics]), self.confidence)
+        return _estimates(metrics, values, lows, highs)
+
+
+def _estimates(
+    metrics: Sequence[str], values: Mapping[str, float | None], lows: FloatArray, highs: FloatArray
+) -> dict[str, Estimate]:
+    out = {}
+    for row, m in enumerate(metrics):
+        value = values[m]
+        ci = None if value is None or math.isnan(lows[row]) else (float(lows[row]), float(highs[row]))
+        out[m] = Estimate(value=value, ci=ci)
     return out
+
+
+def _difference(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def _selector(sel: Mapping[str, str]) -> str:
+    return "+".join(f"{k}={v}" for k, v in sel.items())
 
 
 def _metric(c: CohortReport, name: str) -> float | None:
