@@ -35,7 +35,7 @@ How the monitor acts through the middleware hooks:
   ``id``; an id that is empty or repeated within one model response names no single call:
   such calls are recorded with ``call_id=None`` and skip the id-based resume lookups above.
 - Parallel calls are checked in the order the response lists them; a sync agent's ToolNode
-  runs them in threads, so each waits (at most ``_TURN_TIMEOUT``) for the calls before it.
+  runs them in threads, so each waits (at most 2 s) for the calls before it.
 
 The episode is opened (``Monitor.open_episode``) in ``before_agent`` and closed
 (``Episode.aclose``) in ``after_agent``, or with status ``"error"`` when an exception leaves

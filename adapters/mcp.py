@@ -509,10 +509,6 @@ class MonitorMiddleware:
             if malformed:  # answer as the SDK does without the monitor: invalid params
                 CallToolRequestParams.model_validate(params, by_name=False)
             return blocked_result(blocked)
-        if malformed and not pending.replaced:  # pragma: no cover - parse failures are never runnable
-            pending.abandon("arguments are not a JSON object", started=False)
-            CallToolRequestParams.model_validate(params, by_name=False)
-            return blocked_result(ToolBlocked(pending.verdict))
         call = pending.call
         try:
             result = await call_next(replace(ctx, params={**params, "name": call.name, "arguments": pending.args}))

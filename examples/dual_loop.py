@@ -55,6 +55,8 @@ async def main() -> None:
         assert ep.depth == 0
         for attempt in revision.attempts:
             print(f"attempt {attempt.number}: {'approved' if attempt.approved else 'rejected'}")
+        if revision.planner_error is not None:  # the planner itself failed: not a verdict on a plan
+            raise revision.planner_error
         if revision.plan is None:
             raise SystemExit("no plan was approved within the budget")
         ep.labels.update(revision.labels())

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import datetime, timezone
-from types import CoroutineType
+from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import anyio
@@ -832,7 +832,7 @@ class Episode:
         return record
 
 
-_CAUSE_RANK: Final = {cause: rank for rank, cause in enumerate(Cause)}
+_CAUSE_RANK: Final[Mapping[Cause, int]] = MappingProxyType({cause: rank for rank, cause in enumerate(Cause)})
 
 
 def _in_cause_order(failures: tuple[Failure, ...], extra: Failure) -> tuple[Failure, ...]:

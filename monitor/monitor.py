@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
@@ -14,7 +15,7 @@ from typing import Any, Literal
 import anyio
 import structlog
 
-from .daemon_threads import DaemonThreads
+from ._daemon_threads import DaemonThreads
 from .episode import Episode
 from .exceptions import SpecError
 from .observer import Observer
@@ -223,9 +224,9 @@ class Monitor:
                     if inspect.isawaitable(result):
                         await result
             except anyio.get_cancelled_exc_class() as e:
-                if scope.cancel_called:  # our timeout: the scope below reports it
+                if scope.cancel_called or _cancel_requested():  # our timeout, or a real cancellation
                     raise
-                self.stats.sink_errors += 1  # the sink's own stray cancellation (shielded: not the agent's)
+                self.stats.sink_errors += 1  # the sink's own stray CancelledError: nobody cancelled us
                 self._fault(ep, "sink", e)
             except Exception as e:
                 self.stats.sink_errors += 1
@@ -250,3 +251,13 @@ class Monitor:
                     obs.internal_error(episode, where, error)
                 except Exception:
                     self.stats.internal_errors += 1
+
+
+def _cancel_requested() -> bool:
+    """Whether the current task was asked to cancel (always assumed outside asyncio 3.11+)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not asyncio (trio cancellations are always real)
+        return True
+    cancelling = getattr(task, "cancelling", None)
+    return task is None or cancelling is None or cancelling() > 0

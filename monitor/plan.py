@@ -1308,7 +1308,8 @@ def _schema_with_refs(
     elsewhere is a real failure. When every reported problem is at a reference, the other
     arguments are validated again against the schema with those locations unconstrained
     (unless the validator reports every problem at once, as pydantic does), so a literal
-    next to a reference is never approved unchecked.
+    next to a reference is not approved unchecked (unless that relaxed schema cannot be
+    compiled or walked, when the step is judged on the located problems alone).
     """
     raw = _with_samples(sim, step, spec)
     _, validated, failure = check_schema(toolset, view, step.tool, raw)

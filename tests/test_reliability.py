@@ -319,6 +319,30 @@ class TestSinks:
         assert len(set(threads)) == 1 and threads[0].daemon and threads[0] is not threading.main_thread()
         assert monitor.stats.sink_errors == 1
 
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+    async def test_a_real_cancellation_during_delivery_still_cancels(self, tools: Toolset, anyio_backend: str) -> None:
+        """task.cancel() while an async sink runs: the agent's task is cancelled, not swallowed as a sink error."""
+        import asyncio
+
+        started = asyncio.Event()
+
+        async def sink(record: Any) -> None:
+            started.set()
+            await asyncio.sleep(1)
+
+        monitor = Monitor(tools, sink=sink, sink_timeout=5)
+
+        async def agent() -> None:
+            async with monitor.episode(task_id="t") as ep:
+                await ep.call("set_cellular", {"on": True})
+
+        task = asyncio.ensure_future(agent())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert monitor.stats.sink_errors == 0
+
     async def test_hanging_sink_delivery_survives_cancellation(self, tools: Toolset) -> None:
         """A cancelled episode still delivers its record (shielded), bounded by the sink timeout."""
         got: list[Any] = []
