@@ -53,7 +53,7 @@ def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
             "of cohorts with different task sets use the tasks both ran) and Wilson intervals for RR."
         ),
     )
-    p.add_argument("records", nargs="+", metavar="RECORDS", help="episode record files (JSON Lines)")
+    p.add_argument("records", nargs="+", metavar="RECORDS", help="episode record files (JSON Lines) or OTLP JSON trace files")
     p.add_argument(
         "--by",
         type=_csv_list,

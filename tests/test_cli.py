@@ -86,6 +86,15 @@ class TestReport:
         out = capsys.readouterr().out
         assert "Prefix executability" in out and "dual_loop" in out and "PEC@1" in out
 
+    def test_piped_table_keeps_every_column(
+        self, records_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Written to a pipe (not a terminal), the table is wide enough that no column collapses."""
+        monkeypatch.delenv("COLUMNS", raising=False)
+        assert main(["report", str(records_file), "--bootstrap", "100", "--by", "method"]) == 0
+        out = capsys.readouterr().out
+        assert "RR-elig." in out and "S/P/F" in out and "…" not in out
+
     def test_seed_reproducible(self, records_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """Same seed, same intervals; another seed, other intervals."""
         runs = []

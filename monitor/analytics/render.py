@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
@@ -371,6 +372,10 @@ def render_csv(report: Report) -> str:
     return buf.getvalue()
 
 
+PIPE_WIDTH: Final = 200
+"""Table width when stdout is not a terminal and ``COLUMNS`` is unset."""
+
+
 def render_table(report: Report, console: Console | None = None) -> None:
     """Print the report as rich tables (to stdout unless a console is given).
 
@@ -383,7 +388,11 @@ def render_table(report: Report, console: Console | None = None) -> None:
         from rich.text import Text
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(INSTALL_HINT) from e
-    con = console if console is not None else RichConsole()
+    if console is None:  # piped or redirected: wide enough that no column collapses (COLUMNS still wins)
+        console = RichConsole()
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            console = RichConsole(width=PIPE_WIDTH)
+    con = console
     for s in sections(report):
         table = Table(title=s.title, title_justify="left", title_style="bold", header_style="bold")
         for i, h in enumerate(s.headers):
