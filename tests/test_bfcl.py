@@ -45,6 +45,11 @@ class TestParsing:
         assert [c.name for c in calls] == ["cd", "ls"]
         assert calls[1].args == {"a": True}
 
+    def test_code_fence_is_stripped_as_bfcl_does(self) -> None:
+        """Prompting models often fence their calls; BFCL's decoder strips backticks, so does this one."""
+        for text in ("```\n[cd(folder='a'), ls(a=True)]\n```", "`cd(folder='a'), ls(a=True)`"):
+            assert [c.name for c in parse_calls(text)] == ["cd", "ls"]
+
     def test_code_is_refused(self) -> None:
         """Anything but literal values is refused, so nothing can run while parsing."""
         with pytest.raises(CallParseError, match="not a literal"):

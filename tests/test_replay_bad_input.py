@@ -277,3 +277,27 @@ class TestNonUtf8Transcripts:
         rc, err = _cli(["replay", str(path), "--domain", "tau-airline", "--out", str(tmp_path / "o.jsonl")], capsys)
         assert rc == 1
         assert f"{path}:3: not UTF-8" in err
+
+
+class TestTextFormatAgents:
+    """τ-bench's ReAct / Act agents write calls as text, which the replay does not read."""
+
+    def test_conversations_without_tool_calls_are_flagged(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A trajectory whose calls are 'Action: {...}' text replays with a warning, not silently."""
+        action = {"name": "find_user_id_by_email", "arguments": {"email": "a@b.com"}}
+        rollout = {
+            "task_id": 3,
+            "trial": 0,
+            "reward": 0.0,
+            "info": {},
+            "traj": [
+                {"role": "user", "content": "Hi, cancel my order, email a@b.com"},
+                {"role": "assistant", "content": "Thought: find user\nAction:\n" + json.dumps(action)},
+                {"role": "user", "content": "API output: Error: user not found"},
+            ],
+        }
+        path = tmp_path / "results.json"
+        path.write_text(json.dumps([rollout]))
+        rc, err = _cli(["replay", str(path), "--domain", "tau-retail", "--out", str(tmp_path / "o.jsonl")], capsys)
+        assert rc == 0
+        assert "1 conversation(s) have no tool call" in err and "ReAct" in err

@@ -125,7 +125,7 @@ def parse_calls(text: str, *, where: str = "call") -> list[BfclCall]:
     Raises:
         CallParseError: not a call (or list of calls) with literal arguments.
     """
-    text = text.strip()
+    text = text.strip("`\n ")  # as BFCL's own decoder does: a code fence around the calls is fine
     if not text:
         return []
     try:

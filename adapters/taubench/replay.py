@@ -491,13 +491,14 @@ def run(args: argparse.Namespace) -> int:
     labels = dict(args.label)
     domain = DOMAIN_LABELS.get(args.domain) if args.domain else None
     fmt = args.format if args.format != "auto" else _detect(path)
-    totals = {"calls": 0, "missing": 0, "divergences": 0}
+    totals = {"calls": 0, "missing": 0, "divergences": 0, "no_calls": 0}
     problems: list[Problem] = []
 
     def count(record: EpisodeRecord, stats: ReplayStats) -> None:
         totals["calls"] += stats.calls
         totals["missing"] += stats.missing_results
         totals["divergences"] += len(stats.divergences)
+        totals["no_calls"] += stats.calls == 0
 
     try:
         if fmt == "tau":
@@ -532,6 +533,12 @@ def run(args: argparse.Namespace) -> int:
     write_records(args.out, records)
     for problem in problems:
         print(f"skipped: {problem}", file=sys.stderr)
+    if totals["no_calls"]:
+        print(
+            f"prefixmon replay: warning: {totals['no_calls']} conversation(s) have no tool call; calls written "
+            "as text (τ-bench's ReAct / Act agents, 'Action: {...}') are not replayed, only `tool_calls`",
+            file=sys.stderr,
+        )
     n = len(records)
     executable = sum(1 for r in records if r.executable)
     mean_fed = sum(r.fed for r in records) / n if n else float("nan")
