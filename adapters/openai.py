@@ -51,7 +51,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 import anyio
 from pydantic import BaseModel
 
-from prefixmon import Episode, EpisodeRecord, Monitor, Outcome, PendingCall, SpecError, ToolBlocked, Toolset
+from prefixmon import Episode, EpisodeRecord, Monitor, Outcome, PendingCall, ToolBlocked, Toolset
 
 __all__ = [
     "ChatRun",
@@ -76,25 +76,6 @@ Judge = Callable[[Any], "Outcome | str | None"]
 
 
 # -- tool definitions -----------------------------------------------------------------------
-def _definition(tool: Mapping[str, Any], where: str) -> tuple[str, Mapping[str, Any] | None, str] | None:
-    """(name, parameters, description) of one function definition, or ``None`` for non-function tools."""
-    if not isinstance(tool, Mapping):
-        raise SpecError(f"{where}: a tool definition must be a mapping, got {type(tool).__name__}")
-    kind = tool.get("type", "function")
-    if kind != "function":
-        return None  # built-in tools (web search, custom grammars) never come back as function calls
-    fn = tool.get("function", tool)
-    if not isinstance(fn, Mapping):
-        raise SpecError(f"{where}: 'function' must be an object, got {type(fn).__name__}")
-    name = fn.get("name")
-    if not isinstance(name, str) or not name:
-        raise SpecError(f"{where}: a function definition needs a non-empty 'name'")
-    params = fn.get("parameters")
-    if params is not None and not isinstance(params, Mapping):
-        raise SpecError(f"{where} ({name}): 'parameters' must be a JSON Schema object")
-    return name, params, str(fn.get("description") or "")
-
-
 def toolset_from_openai(
     tools: Iterable[ChatCompletionToolUnionParam | ToolParam | Mapping[str, Any]],
     *,
@@ -104,41 +85,12 @@ def toolset_from_openai(
 ) -> Toolset:
     """Declare every function tool of an OpenAI ``tools`` list in a toolset.
 
-    Accepts chat completions tools (``{"type": "function", "function": {...}}``), Responses
-    function tools (``{"type": "function", "name": ..., "parameters": ...}``) and bare
-    function definitions. Built-in and custom tools are skipped.
-
-    Args:
-        tools: the ``tools`` list sent to the model.
-        functions: ``{name: callable}``: implementations (sync or async), called with the
-            arguments as keywords.
-        rules: ``{name: options}``: extra :meth:`Toolset.add_schema` options per tool, such as
-            ``{"send_message": {"refs": {"person_id": "person_id"}}}``.
-        toolset: add to this toolset instead of a new one.
-
-    Raises:
-        SpecError: a definition is malformed, or ``functions`` / ``rules`` name a tool that
-            is not in ``tools``.
+    The same as :meth:`prefixmon.Toolset.from_openai` (which needs no SDK), typed for the
+    SDK's tool params.
     """
-    functions = functions or {}
-    rules = rules or {}
-    parsed = [d for i, tool in enumerate(tools) if (d := _definition(cast(Mapping[str, Any], tool), f"tools[{i}]"))]
-    declared = {name for name, _, _ in parsed}
-    for what, names in (("functions", functions), ("rules", rules)):
-        unknown = sorted(set(names) - declared)
-        if unknown:
-            raise SpecError(f"{what} name tools that are not in the tools list: {', '.join(unknown)}")
-    out = toolset if toolset is not None else Toolset()
-    for name, params, description in parsed:
-        options = dict(rules.get(name, {}))
-        try:
-            out.add_schema(name, params, description=description, func=functions.get(name), **options)
-        except TypeError as e:  # a misspelt option
-            raise SpecError(f"rules[{name!r}]: {e}; options are those of Toolset.add_schema") from e
-    return out
+    return Toolset.from_openai([cast(Mapping[str, Any], t) for t in tools], functions=functions, rules=rules, toolset=toolset)
 
 
-# -- results as text ------------------------------------------------------------------------
 def result_text(result: Any) -> str:
     """A tool result as the text of a tool reply (strings as they are, data as JSON)."""
     if isinstance(result, str):

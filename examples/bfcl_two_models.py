@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from prefixmon._cli import main as prefixmon
 from prefixmon.adapters.bfcl import CATEGORIES, BfclCall, BfclTask, ground_truth_calls, load_tasks, perturb
-from prefixmon.cli import main as prefixmon
 
 Encoding = Literal["fc", "prompt"]
 Step = list[BfclCall]

@@ -34,10 +34,6 @@ from .policies import Deny as Deny
 from .policies import Edit as Edit
 from .policies import Policy as Policy
 from .policies import Replan as Replan
-from .predicate import Failure as Failure
-from .predicate import ToolCall as ToolCall
-from .predicate import Undetermined as Undetermined
-from .predicate import Verdict as Verdict
 from .records import ActionRecord as ActionRecord
 from .records import BadLine as BadLine
 from .records import EpisodeRecord as EpisodeRecord
@@ -52,6 +48,10 @@ from .spec import Toolset as Toolset
 from .spec import ToolSpec as ToolSpec
 from .state import TrackedState as TrackedState
 from .telemetry import Telemetry as Telemetry
+from .verdict import Failure as Failure
+from .verdict import ToolCall as ToolCall
+from .verdict import Undetermined as Undetermined
+from .verdict import Verdict as Verdict
 from .vocabulary import Cause as Cause
 from .vocabulary import Decision as Decision
 from .vocabulary import Outcome as Outcome

@@ -24,10 +24,10 @@ from .exceptions import SpecError, ToolBlocked
 from .observer import Observer, _CallHooks
 from .plan import PlanFollower, PlanLike, PlanVerdict, verify_plan
 from .policies import Approve, Deny, Edit, Replan
-from .predicate import Failure, ToolCall, Verdict
 from .records import ActionRecord, EpisodeRecord, Status, build_record, trusted_action
 from .spec import ToolSpec, values_at
 from .state import TrackedState
+from .verdict import Failure, ToolCall, Verdict
 from .vocabulary import Cause, Decision, Outcome
 
 if TYPE_CHECKING:

@@ -6,17 +6,23 @@ Hierarchy::
     ├── PrefixmonError                 root of every error prefixmon raises on its own
     │   ├── SpecError (ValueError)     a tool, toolset or monitor was declared wrongly
     │   ├── RecordError (ValueError)   an episode record file has a bad line
-    │   └── PlanError (ValueError)     a plan cannot be parsed
+    │   ├── PlanError (ValueError)     a plan cannot be parsed
+    │   └── ArgumentError (ValueError) arguments do not fit a tool's schema (raised by a
+    │                                  validator, turned into a schema verdict by the predicate)
     └── ToolBlocked                    a call was not run; a control-flow signal that must
                                        cross framework boundaries, so not a PrefixmonError
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-if TYPE_CHECKING:
-    from .predicate import Verdict
+from .verdict import ArgumentProblem, Verdict
+
+__all__ = ("ArgumentError", "PlanError", "PrefixmonError", "RecordError", "SpecError", "ToolBlocked")
+
+MAX_LISTED_PROBLEMS = 3
+"""Argument problems spelt out in an :class:`ArgumentError` message; the rest are counted."""
 
 
 class PrefixmonError(Exception):
@@ -44,6 +50,22 @@ class RecordError(PrefixmonError, ValueError):
 
 class PlanError(PrefixmonError, ValueError):
     """A plan could not be parsed; the message names the step and field."""
+
+
+class ArgumentError(PrefixmonError, ValueError):
+    """Arguments do not fit a tool's schema.
+
+    Attributes:
+        problems: every problem the validator reported (at least one), located.
+        more: problems the validator found beyond ``problems`` (it reports a bounded number).
+    """
+
+    def __init__(self, problems: Sequence[ArgumentProblem], *, more: int = 0) -> None:
+        self.problems = tuple(problems)
+        self.more = more
+        shown = "; ".join(str(p) for p in self.problems[:MAX_LISTED_PROBLEMS])
+        hidden = len(self.problems) - MAX_LISTED_PROBLEMS + more
+        super().__init__(shown + (f" (and {hidden} more)" if hidden > 0 else ""))
 
 
 class ToolBlocked(Exception):

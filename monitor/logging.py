@@ -37,8 +37,8 @@ from .vocabulary import Decision
 
 if TYPE_CHECKING:
     from .episode import Episode
-    from .predicate import Verdict
     from .records import ActionRecord, EpisodeRecord
+    from .verdict import Verdict
 
 __all__ = ["LiveLog", "configure_json_logging"]
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from .episode import Episode
-    from .predicate import ToolCall, Verdict
     from .records import ActionRecord, EpisodeRecord
+    from .verdict import ToolCall, Verdict
     from .vocabulary import Decision
 
 

@@ -1386,7 +1386,7 @@ def _ref_location(loc: str | None, refs: Mapping[str, PlanRef]) -> str | None:
 
 def _reports_every_error(spec: ToolSpec) -> bool:
     """Whether the tool's validator lists every problem (pydantic models do, up to a count)."""
-    return "_model_validator" in getattr(spec.validate, "__qualname__", "")
+    return "model_validator" in getattr(spec.validate, "__qualname__", "")
 
 
 def _relaxed_problem(spec: ToolSpec, step: PlanStep, refs: Mapping[str, PlanRef], raw: Mapping[str, Any]) -> Failure | str | None:

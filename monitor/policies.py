@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from .exceptions import SpecError
-from .predicate import ToolCall, Verdict
+from .verdict import ToolCall, Verdict
 from .vocabulary import Cause
 
 Action: TypeAlias = Literal["observe", "block", "replan", "escalate"]

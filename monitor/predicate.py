@@ -15,96 +15,35 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Final
 
-from .spec import ArgumentError, Precondition, Ref, Toolset, ToolSpec, values_at
+from .exceptions import ArgumentError
+from .spec import Precondition, Ref, Toolset, ToolSpec, values_at
 from .state import TrackedState
+from .verdict import Failure, Fault, ToolCall, Undetermined, Verdict
 from .vocabulary import Cause
+
+__all__ = (
+    "Failure",
+    "Fault",
+    "ToolCall",
+    "Undetermined",
+    "Verdict",
+    "acceptance",
+    "check",
+    "check_dependencies",
+    "check_information",
+    "check_preconditions",
+    "check_schema",
+    "parse_arguments",
+)
 
 MAX_VALUE_REPR: Final = 60
 """Values quoted in reasons are cut to this many characters."""
 MAX_LISTED_TOOLS: Final = 20
 MAX_DETAIL_CHARS: Final = 2_000
 """Environment errors and precondition messages are cut to this many characters in reasons."""
-
-
-class Undetermined:
-    """Returned by a precondition when its answer depends on a value only execution reveals.
-
-    At runtime it counts as holding; plan verification reports the step as undetermined.
-    """
-
-    __slots__ = ("why",)
-
-    def __init__(self, why: str = "") -> None:
-        self.why = why
-
-    def __repr__(self) -> str:
-        return f"Undetermined({self.why!r})"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCall:
-    """A tool call as the agent emitted it (or as a hook replaced it)."""
-
-    name: str
-    args: Mapping[str, Any] | str | bytes | None = None
-    """A dict, raw JSON text, or ``None`` for no arguments."""
-    call_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Failure:
-    """One failed check."""
-
-    cause: Cause
-    reason: str
-    """Model-readable; may quote argument values (never sent to telemetry by default)."""
-    code: str
-    """Low-cardinality machine code, e.g. ``unknown_tool``, ``stale_reference``,
-    ``precondition:cellular_on``; safe for telemetry."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fault:
-    """An exception raised inside the monitor's own checking (a buggy precondition)."""
-
-    where: str
-    error: BaseException
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Verdict:
-    """The predicate's answer for one call."""
-
-    tool: str
-    call_id: str | None = None
-    depth: int
-    executable: bool
-    failures: tuple[Failure, ...] = ()
-    """Every failed check, in tie-break order."""
-    args: Mapping[str, Any] | None = None
-    """Validated arguments (``None`` when they did not parse or fit the schema)."""
-    faults: tuple[Fault, ...] = ()
-    """Monitor-internal errors met while checking."""
-    undetermined: tuple[str, ...] = ()
-    """Preconditions that could not be decided (plan verification)."""
-
-    @property
-    def cause(self) -> Cause | None:
-        """The primary cause, or ``None`` when executable."""
-        return self.failures[0].cause if self.failures else None
-
-    @property
-    def reason(self) -> str:
-        """The primary failure's model-readable reason (empty when executable)."""
-        return self.failures[0].reason if self.failures else ""
-
-    @property
-    def code(self) -> str | None:
-        """The primary failure's low-cardinality code."""
-        return self.failures[0].code if self.failures else None
 
 
 _VERDICT_FIELDS: Final = ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined")
@@ -222,7 +161,7 @@ def check_schema(
     try:
         args = spec.validate(parsed)
     except ArgumentError as e:
-        return spec, None, Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: {e}")
+        return spec, None, Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: {e}", problems=e.problems)
     except RecursionError:
         return (
             spec,

@@ -14,27 +14,17 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Annotated, Any, Protocol, TypeVar, get_args, get_origin, get_type_hints, overload
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints, overload
 
-import fastjsonschema
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from pydantic_core import SchemaValidator
+from pydantic import BaseModel, ConfigDict, create_model
 
+from ._validation import Validator, model_validator, schema_validator
 from .exceptions import SpecError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 PreconditionResult = bool | str | None
 """``True`` or ``None``: holds. ``False``: fails with the precondition's message. ``str``: fails with it."""
-
-
-class TrackedStateView(Protocol):
-    """What preconditions and effects may read (see :class:`prefixmon.TrackedState`)."""
-
-    facts: dict[str, Any]
-    env: Any
-    depth: int
-    turn: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +92,6 @@ class Produce:
 
     kind: str
     key: str
-
-
-class ArgumentError(Exception):
-    """Arguments do not fit a tool's schema (internal; becomes a schema verdict)."""
-
-
-Validator = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,67 +195,6 @@ def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _format_pydantic_error(e: ValidationError) -> str:
-    parts = []
-    for err in e.errors(include_url=False)[:3]:
-        loc = ".".join(str(p) for p in err["loc"])
-        kind = err["type"]
-        if kind == "missing":
-            parts.append(f"missing required argument '{loc}'")
-        elif kind == "extra_forbidden":
-            parts.append(f"unknown argument '{loc}'")
-        else:
-            parts.append(f"argument '{loc}': {err['msg']}")
-    more = e.error_count() - len(parts)
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
-
-
-def _model_validator(model: type[BaseModel]) -> Validator:
-    # The core validator directly (what model_validate calls), skipping its Python wrapper.
-    core = model.__pydantic_validator__
-    validate = core.validate_python if isinstance(core, SchemaValidator) else model.model_validate
-
-    def run(args: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return validate(args).__dict__
-        except ValidationError as e:
-            raise ArgumentError(_format_pydantic_error(e)) from None
-
-    return run
-
-
-def _schema_validator(name: str, schema: Mapping[str, Any], forbid_unknown: bool) -> Validator:
-    prepared = {k: v for k, v in schema.items() if k != "$schema"}
-    prepared.setdefault("type", "object")
-    try:
-        compiled = fastjsonschema.compile(prepared, use_default=False)
-    except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
-        problem = "nested too deeply" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
-        raise SpecError(f"tool {name!r}: its JSON Schema cannot be compiled ({problem})") from e
-    props = schema.get("properties")
-    known = frozenset(props) if isinstance(props, Mapping) else None
-    check_unknown = forbid_unknown and known is not None and "additionalProperties" not in schema
-
-    def run(args: dict[str, Any]) -> dict[str, Any]:
-        if check_unknown:
-            extra = [k for k in args if k not in known]  # type: ignore[operator]
-            if extra:
-                raise ArgumentError(
-                    f"unknown argument '{extra[0]}'" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
-                )
-        try:
-            compiled(args)
-        except fastjsonschema.JsonSchemaValueException as e:
-            path = ".".join(str(p) for p in (e.path or [])[1:])
-            msg = e.message.replace("data.", "", 1) if e.message.startswith("data.") else e.message
-            if msg.startswith("data "):
-                msg = "arguments " + msg[5:]
-            raise ArgumentError(f"argument '{path}': {msg}" if path and not msg.startswith(path) else msg) from None
-        return args
-
-    return run
-
-
 def _signature_model(
     func: Callable[..., Any], name: str, strict: bool
 ) -> tuple[type[BaseModel], tuple[tuple[str, Ref], ...], tuple[str, ...]]:
@@ -361,6 +283,54 @@ class Toolset:
         """Names of the tools whose results bind references of ``kind``."""
         return self._producers.get(kind, [])
 
+    @classmethod
+    def from_openai(
+        cls,
+        tools: Iterable[Mapping[str, Any]],
+        *,
+        functions: Mapping[str, Callable[..., Any]] | None = None,
+        rules: Mapping[str, Mapping[str, Any]] | None = None,
+        error_result: ErrorResult | None = None,
+        toolset: Toolset | None = None,
+    ) -> Toolset:
+        """Declare every function tool of an OpenAI-style ``tools`` list (no SDK needed).
+
+        Accepts chat completions tools (``{"type": "function", "function": {...}}``),
+        Responses function tools (``{"type": "function", "name": ..., "parameters": ...}``)
+        and bare function definitions. Built-in and custom tools are skipped.
+
+        Args:
+            tools: the ``tools`` list sent to the model (parsed JSON).
+            functions: ``{name: callable}``: implementations (sync or async), called with
+                the arguments as keywords.
+            rules: ``{name: options}``: extra :meth:`add_schema` options per tool, such as
+                ``{"send_message": {"refs": {"person_id": "person_id"}}}``.
+            error_result: the error-result recogniser of every tool without its own in ``rules``.
+            toolset: add to this toolset instead of a new one.
+
+        Raises:
+            SpecError: a definition is malformed (named by its index, ``tools[3]``), or
+                ``functions`` / ``rules`` name a tool that is not in ``tools``.
+        """
+        functions = functions or {}
+        rules = rules or {}
+        parsed = [(f"tools[{i}]", *d) for i, tool in enumerate(tools) if (d := _openai_definition(tool, f"tools[{i}]"))]
+        declared = {name for _, name, _, _ in parsed}
+        for what, names in (("functions", functions), ("rules", rules)):
+            unknown = sorted(set(names) - declared)
+            if unknown:
+                raise SpecError(f"{what} name tools that are not in the tools list: {', '.join(unknown)}")
+        out = toolset if toolset is not None else cls()
+        for where, name, params, description in parsed:
+            options = {"error_result": error_result, **rules.get(name, {})}
+            try:
+                out.add_schema(name, params, description=description, func=functions.get(name), **options)
+            except TypeError as e:  # a misspelt option
+                raise SpecError(f"rules[{name!r}]: {e}; options are those of Toolset.add_schema") from e
+            except SpecError as e:
+                raise SpecError(f"{where}: {e}") from e
+        return out
+
     # -- declaration ----------------------------------------------------------------------
     @overload
     def tool(self, func: F, /) -> F: ...
@@ -427,7 +397,7 @@ class Toolset:
                     name=tool_name,
                     description=description if description is not None else doc.split("\n\n")[0],
                     parameters=model.model_json_schema(),
-                    validate=_model_validator(model),
+                    validate=model_validator(model),
                     func=f,
                     is_async=inspect.iscoroutinefunction(f),
                     requires=tuple(Precondition.wrap(p) for p in requires),
@@ -497,7 +467,7 @@ class Toolset:
                 name=name,
                 description=description,
                 parameters=schema,
-                validate=_schema_validator(name, schema, forbid_unknown),
+                validate=schema_validator(name, schema, forbid_unknown=forbid_unknown),
                 func=func,
                 is_async=func is not None and inspect.iscoroutinefunction(func),
                 requires=tuple(Precondition.wrap(p) for p in requires),
@@ -512,3 +482,22 @@ class Toolset:
             ),
             replace=replace,
         )
+
+
+def _openai_definition(tool: Any, where: str) -> tuple[str, Mapping[str, Any] | None, str] | None:
+    """(name, parameters, description) of one function definition, or ``None`` for non-function tools."""
+    if not isinstance(tool, Mapping):
+        raise SpecError(f"{where}: a tool definition must be an object, got {type(tool).__name__}")
+    if tool.get("type", "function") != "function":
+        return None  # built-in tools (web search, custom grammars) never come back as function calls
+    fn = tool.get("function", tool)
+    if not isinstance(fn, Mapping):
+        raise SpecError(f"{where}: 'function' must be an object, got {type(fn).__name__}")
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"{where}: a function definition needs a non-empty 'name'")
+    params = fn.get("parameters")
+    if params is not None and not isinstance(params, Mapping):
+        raise SpecError(f"{where} ({name}): 'parameters' must be a JSON Schema object, got {type(params).__name__}")
+    description = fn.get("description")
+    return name, params, description if isinstance(description, str) else ""

@@ -57,8 +57,8 @@ from .vocabulary import Cause, Decision
 
 if TYPE_CHECKING:
     from .episode import Episode
-    from .predicate import ToolCall, Verdict
     from .records import ActionRecord, EpisodeRecord
+    from .verdict import ToolCall, Verdict
 
 __all__ = ["ContentKind", "GuardrailEvents", "Redactor", "Telemetry", "redact_keys"]
 

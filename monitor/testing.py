@@ -23,7 +23,7 @@ from .vocabulary import Cause
 
 if TYPE_CHECKING:
     from .episode import Episode
-    from .predicate import Verdict
+    from .verdict import Verdict
 
 
 class RecordCapture:

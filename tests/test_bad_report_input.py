@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from prefixmon import Monitor, RecordError, Toolset, read_records
+from prefixmon._cli import main
 from prefixmon.analytics import load_columns
 from prefixmon.analytics.completion import read_annotations
-from prefixmon.cli import main
 from prefixmon.otlp import read_otlp_records
 from prefixmon.records import MAX_HORIZON, ActionRecord, BadLine, build_record, dumps_record
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixmon.cli import build_parser, main
+from prefixmon._cli import build_parser, main
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record, dumps_record, write_records
 from prefixmon.vocabulary import Cause, Outcome
 

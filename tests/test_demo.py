@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prefixmon import read_records
-from prefixmon.cli import main
+from prefixmon._cli import main
 
 
 class TestDemo:

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from prefixmon import read_records
+from prefixmon._cli import main
 from prefixmon.adapters.taubench import replay as tau_replay
+from prefixmon.adapters.transcripts import ReplayInputError
 
 TOOLS = [
     {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}
@@ -41,7 +43,7 @@ class TestTranscriptReplayBadInput:
         """A tool call that is not an object is a replay error naming file and line, not a traceback."""
         good = {"messages": [{"role": "user", "content": "hi"}]}
         path, tools = _transcript(tmp_path, [good, {"messages": [{"role": "user", "content": "hi"}, message]}])
-        rc = tau_replay.main([str(path), "--out", str(tmp_path / "out.jsonl"), "--tools", str(tools)])
+        rc = main(["replay", str(path), "--out", str(tmp_path / "out.jsonl"), "--tools", str(tools)])
         err = capsys.readouterr().err
         assert rc == 1
         assert f"{path}:2" in err and "tool_calls" in err
@@ -49,7 +51,7 @@ class TestTranscriptReplayBadInput:
     def test_unknown_outcome_reported_with_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """An outcome that is not success / partial / failure is reported with its line."""
         path, tools = _transcript(tmp_path, [{"messages": [{"role": "user", "content": "hi"}], "outcome": "passed"}])
-        rc = tau_replay.main([str(path), "--out", str(tmp_path / "out.jsonl"), "--tools", str(tools)])
+        rc = main(["replay", str(path), "--out", str(tmp_path / "out.jsonl"), "--tools", str(tools)])
         err = capsys.readouterr().err
         assert rc == 1
         assert f"{path}:1" in err and "passed" in err
@@ -61,7 +63,7 @@ class TestTranscriptReplayBadInput:
         path.write_text(
             json.dumps([{"task_id": 0, "reward": 1.0, "traj": [{"role": "user", "content": "x"}]}, {"task_id": 1, "traj": traj}])
         )
-        with pytest.raises(tau_replay.ReplayInputError, match=r"rollout 1\.traj.*tool_calls\[0\]"):
+        with pytest.raises(ReplayInputError, match=r"rollout 1\.traj.*tool_calls\[0\]"):
             tau_replay.read_tau_trajectories(path)
 
 
@@ -87,7 +89,7 @@ class TestBfclReplayBadBytes:
 
 def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """Run the real ``prefixmon`` entry point; (exit code, stderr)."""
-    from prefixmon.cli import main
+    from prefixmon._cli import main
 
     rc = main(args)
     return rc, capsys.readouterr().err
@@ -205,14 +207,14 @@ class TestToolDefinitionsFile:
     @pytest.mark.parametrize(
         ("content", "expected"),
         [
-            ([{"type": "function", "function": {"parameters": {}}}], "tool 0: no string 'name'"),
-            ([{"name": "f"}, {"function": {"name": 5}}], "tool 1: no string 'name'"),
+            ([{"type": "function", "function": {"parameters": {}}}], "tools[0]: a function definition needs a non-empty 'name'"),
+            ([{"name": "f"}, {"function": {"name": 5}}], "tools[1]: a function definition needs a non-empty 'name'"),
             ({"get": {}}, "expected a JSON list of tool definitions, got dict"),
-            ([{"name": "f"}, "g"], "tool 1: expected an object, got str"),
-            ([{"function": "f"}], "tool 0: 'function' must be an object, got str"),
-            ([{"name": "f", "parameters": 5}], "tool 0 (f): 'parameters' must be an object, got int"),
-            ([{"name": "f"}, {"name": "f"}], "tool 1: a tool named 'f' is already declared"),
-            ([{"name": "f", "parameters": {"properties": 5}}], "tool 0: tool 'f': its JSON Schema cannot be compiled"),
+            ([{"name": "f"}, "g"], "tools[1]: a tool definition must be an object, got str"),
+            ([{"function": "f"}], "tools[0]: 'function' must be an object, got str"),
+            ([{"name": "f", "parameters": 5}], "tools[0] (f): 'parameters' must be a JSON Schema object, got int"),
+            ([{"name": "f"}, {"name": "f"}], "tools[1]: a tool named 'f' is already declared"),
+            ([{"name": "f", "parameters": {"properties": 5}}], "tools[0]: tool 'f': its JSON Schema cannot be compiled"),
         ],
     )
     def test_malformed_tools_file(self, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: Any, expected: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,16 +11,11 @@ import anyio
 import pytest
 
 from prefixmon import Cause, EpisodeRecord, read_records
+from prefixmon._cli import main
 from prefixmon.adapters.taubench import DataNotFoundError, Sandbox, data_dir, load_tables, load_tasks, reward
 from prefixmon.adapters.taubench.data import ENV_VAR, Domain
 from prefixmon.adapters.taubench.gold import monitor_gold, sandbox_failures, ter
-from prefixmon.adapters.taubench.replay import (
-    TauRollout,
-    configure_parser,
-    read_tau_trajectories,
-    replay_tau,
-    run,
-)
+from prefixmon.adapters.taubench.replay import TauRollout, read_tau_trajectories, replay_tau
 from prefixmon.adapters.taubench.toolsets import toolset
 
 try:
@@ -344,13 +338,9 @@ class TestReplay:
 
     def test_cli_writes_records_in_file_order(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """One record per rollout, in file order, with task id, trial, domain and given labels, outcome from reward."""
-        parser = argparse.ArgumentParser()
-        configure_parser(parser)
         out = tmp_path / "records.jsonl"
-        args = parser.parse_args(
-            [str(self._results_file(tmp_path)), "--domain", "tau-retail", "--out", str(out), "--label", "model=m1"]
-        )
-        assert run(args) == 0
+        args = [str(self._results_file(tmp_path)), "--domain", "tau-retail", "--out", str(out), "--label", "model=m1"]
+        assert main(["replay", *args]) == 0
         records = read_records(out)
         assert [(r.task_id, r.labels["trial"]) for r in records] == [(t, s) for t in ("0", "1", "2") for s in ("0", "1")]
         assert all(r.labels["model"] == "m1" and r.labels["domain"] == "tau-retail" for r in records)
@@ -363,9 +353,7 @@ class TestReplay:
         """A rollout without a trajectory is reported with its position, exit code 1."""
         bad = tmp_path / "bad.json"
         bad.write_text(json.dumps([{"task_id": 1, "reward": 0}]), encoding="utf-8")
-        parser = argparse.ArgumentParser()
-        configure_parser(parser)
-        assert run(parser.parse_args([str(bad), "--domain", "tau-airline", "--out", str(tmp_path / "o.jsonl")])) == 1
+        assert main(["replay", str(bad), "--domain", "tau-airline", "--out", str(tmp_path / "o.jsonl")]) == 1
         assert "rollout 0.traj" in capsys.readouterr().err
         with pytest.raises(ValueError, match="not JSON"):
             (tmp_path / "x.json").write_text("[", encoding="utf-8")
@@ -411,10 +399,8 @@ class TestReplay:
         ]
         src = tmp_path / "conv.jsonl"
         src.write_text("\n".join(json.dumps(x) for x in lines) + "\n", encoding="utf-8")
-        parser = argparse.ArgumentParser()
-        configure_parser(parser)
         out = tmp_path / "r.jsonl"
-        assert run(parser.parse_args([str(src), "--tools", str(tools), "--out", str(out)])) == 0
+        assert main(["replay", str(src), "--tools", str(tools), "--out", str(out)]) == 0
         first, second = read_records(out)
         assert first.executable and first.outcome == "success"
         assert second.fed == 1 and second.first_failure is not None and second.first_failure.cause == Cause.SCHEMA

@@ -329,3 +329,21 @@ def run(args: argparse.Namespace) -> int:
         and dry.precision == 1.0
     )
     return 0 if ok else 1
+
+
+class BfclBench:
+    """``prefixmon bench bfcl`` (the ``bfcl`` entry point of ``prefixmon.bench``)."""
+
+    help = "BFCL multi-turn: ground truth and perturbations, labelled by execution"
+    description = (__doc__ or "").split("\n\n")[0]
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """The bench's arguments."""
+        configure_parser(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Run the bench."""
+        return run(args)
+
+
+BENCH: Final = BfclBench()

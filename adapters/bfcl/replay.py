@@ -18,18 +18,18 @@ does (the model answered in text), and reported as notes.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 
-from prefixmon import EpisodeRecord, Monitor, SpecError
+from prefixmon import EpisodeRecord, Monitor
+from prefixmon.commands import ReplayRequest
 from prefixmon.records import write_records
 
 from .checker import TurnChecker
@@ -213,54 +213,35 @@ async def replay_files(
     return summary
 
 
-def _label_pairs(items: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SpecError(f"--label must be KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
+class BfclReplaySource:
+    """``prefixmon replay --bfcl FILE... --out RECORDS`` (the ``bfcl`` entry point of ``prefixmon.replay``)."""
 
+    help = "BFCL multi-turn result files, replayed on the real environment classes"
 
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``prefixmon replay --bfcl``."""
-    parser.add_argument("files", nargs="+", metavar="RESULT_FILE", help="BFCL multi-turn result files")
-    parser.add_argument("--out", required=True, metavar="RECORDS.jsonl", help="episode records are written here")
-    parser.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a label on every record (overrides the inferred model/category)",
-    )
-    parser.add_argument(
-        "--mode", choices=MODES, default="declared", help="precondition mode: declared rules, dry run on a copy, or none"
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    """Replay; print problems to stderr and a one-line summary. 0 if every entry replayed, 1 otherwise."""
-    try:
-        labels = _label_pairs(args.label)
-    except SpecError as e:
-        print(f"prefixmon replay: {e}", file=sys.stderr)
-        return 2
-    for path in args.files:
-        if not Path(path).is_file():
-            print(f"prefixmon replay: {path}: no such file", file=sys.stderr)
+    def replay(self, request: ReplayRequest) -> int:
+        """Replay; print problems to stderr and a one-line summary. 0 if every entry replayed, 1 otherwise."""
+        for path in request.files:
+            if not path.is_file():
+                print(f"prefixmon replay: {path}: no such file", file=sys.stderr)
+                return 2
+        if request.mode not in MODES:
+            print(f"prefixmon replay: unknown --mode {request.mode!r}; use one of {', '.join(MODES)}", file=sys.stderr)
             return 2
-    summary = anyio.run(lambda: replay_files(args.files, labels=labels, mode=args.mode))
-    write_records(args.out, summary.records)
-    for problem in summary.problems:
-        print(f"{'skipped' if problem.skipped else 'note'}: {problem}", file=sys.stderr)
-    records = summary.records
-    skipped = sum(p.skipped for p in summary.problems)
-    n = len(records)
-    ter = sum(r.executable for r in records) / n if n else 0.0
-    success = sum(r.success for r in records) / n if n else 0.0
-    print(
-        f"replayed {n} task(s) to {args.out}; skipped {skipped} malformed entr{'y' if skipped == 1 else 'ies'}; "
-        f"TER {ter:.3f}, BFCL success {success:.3f}"
-    )
-    return 1 if skipped else 0
+        mode = cast(Mode, request.mode)
+        summary = anyio.run(lambda: replay_files(request.files, labels=request.labels, mode=mode))
+        write_records(request.out, summary.records)
+        for problem in summary.problems:
+            print(f"{'skipped' if problem.skipped else 'note'}: {problem}", file=sys.stderr)
+        records = summary.records
+        skipped = sum(p.skipped for p in summary.problems)
+        n = len(records)
+        ter = sum(r.executable for r in records) / n if n else 0.0
+        success = sum(r.success for r in records) / n if n else 0.0
+        print(
+            f"replayed {n} task(s) to {request.out}; skipped {skipped} malformed entr{'y' if skipped == 1 else 'ies'}; "
+            f"TER {ter:.3f}, BFCL success {success:.3f}"
+        )
+        return 1 if skipped else 0
+
+
+SOURCE: Final = BfclReplaySource()

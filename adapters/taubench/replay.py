@@ -1,112 +1,57 @@
-"""Replay recorded conversations through the monitor and write one episode record each.
+"""Replay τ-bench trajectories through the monitor and write one episode record each.
 
-Two input formats:
+Two input formats (``prefixmon replay --domain tau-airline|tau-retail FILE``):
 
-- **τ-bench trajectories** (``--domain tau-airline|tau-retail``): the JSON list τ-bench
-  writes, ``[{task_id, trial, reward, info, traj}, ...]``, where ``traj`` is OpenAI chat
-  messages (assistant ``tool_calls``, ``role: tool`` results). The state is rebuilt from
-  the conversation: what the user says enters the information pool, the policy (system
-  message) is information, each recorded result is applied, and accepted writes are
-  mirrored into a replica sandbox of the domain's database so later preconditions see the
-  new state.
-- **OpenAI-messages JSON Lines** for any toolset: one conversation per line, either a list
-  of messages or ``{"messages": [...], "task_id"?, "reward"? | "outcome"?, "labels"?}``.
-  Malformed lines (not UTF-8, not JSON, nested too deeply, not a conversation) are reported
-  with file, line and task id and skipped; the exit code is then 1.
+- **τ-bench trajectories**: the JSON list τ-bench writes, ``[{task_id, trial, reward, info,
+  traj}, ...]``, where ``traj`` is OpenAI chat messages (assistant ``tool_calls``, ``role:
+  tool`` results). The state is rebuilt from the conversation: what the user says enters
+  the information pool, the policy (system message) is information, each recorded result is
+  applied, and accepted writes are mirrored into a replica sandbox of the domain's database
+  so later preconditions see the new state.
+- **OpenAI-messages JSON Lines** (:mod:`prefixmon.adapters.transcripts`) over the domain's
+  toolset and sandbox.
 
 A τ-bench results file is one JSON document: if it is malformed, nothing is replayed and the
-error names the file and where in it. A ``--tools`` file is a JSON list of OpenAI tool
-definitions (``{"type": "function", "function": {...}}`` or the bare function object).
-
-Every emitted call is judged before its recorded result is looked at (the pre-call
-verdict, policy ``observe``), then the recorded result decides acceptance. Every call is
-recorded, also after the first failure. Records keep file order; outcome is ``success``
-when ``reward`` is 1, else ``failure``.
-
-CLI (wired as ``prefixmon replay``)::
-
-    prefixmon replay --domain tau-airline results.json --out records.jsonl --label model=gpt-4o
+error names the file and where in it. Every emitted call is judged before its recorded
+result is looked at; outcome is ``success`` when ``reward`` is 1, else ``failure``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, Toolset
-from prefixmon.records import write_records
+from prefixmon import EpisodeRecord, Monitor
+from prefixmon.commands import ReplayRequest
 
+from ..transcripts import (
+    Problem,
+    ReplayInputError,
+    ReplayStats,
+    ReplaySummary,
+    check_tool_calls,
+    first_error,
+    load_json,
+    read_conversations,
+    replay_conversations,
+    replay_messages,
+    single_file,
+)
 from .data import Domain
-from .sandbox import Sandbox, is_error_result
+from .sandbox import Sandbox
 from .toolsets import toolset
+
+__all__ = ("DOMAIN_LABELS", "TauReplaySource", "TauRollout", "read_tau_trajectories", "replay_tau")
 
 DOMAIN_LABELS: Final[Mapping[str, Domain]] = {"tau-airline": "airline", "tau-retail": "retail"}
 """``--domain`` values and the τ-bench domain each names."""
-
-
-class ReplayInputError(ValueError):
-    """A transcript file does not fit the expected format (the message says where)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Problem:
-    """A malformed transcript line that was skipped, with where it was found."""
-
-    path: str
-    line: int
-    task_id: str | None
-    message: str
-
-    def __str__(self) -> str:
-        task = f" [{self.task_id}]" if self.task_id else ""
-        return f"{self.path}:{self.line}{task}: {self.message}"
-
-
-def _decode(file: Path, data: bytes) -> str:
-    """UTF-8 text of a whole file (a byte order mark is allowed); the error names the line."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise ReplayInputError(f"{file}:{line}: not UTF-8 text (byte {column} of the line)") from e
-
-
-def _load_json(file: Path) -> Any:
-    """Decode a whole JSON file; errors name the file and where in it."""
-    text = _decode(file, file.read_bytes())
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ReplayInputError(f"{file}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
-    except RecursionError:
-        raise ReplayInputError(f"{file}: nested too deeply to decode") from None
-
-
-def _check_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every assistant ``tool_calls`` entry is an object whose ``function`` is an object."""
-    for i, message in enumerate(messages):
-        calls = message.get("tool_calls")
-        if calls is None:
-            continue
-        if not isinstance(calls, list):
-            raise ValueError(f"message {i}: tool_calls must be a list, got {type(calls).__name__}")
-        for j, call in enumerate(calls):
-            if not isinstance(call, dict):
-                raise ValueError(f"message {i}: tool_calls[{j}] must be an object, got {type(call).__name__}")
-            function = call.get("function")
-            if function is not None and not isinstance(function, dict):
-                raise ValueError(f"message {i}: tool_calls[{j}].function must be an object, got {type(function).__name__}")
-    return messages
 
 
 class TauRollout(BaseModel):
@@ -120,45 +65,12 @@ class TauRollout(BaseModel):
     info: dict[str, Any] = Field(default_factory=dict)
     traj: list[dict[str, Any]]
 
-    _tool_calls = field_validator("traj")(_check_tool_calls)
-
-
-class Conversation(BaseModel):
-    """One line of an OpenAI-messages JSON Lines transcript."""
-
-    model_config = ConfigDict(extra="allow")
-
-    messages: list[dict[str, Any]]
-    task_id: str | int | None = None
-    reward: float | None = None
-    outcome: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-
-    _tool_calls = field_validator("messages")(_check_tool_calls)
-
-    @field_validator("outcome")
-    @classmethod
-    def _known_outcome(cls, value: str | None) -> str | None:
-        if value is not None and value not in ("success", "partial", "failure"):
-            raise ValueError(f"outcome must be success, partial or failure, got {value!r}")
-        return value
+    _tool_calls = field_validator("traj")(check_tool_calls)
 
 
 _ROLLOUTS: Final = TypeAdapter(list[TauRollout])
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplayStats:
-    """What one conversation's replay saw besides the record."""
-
-    calls: int
-    missing_results: int
-    """Calls with no recorded result (a truncated conversation)."""
-    divergences: tuple[tuple[str, str], ...] = ()
-    """Writes the recorded environment accepted but the replica sandbox rejected."""
-
-
-# -- reading ------------------------------------------------------------------------------------
 def read_tau_trajectories(path: str | os.PathLike[str]) -> list[TauRollout]:
     """Read a τ-bench results file (a JSON list of rollouts).
 
@@ -167,160 +79,13 @@ def read_tau_trajectories(path: str | os.PathLike[str]) -> list[TauRollout]:
             that is not a rollout.
     """
     file = Path(path)
-    data = _load_json(file)
+    data = load_json(file)
     if not isinstance(data, list):
         raise ReplayInputError(f"{file}: expected a JSON list of rollouts, got {type(data).__name__}")
     try:
         return _ROLLOUTS.validate_python(data)
     except ValidationError as e:
-        raise ReplayInputError(f"{file}: rollout {_first_error(e)}") from e
-
-
-def read_conversations(path: str | os.PathLike[str], problems: list[Problem] | None = None) -> Iterator[Conversation]:
-    """Read an OpenAI-messages JSON Lines file, one conversation per non-empty line.
-
-    Args:
-        problems: if given, malformed lines are appended here and skipped instead of raised.
-
-    Raises:
-        ReplayInputError: (without ``problems``) a line that is not UTF-8, not JSON, nested
-            too deeply or not a conversation, with its number.
-    """
-    file = Path(path)
-    with file.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            problem = None
-            try:
-                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                problem = Problem(
-                    path=str(file), line=line_no, task_id=None, message=f"not UTF-8 text (byte {e.start + 1} of the line)"
-                )
-            else:
-                problem, conversation = _conversation(file, line_no, line)
-                if conversation is not None:
-                    yield conversation
-            if problem is not None:
-                if problems is None:
-                    raise ReplayInputError(str(problem))
-                problems.append(problem)
-
-
-def _conversation(file: Path, line_no: int, line: str) -> tuple[Problem | None, Conversation | None]:
-    """Decode one JSON Lines line: a problem, or a conversation."""
-
-    def bad(message: str, task_id: Any = None) -> tuple[Problem, None]:
-        task = None if task_id is None or isinstance(task_id, dict | list) else str(task_id)
-        return Problem(path=str(file), line=line_no, task_id=task, message=message), None
-
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as e:
-        return bad(f"not JSON ({e.msg} at column {e.colno})")
-    except RecursionError:
-        return bad("nested too deeply to decode")
-    if isinstance(data, list):
-        data = {"messages": data}
-    try:
-        return None, Conversation.model_validate(data)
-    except ValidationError as e:
-        return bad(f"not a conversation: {_first_error(e)}", data.get("task_id") if isinstance(data, dict) else None)
-
-
-def _first_error(e: ValidationError) -> str:
-    """One line for a validation error: where and what of the first problem, and how many more."""
-    errors = e.errors(include_url=False)
-    loc = ".".join(str(p) for p in errors[0]["loc"])
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{loc + ': ' if loc else ''}{errors[0]['msg']}{more}"
-
-
-# -- replaying ----------------------------------------------------------------------------------
-def _text(content: Any) -> str:
-    """Message content as text (OpenAI content parts are joined)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in content)
-    return json.dumps(content)
-
-
-def _match_results(messages: Sequence[Mapping[str, Any]]) -> dict[tuple[int, int], int]:
-    """``(message index, call index)`` of each tool call -> index of its ``role: tool`` result.
-
-    A result takes the nearest preceding unmatched call with its ``tool_call_id`` (ids may
-    repeat across turns), the first of them when one message holds several with that id.
-    Results without an id, or with an id no earlier call has, are not matched here.
-    """
-    open_calls: dict[str, list[tuple[int, int]]] = {}
-    matched: dict[tuple[int, int], int] = {}
-    for i, message in enumerate(messages):
-        role = message.get("role")
-        if role == "assistant":
-            for j, tool_call in enumerate(message.get("tool_calls") or ()):
-                if tool_call.get("id") is not None:
-                    open_calls.setdefault(str(tool_call["id"]), []).append((i, j))
-        elif role == "tool" and message.get("tool_call_id") is not None:
-            candidates = open_calls.get(str(message["tool_call_id"]))
-            if candidates:
-                latest = candidates[-1][0]
-                k = next(k for k, (m, _) in enumerate(candidates) if m == latest)
-                matched[candidates.pop(k)] = i
-    return matched
-
-
-async def replay_messages(ep: Episode, messages: Sequence[Mapping[str, Any]]) -> ReplayStats:
-    """Feed one conversation into an open episode.
-
-    User messages enter the information pool; system and developer messages are
-    information too; each assistant tool call is judged pre-call (``ep.begin``), then its
-    recorded ``role: tool`` result (matched by ``tool_call_id``, else the next unmatched
-    tool message) is applied with ``pending.done``. A ``tool_call_id`` used again in a later
-    turn matches each result to the nearest preceding unmatched call with that id.
-    """
-    matched = _match_results(messages)
-    unmatched: list[int] = [i for i, m in enumerate(messages) if m.get("role") == "tool" and m.get("tool_call_id") is None]
-    calls = missing = 0
-    for i, message in enumerate(messages):
-        role = message.get("role")
-        if role == "user":
-            ep.user(_text(message.get("content")))
-        elif role in ("system", "developer"):
-            ep.inform(_text(message.get("content")))
-        elif role == "assistant":
-            for j, tool_call in enumerate(message.get("tool_calls") or ()):
-                function = tool_call.get("function") or {}
-                name = str(function.get("name", ""))
-                call_id = tool_call.get("id")
-                calls += 1
-                if (i, j) in matched:
-                    result: str | None = _text(messages[matched[i, j]].get("content"))
-                elif unmatched:
-                    result = _text(messages[unmatched.pop(0)].get("content"))
-                else:
-                    result = None
-                try:
-                    pending = await ep.begin(name, function.get("arguments"), call_id=call_id)
-                except ToolBlocked:
-                    continue  # recorded as not executable; nothing ran in the replayed state
-                if result is None:
-                    missing += 1
-                    pending.abandon("the conversation has no result for this call")
-                else:
-                    pending.done(result)
-    env = ep.state.env
-    divergences = tuple(env.divergences) if isinstance(env, Sandbox) else ()
-    return ReplayStats(calls=calls, missing_results=missing, divergences=divergences)
-
-
-def _outcome(reward: float | None, outcome: str | None) -> str:
-    if outcome is not None:
-        return outcome
-    return "success" if reward is not None and reward >= 1.0 else "failure"
+        raise ReplayInputError(f"{file}: rollout {first_error(e)}") from e
 
 
 async def replay_tau(
@@ -347,125 +112,15 @@ async def replay_tau(
             env=Sandbox(domain, data=data, replica=True),
         ) as ep:
             stats = await replay_messages(ep, rollout.traj)
-            ep.finish(_outcome(rollout.reward, None))
+            ep.finish("success" if rollout.reward >= 1.0 else "failure")
         assert ep.record is not None
         records.append(ep.record)
         if on_record is not None:
             on_record(ep.record, stats)
     return records
-
-
-async def replay_conversations(
-    conversations: Iterable[Conversation],
-    tools: Toolset,
-    *,
-    labels: Mapping[str, str] | None = None,
-    env_factory: Callable[[], Any] | None = None,
-    on_record: Callable[[EpisodeRecord, ReplayStats], None] | None = None,
-) -> list[EpisodeRecord]:
-    """Replay OpenAI-messages conversations against any toolset; one record each, in order."""
-    monitor = Monitor(tools, policy="observe")
-    records = []
-    for index, conversation in enumerate(conversations):
-        task_id = str(conversation.task_id) if conversation.task_id is not None else f"conversation-{index}"
-        async with monitor.episode(
-            task_id=task_id,
-            labels={**(labels or {}), **conversation.labels},
-            env=env_factory() if env_factory is not None else None,
-        ) as ep:
-            stats = await replay_messages(ep, conversation.messages)
-            ep.finish(_outcome(conversation.reward, conversation.outcome))
-        assert ep.record is not None
-        records.append(ep.record)
-        if on_record is not None:
-            on_record(ep.record, stats)
-    return records
-
-
-def toolset_from_openai_tools(definitions: Iterable[Any]) -> Toolset:
-    """A zero-configuration toolset from OpenAI tool definitions (schema checks and acceptance).
-
-    Each definition is ``{"type": "function", "function": {...}}`` or the function object
-    itself. Results starting with ``Error:`` count as rejections, as in τ-bench.
-
-    Raises:
-        ReplayInputError: a definition that is not a tool, named by its index (``tool 3``).
-    """
-    tools = Toolset()
-    for i, entry in enumerate(definitions):
-        if not isinstance(entry, Mapping):
-            raise ReplayInputError(f"tool {i}: expected an object, got {type(entry).__name__}")
-        function = entry.get("function", entry)
-        if not isinstance(function, Mapping):
-            raise ReplayInputError(f"tool {i}: 'function' must be an object, got {type(function).__name__}")
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise ReplayInputError(f"tool {i}: no string 'name'")
-        parameters = function.get("parameters")
-        if parameters is not None and not isinstance(parameters, Mapping):
-            raise ReplayInputError(f"tool {i} ({name}): 'parameters' must be an object, got {type(parameters).__name__}")
-        description = function.get("description")
-        try:
-            tools.add_schema(
-                name,
-                parameters,
-                description=description if isinstance(description, str) else "",
-                error_result=is_error_result,
-            )
-        except SpecError as e:
-            raise ReplayInputError(f"tool {i}: {e}") from e
-    return tools
-
-
-def read_tool_definitions(path: str | os.PathLike[str]) -> Toolset:
-    """Read a ``--tools`` file (a JSON list of OpenAI tool definitions) into a toolset.
-
-    Raises:
-        ReplayInputError: the file is not UTF-8 JSON, not a list, or has a bad entry; the
-            message names the file and the entry.
-    """
-    file = Path(path)
-    definitions = _load_json(file)
-    if not isinstance(definitions, list):
-        raise ReplayInputError(f"{file}: expected a JSON list of tool definitions, got {type(definitions).__name__}")
-    try:
-        return toolset_from_openai_tools(definitions)
-    except ReplayInputError as e:
-        raise ReplayInputError(f"{file}: {e}") from e
 
 
 # -- CLI ----------------------------------------------------------------------------------------
-def _label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Add the ``replay`` verb's arguments to ``parser``."""
-    parser.add_argument("file", metavar="FILE", help="τ-bench results JSON, or OpenAI-messages JSON Lines")
-    parser.add_argument("--out", required=True, metavar="RECORDS.jsonl", help="episode records to write")
-    parser.add_argument(
-        "--domain",
-        choices=sorted(DOMAIN_LABELS),
-        help="τ-bench domain of the conversations (tools, policy and database)",
-    )
-    parser.add_argument(
-        "--tools",
-        metavar="TOOLS.json",
-        help="OpenAI tool definitions for OpenAI-messages transcripts without --domain",
-    )
-    parser.add_argument(
-        "--format",
-        choices=("auto", "tau", "openai-jsonl"),
-        default="auto",
-        help="input format (auto: a JSON list is τ-bench, anything else JSON Lines)",
-    )
-    parser.add_argument("--label", action="append", type=_label, default=[], metavar="KEY=VALUE", help="label for every record")
-    parser.add_argument("--data", help="τ-bench data folder (default: $PREFIXMON_TAU_DATA or ../shared/data)")
-
-
 def _detect(path: Path) -> str:
     """``tau`` when the file is one JSON list, else ``openai-jsonl`` (never raises on bad content)."""
     with path.open("rb") as fh:
@@ -482,82 +137,52 @@ def _detect(path: Path) -> str:
     return "tau"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the ``replay`` verb; returns the process exit code."""
-    path = Path(args.file)
-    if not path.is_file():
-        print(f"prefixmon replay: {path}: no such file", file=sys.stderr)
-        return 2
-    labels = dict(args.label)
-    domain = DOMAIN_LABELS.get(args.domain) if args.domain else None
-    fmt = args.format if args.format != "auto" else _detect(path)
-    totals = {"calls": 0, "missing": 0, "divergences": 0, "no_calls": 0}
-    problems: list[Problem] = []
+class TauReplaySource:
+    """``prefixmon replay --domain tau-airline|tau-retail FILE --out RECORDS``."""
 
-    def count(record: EpisodeRecord, stats: ReplayStats) -> None:
-        totals["calls"] += stats.calls
-        totals["missing"] += stats.missing_results
-        totals["divergences"] += len(stats.divergences)
-        totals["no_calls"] += stats.calls == 0
+    help = "τ-bench trajectories (or OpenAI-messages JSON Lines) of one domain, on its sandbox"
 
-    try:
-        if fmt == "tau":
-            if domain is None:
-                print("prefixmon replay: τ-bench trajectories need --domain tau-airline|tau-retail", file=sys.stderr)
-                return 2
-            rollouts = read_tau_trajectories(path)
-            records = anyio.run(lambda: replay_tau(rollouts, domain, labels=labels, data=args.data, on_record=count))
-        else:
-            if domain is not None:
-                tools = toolset(domain, data=args.data)
-                d: Domain = domain
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.domain: Domain = DOMAIN_LABELS[name]
+
+    def replay(self, request: ReplayRequest) -> int:
+        """Replay one file of ``request`` on this domain."""
+        path = single_file(request)
+        if path is None:
+            return 2
+        fmt = request.format if request.format != "auto" else _detect(path)
+        if fmt not in ("tau", "openai-jsonl"):
+            print(f"prefixmon replay: unknown --format {fmt!r} for {self.name}; use tau or openai-jsonl", file=sys.stderr)
+            return 2
+        domain, data = self.domain, request.data
+        labels = dict(request.labels)
+        summary = ReplaySummary()
+        problems: list[Problem] = []
+        try:
+            if fmt == "tau":
+                rollouts = read_tau_trajectories(path)
+                records = anyio.run(lambda: replay_tau(rollouts, domain, labels=labels, data=data, on_record=summary.count))
+            else:
 
                 def factory() -> Sandbox:
-                    return Sandbox(d, data=args.data, replica=True)
+                    return Sandbox(domain, data=data, replica=True)
 
-                env_factory: Callable[[], Any] | None = factory
+                tools = toolset(domain, data=data)
                 labels = {"dataset": f"tau-{domain}", "domain": f"tau-{domain}", **labels}
-            elif args.tools:
-                tools = read_tool_definitions(args.tools)
-                env_factory = None
-            else:
-                print("prefixmon replay: OpenAI-messages transcripts need --domain or --tools", file=sys.stderr)
-                return 2
-            conversations = list(read_conversations(path, problems))
-            records = anyio.run(
-                lambda: replay_conversations(conversations, tools, labels=labels, env_factory=env_factory, on_record=count)
-            )
-    except (ReplayInputError, OSError, ValueError) as e:
-        print(f"prefixmon replay: {e}", file=sys.stderr)
-        return 1
-    write_records(args.out, records)
-    for problem in problems:
-        print(f"skipped: {problem}", file=sys.stderr)
-    if totals["no_calls"]:
-        print(
-            f"prefixmon replay: warning: {totals['no_calls']} conversation(s) have no tool call; calls written "
-            "as text (τ-bench's ReAct / Act agents, 'Action: {...}') are not replayed, only `tool_calls`",
-            file=sys.stderr,
-        )
-    n = len(records)
-    executable = sum(1 for r in records if r.executable)
-    mean_fed = sum(r.fed for r in records) / n if n else float("nan")
-    print(
-        f"replayed {n} conversation(s), {totals['calls']} call(s): TER {executable / n if n else float('nan'):.3f}, "
-        f"mean FED {mean_fed:.2f}; wrote {args.out}"
-        + (f"; {totals['missing']} call(s) without a recorded result" if totals["missing"] else "")
-        + (f"; {totals['divergences']} replica divergence(s)" if totals["divergences"] else "")
-        + (f"; skipped {len(problems)} malformed line(s)" if problems else "")
-    )
-    return 1 if problems else 0
+                conversations = list(read_conversations(path, problems))
+                records = anyio.run(
+                    lambda: replay_conversations(
+                        conversations, tools, labels=labels, env_factory=factory, on_record=summary.count
+                    )
+                )
+        except (ReplayInputError, OSError, ValueError) as e:
+            print(f"prefixmon replay: {e}", file=sys.stderr)
+            return 1
+        return summary.finish(request.out, records, problems)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m prefixmon.adapters.taubench.replay ...`` (same as ``prefixmon replay``)."""
-    parser = argparse.ArgumentParser(prog="prefixmon replay", description=__doc__.split("\n\n")[0])
-    configure_parser(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+AIRLINE: Final = TauReplaySource("tau-airline")
+"""The ``tau-airline`` entry point of ``prefixmon.replay``."""
+RETAIL: Final = TauReplaySource("tau-retail")
+"""The ``tau-retail`` entry point of ``prefixmon.replay``."""

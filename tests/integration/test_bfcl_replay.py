@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ import pytest
 pytest.importorskip("bfcl_eval")
 
 from prefixmon import Cause, Outcome, read_records
+from prefixmon._cli import main
 from prefixmon.adapters.bfcl import ground_truth_calls, replay_files, task_index
-from prefixmon.adapters.bfcl import replay as replay_cli
 
 pytestmark = pytest.mark.integration
 
@@ -155,9 +154,7 @@ class TestMalformed:
         """run(): records written, problems on stderr with their location, exit 1 when entries were skipped."""
         path = _result_file(tmp_path, [{"id": BASE0, "result": _strings(BASE0)}, "[]"])
         out = tmp_path / "records.jsonl"
-        parser = argparse.ArgumentParser()
-        replay_cli.configure_parser(parser)
-        code = replay_cli.run(parser.parse_args([str(path), "--out", str(out), "--label", "model=m2"]))
+        code = main(["replay", "--bfcl", str(path), "--out", str(out), "--label", "model=m2"])
         assert code == 1
         err = capsys.readouterr()
         assert f"{path}:2" in err.err and "replayed 1 task(s)" in err.out
@@ -167,7 +164,7 @@ class TestMalformed:
     def test_cli_bad_label(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A --label without '=' is refused with exit code 2."""
         path = _result_file(tmp_path, [{"id": BASE0, "result": _strings(BASE0)}])
-        parser = argparse.ArgumentParser()
-        replay_cli.configure_parser(parser)
-        assert replay_cli.run(parser.parse_args([str(path), "--out", str(tmp_path / "o.jsonl"), "--label", "oops"])) == 2
+        with pytest.raises(SystemExit) as exit_info:
+            main(["replay", "--bfcl", str(path), "--out", str(tmp_path / "o.jsonl"), "--label", "oops"])
+        assert exit_info.value.code == 2
         assert "KEY=VALUE" in capsys.readouterr().err

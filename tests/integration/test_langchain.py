@@ -248,7 +248,7 @@ class TestBlockAndRepair:
         agent = create_agent(ScriptedChatModel(script=script), tools=[lookup], middleware=[PrefixmonMiddleware(monitor)])
         await agent.ainvoke({"messages": [HumanMessage("look up 3")]})
         assert "no tool named 'wipe_phone'; available tools: lookup" in shown[0]
-        assert "key must be integer" in shown[1]
+        assert "argument 'key': must be integer" in shown[1]
         (record,) = records
         assert [(a.call_id, a.cause) for a in record.actions] == [("z1", Cause.SCHEMA), ("z2", Cause.SCHEMA), ("z3", None)]
 

@@ -197,7 +197,7 @@ class TestBlockAndRepair:
 
         await agent.run("look up key 3")
         assert "lookup" in monitor.toolset
-        assert "not valid JSON" in shown[0] and "key must be integer" in shown[1]
+        assert "not valid JSON" in shown[0] and "argument 'key': must be integer" in shown[1]
         (record,) = records
         assert [(a.call_id, a.cause) for a in record.actions] == [("a1", Cause.SCHEMA), ("a2", Cause.SCHEMA), ("a3", None)]
         assert record.fed == 1 and record.labels["model"] == "function:script:"

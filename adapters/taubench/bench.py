@@ -1,0 +1,38 @@
+"""``prefixmon bench tau``: gold sequences through the monitor, and perturbed-gold agreement with the sandbox."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Final
+
+import anyio
+
+from . import agreement, gold
+
+__all__ = ("BENCH", "TauBench")
+
+
+class TauBench:
+    """``prefixmon bench tau`` (the ``tau`` entry point of ``prefixmon.bench``)."""
+
+    help = "tau-bench airline and retail: gold sequences and perturbed-gold agreement with the sandbox"
+    description = (__doc__ or "").split("\n\n")[0]
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """The bench's arguments."""
+        parser.add_argument("--split", action="append", help=f"task split (default: {', '.join(gold.DEFAULT_SPLITS)})")
+        parser.add_argument("--seed", type=int, default=0, help="seed of the perturbations (default: 0)")
+        parser.add_argument("--data", metavar="DIR", help="tau-bench data folder")
+        parser.add_argument("--show", type=int, default=10, metavar="N", help="disagreements to list (default: 10)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Print the gold report, then the agreement summary."""
+        splits = args.split or list(gold.DEFAULT_SPLITS)
+        print(gold.report(splits, data=args.data))
+        print()
+        summary = anyio.run(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data))
+        print(agreement.format_summary(summary, show=args.show))
+        return 0
+
+
+BENCH: Final = TauBench()

@@ -1,0 +1,69 @@
+"""``prefixmon replay``: recorded agent runs to episode records, through a registered source."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..commands import REPLAY_GROUP, ReplayRequest
+from . import plugins
+from .args import key_value
+
+BFCL: str = "bfcl"
+"""The source ``--bfcl`` names."""
+TRANSCRIPTS: str = "transcripts"
+"""The source ``--tools`` names: OpenAI-messages transcripts over any tool definitions."""
+
+
+class ReplayCommand:
+    """``prefixmon replay``."""
+
+    help = "judge recorded agent runs (BFCL result files, tau-bench or OpenAI-messages transcripts)"
+    description = (
+        "Replay recorded runs through the monitor and write one episode record per rollout. "
+        "--bfcl for BFCL multi-turn result files (replayed on the real environment classes), "
+        "--domain D for a registered benchmark domain (tau-airline, tau-retail, ...), "
+        "--tools TOOLS.json for generic OpenAI-messages JSON Lines transcripts."
+    )
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """The verb's arguments; ``--domain`` lists every registered source."""
+        domains = [n for n in plugins.names(REPLAY_GROUP) if n not in (BFCL, TRANSCRIPTS)]
+        parser.add_argument("files", nargs="+", metavar="FILE", help="result or transcript files")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--bfcl", action="store_true", help="the files are BFCL multi-turn result files")
+        source.add_argument("--domain", choices=domains, metavar="DOMAIN", help=f"benchmark domain: {', '.join(domains)}")
+        source.add_argument("--tools", metavar="TOOLS.json", help="OpenAI tool definitions for generic transcripts")
+        parser.add_argument("--out", required=True, metavar="RECORDS.jsonl", help="episode records are written here")
+        parser.add_argument(
+            "--label", action="append", default=[], type=key_value, metavar="KEY=VALUE", help="label every record"
+        )
+        parser.add_argument(
+            "--spec", action="append", default=[], metavar="SPEC", help="rule file merged onto the toolset (repeatable)"
+        )
+        parser.add_argument(
+            "--mode",
+            choices=("declared", "dry_run", "none"),
+            default="declared",
+            help="how preconditions are decided: declared rules, a dry run on a copy of the environment, or none",
+        )
+        parser.add_argument("--format", default="auto", metavar="FORMAT", help="transcript format (default: auto-detect)")
+        parser.add_argument("--data", metavar="DIR", help="data folder, for sources that need one")
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Hand the parsed request to its source."""
+        name = BFCL if args.bfcl else TRANSCRIPTS if args.tools else args.domain
+        request = ReplayRequest(
+            source=name,
+            files=tuple(Path(f) for f in args.files),
+            out=Path(args.out),
+            labels=dict(args.label),
+            mode=args.mode,
+            tools=Path(args.tools) if args.tools else None,
+            specs=tuple(Path(s) for s in args.spec),
+            data=Path(args.data) if args.data else None,
+            format=args.format,
+        )
+        source = plugins.load(REPLAY_GROUP, name)
+        code: int = source.replay(request)
+        return code

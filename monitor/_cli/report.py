@@ -1,0 +1,191 @@
+"""``prefixmon report``: metrics, intervals, plots and review sheets from record files."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Final
+
+from .args import csv_list, int_list
+
+if TYPE_CHECKING:
+    from ..analytics.bootstrap import ProgressFn
+
+PROGRESS_MIN_WORK: Final = 5_000_000
+"""Resampled tasks (resamples x tasks) above which a TTY gets a progress bar."""
+
+
+class ReportCommand:
+    """``prefixmon report``."""
+
+    help = "prefix-executability report (PEC, FED, TER, AUC-PEC, RR) from episode records"
+    description = (
+        "Group episodes into cohorts by label keys and report PEC, FED, TER, AUC-PEC, RR, "
+        "final success and S/P/F completion, with a paired task-level bootstrap (the same "
+        "resampled task ids for every cohort of a dataset that ran the same tasks; comparisons "
+        "of cohorts with different task sets use the tasks both ran) and Wilson intervals for RR."
+    )
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """The verb's arguments."""
+        parser.add_argument(
+            "records", nargs="+", metavar="RECORDS", help="episode record files (JSON Lines) or OTLP JSON trace files"
+        )
+        parser.add_argument(
+            "--by",
+            type=csv_list,
+            default=None,
+            metavar="KEYS",
+            help="label keys that define cohorts, comma-separated (default: dataset,model,method, those present)",
+        )
+        parser.add_argument(
+            "--format", choices=("table", "json", "markdown", "csv"), default="table", help="output format (default: table)"
+        )
+        parser.add_argument(
+            "--bootstrap", type=int, default=10_000, metavar="N", help="bootstrap resamples, 0 to skip (default: 10000)"
+        )
+        parser.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
+        parser.add_argument("--confidence", type=float, default=0.95, metavar="LEVEL", help="interval level (default: 0.95)")
+        parser.add_argument(
+            "--strata",
+            default="dataset",
+            metavar="KEY",
+            help="label key within whose values task ids are resampled (default: dataset; 'none' for one stratum)",
+        )
+        parser.add_argument(
+            "--checkpoints", type=int_list, default=None, metavar="DEPTHS", help="PEC checkpoint depths (default: 1,2,3,4,6,8,10)"
+        )
+        parser.add_argument(
+            "--compare",
+            action="append",
+            default=[],
+            metavar="A,B",
+            help="paired differences between cohorts, e.g. method=dual_loop,method=react (repeatable; "
+            "join several keys of one side with '+')",
+        )
+        parser.add_argument("--plot", metavar="FILE", help="write PEC curves to FILE (.png, .svg or .pdf)")
+        parser.add_argument("--max-depth", type=int, default=None, metavar="K", help="last depth of the plot's x axis")
+        parser.add_argument("--annotations", metavar="FILE", help="human failure attributions (CSV or JSON Lines)")
+        parser.add_argument("--review-sheet", metavar="FILE", help="write the review sample (all F and P, a share of S) as CSV")
+        parser.add_argument(
+            "--review-fraction", type=float, default=0.2, metavar="F", help="share of successes to review (default: 0.2)"
+        )
+        parser.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+        parser.add_argument(
+            "--on-error",
+            choices=("raise", "skip"),
+            default="raise",
+            help="a bad record line stops the report (raise, default) or is skipped and counted (skip)",
+        )
+        parser.add_argument(
+            "--validate",
+            action="store_true",
+            help="validate every record with pydantic (slower) instead of the fast column loader",
+        )
+        parser.add_argument(
+            "--progress",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="bootstrap progress bar on stderr (default: on for long bootstraps when stderr is a terminal)",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Build and print the report."""
+        return run_report(args)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Handler of ``prefixmon report``."""
+    from ..analytics import build_report, load_columns, plot_pec, render, render_table, review_sample, write_review_sheet
+    from ..analytics.columns import columns_from_records, distinct_episodes
+    from ..analytics.metrics import group
+    from ..analytics.report import DEFAULT_CHECKPOINTS
+    from ..records import BadLine, read_records
+
+    skipped: list[BadLine] = []
+    if args.validate:
+        columns = columns_from_records(read_records(*args.records, on_error=args.on_error, errors=skipped))
+    else:
+        columns = load_columns(*args.records, on_error=args.on_error, errors=skipped)
+    for bad in skipped[:5]:
+        print(f"prefixmon report: skipped {bad.path}:{bad.line}: {bad.message}", file=sys.stderr)
+    if len(skipped) > 5:
+        print(f"prefixmon report: ... {len(skipped)} bad lines skipped in all", file=sys.stderr)
+    strata = None if args.strata.lower() == "none" else args.strata
+    with _progress_bar(args.progress, args.bootstrap, len(columns.task_ids)) as progress:
+        report = build_report(
+            columns,
+            by=args.by,
+            bootstrap=args.bootstrap,
+            seed=args.seed,
+            confidence=args.confidence,
+            checkpoints=args.checkpoints or DEFAULT_CHECKPOINTS,
+            strata=strata,
+            compare=args.compare,
+            annotations=args.annotations,
+            skipped=skipped,
+            progress=progress,
+        )
+    if report.duplicates:  # build_report counted each episode id once
+        print(
+            f"prefixmon report: {len(report.duplicates)} episode(s) read more than once, each counted once "
+            f"(first: {report.duplicates[0]!r}); check for duplicate inputs",
+            file=sys.stderr,
+        )
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(render(report, args.format))
+        print(f"prefixmon report: wrote {args.output}", file=sys.stderr)
+    elif args.format == "table":
+        render_table(report)
+    else:
+        text = render(report, args.format)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if args.plot:
+        plot_pec(report, args.plot, max_depth=args.max_depth)
+        print(f"prefixmon report: PEC plot written to {args.plot}", file=sys.stderr)
+    if args.review_sheet:
+        columns, _ = distinct_episodes(columns)
+        grouping = group(columns, report.by, None)
+        items = review_sample(columns, fraction=args.review_fraction, seed=args.seed, cohort=grouping.cohort)
+        n = write_review_sheet(args.review_sheet, items)
+        print(
+            f"prefixmon report: review sheet with {n} episodes written to {args.review_sheet} "
+            "(fill the five checklist columns with yes/no and 'attribution' with model/tool/environment/task; "
+            "then pass it back with --annotations)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+@contextlib.contextmanager
+def _progress_bar(setting: bool | None, resamples: int, tasks: int, stream: IO[str] | None = None) -> Iterator[ProgressFn | None]:
+    """A rich progress bar on stderr, or ``None`` when it should not show.
+
+    ``setting`` None means: show when stderr is a terminal and the bootstrap is long.
+    """
+    out = sys.stderr if stream is None else stream
+    show = setting if setting is not None else (out.isatty() and resamples * tasks >= PROGRESS_MIN_WORK)
+    if not show or resamples <= 0:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(file=out)
+    with Progress(
+        TextColumn("bootstrap {task.fields[resamples]:,} resamples"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("bootstrap", total=1.0, resamples=resamples)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done / max(total, 1))
+
+        yield update
