@@ -1,1 +1,3 @@
 """Integrations of prefixmon with agent frameworks, protocols and benchmarks."""
+
+__all__ = ()

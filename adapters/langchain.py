@@ -1,14 +1,14 @@
 """LangChain 1.x integration: an agent middleware that checks every tool call.
 
-Add :class:`PrefixmonMiddleware` to ``create_agent``; each invocation of the agent (from
+Add :class:`MonitorMiddleware` to ``create_agent``; each invocation of the agent (from
 ``before_agent`` to ``after_agent``) is one episode::
 
     from langchain.agents import create_agent
     from prefixmon import Monitor, Toolset
-    from prefixmon.adapters.langchain import PrefixmonMiddleware
+    from prefixmon.adapters.langchain import MonitorMiddleware
 
     monitor = Monitor(Toolset(), policy="block", sink="episodes.jsonl")
-    agent = create_agent(model, tools=[...], middleware=[PrefixmonMiddleware(monitor)])
+    agent = create_agent(model, tools=[...], middleware=[MonitorMiddleware(monitor)])
 
 How the monitor acts through the middleware hooks:
 
@@ -74,6 +74,7 @@ from prefixmon import (
     ToolCall,
     Verdict,
 )
+from prefixmon.deprecation import moved_names
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ToolCallRequest
@@ -92,7 +93,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError('pip install "prefixmon[langchain]"') from e
 
-__all__ = ("PrefixmonMiddleware", "PrefixmonState", "interrupt_escalation", "parse_answer")
+__all__ = ("MonitorMiddleware", "MonitorState", "interrupt_escalation", "parse_answer")
 
 T = TypeVar("T")
 
@@ -111,7 +112,7 @@ _ENDED_KEPT = 1024
 _ANSWER: contextvars.ContextVar[Approve | Edit | Deny | None] = contextvars.ContextVar("prefixmon_langchain_answer", default=None)
 
 
-class PrefixmonState(AgentState[Any]):
+class MonitorState(AgentState[Any]):
     """Agent state with the (private) id of the open episode."""
 
     prefixmon_episode: NotRequired[Annotated[str | None, PrivateStateAttr]]
@@ -121,7 +122,7 @@ async def interrupt_escalation(verdict: Verdict, call: ToolCall) -> Approve | Ed
     """Escalation hook that routes escalations through LangGraph ``interrupt``.
 
     Pass it as ``Monitor(..., escalate=interrupt_escalation)``. Inside an agent with
-    :class:`PrefixmonMiddleware` it returns the answer the graph was resumed with; anywhere
+    :class:`MonitorMiddleware` it returns the answer the graph was resumed with; anywhere
     else (or for a call whose arguments do not even fit the schema) it denies.
     """
     answer = _ANSWER.get()
@@ -129,7 +130,7 @@ async def interrupt_escalation(verdict: Verdict, call: ToolCall) -> Approve | Ed
         return answer
     if verdict.cause is not None and verdict.cause.value == "schema":
         return Deny(f"nothing to approve: {verdict.reason}")
-    return Deny("this call needs approval, which only a LangGraph agent with PrefixmonMiddleware can ask for")
+    return Deny("this call needs approval, which only a LangGraph agent with MonitorMiddleware can ask for")
 
 
 def parse_answer(value: Any) -> Approve | Edit | Deny:
@@ -291,7 +292,7 @@ def _result_value(message: ToolMessage) -> Any:
     return _text(content) if not isinstance(content, str) else content
 
 
-class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
+class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
     """Checks every tool call of each agent invocation against a :class:`prefixmon.Monitor`.
 
     Args:
@@ -308,7 +309,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
             ends the episode with status ``"error"``.
     """
 
-    state_schema = PrefixmonState
+    state_schema = MonitorState
 
     def __init__(
         self,
@@ -322,7 +323,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
     ) -> None:
         super().__init__()
         if tool_errors not in ("return", "raise"):
-            raise ValueError(f"PrefixmonMiddleware: tool_errors must be 'return' or 'raise', got {tool_errors!r}")
+            raise ValueError(f"MonitorMiddleware: tool_errors must be 'return' or 'raise', got {tool_errors!r}")
         self.monitor = monitor
         self.task_id = task_id
         self.labels = dict(labels or {})
@@ -395,7 +396,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
     def _after_end(self, request: ToolCallRequest) -> ToolMessage | None:
         """A tool call of a run that went on after its episode ended with an error.
 
-        That happens when middleware placed before PrefixmonMiddleware handles an error that
+        That happens when middleware placed before MonitorMiddleware handles an error that
         passed through it (a retry, a fallback). ``failure_mode="fail_closed"`` refuses the
         call; otherwise it runs unchecked, with a warning.
         """
@@ -406,7 +407,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         call = request.tool_call
         why = (
             f"the prefixmon episode of this run ended with {error}, which a middleware placed before "
-            "PrefixmonMiddleware then handled; place PrefixmonMiddleware first in the middleware list"
+            "MonitorMiddleware then handled; place MonitorMiddleware first in the middleware list"
         )
         if self.monitor.failure_mode == "fail_closed":
             return ToolMessage(
@@ -418,13 +419,13 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
         warnings.warn(f"{call['name']!r} runs unchecked: {why}", RuntimeWarning, stacklevel=2)
         return None
 
-    async def abefore_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def abefore_agent(self, state: MonitorState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         stale = self._pop(state)
         if stale is not None:  # the previous invocation never reached after_agent
             await stale.aclose("error", _UNFINISHED)
         return self._open(state, runtime)
 
-    def before_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def before_agent(self, state: MonitorState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         stale = self._pop(state)
         if stale is not None:
             _run_sync(functools.partial(stale.aclose, "error", _UNFINISHED))
@@ -436,7 +437,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
             if outcome is not None:
                 episode.finish(outcome)
 
-    async def aafter_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def aafter_agent(self, state: MonitorState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         episode = self._pop(state)
         if episode is not None:
             try:
@@ -447,7 +448,7 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
             await episode.aclose()
         return {STATE_KEY: None}
 
-    def after_agent(self, state: PrefixmonState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def after_agent(self, state: MonitorState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         episode = self._pop(state)
         if episode is not None:
             try:
@@ -715,3 +716,14 @@ class PrefixmonMiddleware(AgentMiddleware[PrefixmonState, Any, Any]):
             return await episode.begin(name, args, call_id=call_id)
         finally:
             _ANSWER.reset(token)
+
+
+__getattr__ = moved_names(
+    __name__,
+    {
+        "PrefixmonMiddleware": "prefixmon.adapters.langchain:MonitorMiddleware",
+        "PrefixmonState": "prefixmon.adapters.langchain:MonitorState",
+    },
+    removal="0.3.0",
+)
+"""The names these classes had before 0.2.0, kept (with a warning) for one release."""

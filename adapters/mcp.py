@@ -1,13 +1,13 @@
 """MCP (mcp 2.x): check every ``tools/call`` on the client side, the server side, or both.
 
-**Client side.** :class:`MonitoredSession` wraps a ``ClientSession`` (or ``mcp.Client``):
+**Client side.** :class:`MonitorSession` wraps a ``ClientSession`` (or ``mcp.Client``):
 it declares every listed tool from its ``inputSchema`` and checks each ``call_tool`` before
 it is sent. A call the policy does not run never reaches the server; the caller gets a
 ``CallToolResult`` with ``isError`` set and the model-readable reason as its text::
 
     async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
         await session.initialize()
-        async with MonitoredSession(session, policy="block", rules=RULES) as guarded:
+        async with MonitorSession(session, policy="block", rules=RULES) as guarded:
             async with guarded.episode(task_id="t-1") as ep:      # one agent run
                 ep.user(request_text)
                 result = await guarded.call_tool("send_message", {...}, call_id=llm_call_id)
@@ -54,12 +54,13 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError('pip install "prefixmon[mcp]"') from e
 
 from prefixmon import Episode, Monitor, PendingCall, SpecError, ToolBlocked, Toolset, current_episode
+from prefixmon.deprecation import moved_names
 
 __all__ = [
     "MAX_LIST_PAGES",
     "RELIST_INTERVAL",
     "MonitorMiddleware",
-    "MonitoredSession",
+    "MonitorSession",
     "ToolSession",
     "blocked_result",
     "declare_tools",
@@ -77,7 +78,7 @@ _MAX_RELIST_NAMES = 1024
 
 
 ToolSession: TypeAlias = ClientSession | Client
-"""What :class:`MonitoredSession` wraps: an initialized ``mcp.ClientSession`` or an entered ``mcp.Client``."""
+"""What :class:`MonitorSession` wraps: an initialized ``mcp.ClientSession`` or an entered ``mcp.Client``."""
 
 
 # -- shared ---------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ def _transport_failure(exc: BaseException) -> bool:
 
 
 # -- client side ----------------------------------------------------------------------------
-class MonitoredSession:
+class MonitorSession:
     """An MCP client session whose ``call_tool`` is checked before anything is sent.
 
     Args:
@@ -251,7 +252,7 @@ class MonitoredSession:
         """The toolset the server's tools are declared in."""
         return self.monitor.toolset
 
-    async def __aenter__(self) -> MonitoredSession:
+    async def __aenter__(self) -> MonitorSession:
         await self.refresh_tools()
         return self
 
@@ -314,8 +315,7 @@ class MonitoredSession:
         ep = current_episode()
         if ep is None or ep.monitor is not self.monitor:
             raise RuntimeError(
-                "MonitoredSession.call_tool runs inside an episode: wrap the agent run in "
-                "`async with guarded.episode(task_id=...)`"
+                "MonitorSession.call_tool runs inside an episode: wrap the agent run in `async with guarded.episode(task_id=...)`"
             )
         return ep
 
@@ -683,3 +683,7 @@ def _connection_of(ctx: ServerRequestContext[Any, Any]) -> _Connection | None:
     if not hasattr(connection, "exit_stack") or getattr(connection, "protocol_version", None) in MODERN_PROTOCOL_VERSIONS:
         return None
     return cast(_Connection, connection)
+
+
+__getattr__ = moved_names(__name__, {"MonitoredSession": "prefixmon.adapters.mcp:MonitorSession"}, removal="0.3.0")
+"""The names these classes had before 0.2.0, kept (with a warning) for one release."""

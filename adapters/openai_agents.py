@@ -1,13 +1,13 @@
 """OpenAI Agents SDK integration: tool input guardrails plus a tool wrapper.
 
-Protect an agent's function tools and run it through :class:`AgentsMonitor`; each run is one
+Protect an agent's function tools and run it through :class:`MonitorGuardrail`; each run is one
 episode::
 
     from agents import Agent
     from prefixmon import Monitor, Toolset
-    from prefixmon.adapters.openai_agents import AgentsMonitor
+    from prefixmon.adapters.openai_agents import MonitorGuardrail
 
-    guard = AgentsMonitor(Monitor(Toolset(), policy="block", sink="episodes.jsonl"))
+    guard = MonitorGuardrail(Monitor(Toolset(), policy="block", sink="episodes.jsonl"))
     agent = guard.protect(Agent(name="assistant", tools=[...]))
     result = await guard.run(agent, "Remove Fredrik from my contacts")
 
@@ -46,6 +46,7 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from prefixmon import Episode, Monitor, Outcome, ToolBlocked
+from prefixmon.deprecation import moved_names
 
 try:
     from agents import (
@@ -69,7 +70,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError('pip install "prefixmon[openai-agents]"') from e
 
-__all__ = ("AgentsMonitor",)
+__all__ = ("MonitorGuardrail",)
 
 GUARDRAIL_NAME = "prefixmon"
 
@@ -175,7 +176,7 @@ def _result_value(result: Any) -> Any:
     return result
 
 
-class AgentsMonitor:
+class MonitorGuardrail:
     """Checks every function-tool call of OpenAI Agents SDK runs against a :class:`prefixmon.Monitor`.
 
     Args:
@@ -344,3 +345,7 @@ class AgentsMonitor:
                 await run.refuse(args.call_id, args.tool_name, None)
             return run.refused[args.call_id]
         return None
+
+
+__getattr__ = moved_names(__name__, {"AgentsMonitor": "prefixmon.adapters.openai_agents:MonitorGuardrail"}, removal="0.3.0")
+"""The names these classes had before 0.2.0, kept (with a warning) for one release."""

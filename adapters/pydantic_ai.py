@@ -1,13 +1,13 @@
 """pydantic-ai integration: a capability that checks every tool call of an agent run.
 
-Add :class:`PrefixmonCapability` to an agent; each ``agent.run`` is one episode::
+Add :class:`MonitorCapability` to an agent; each ``agent.run`` is one episode::
 
     from pydantic_ai import Agent
     from prefixmon import Monitor, Toolset
-    from prefixmon.adapters.pydantic_ai import PrefixmonCapability
+    from prefixmon.adapters.pydantic_ai import MonitorCapability
 
     monitor = Monitor(Toolset(), policy="block", sink="episodes.jsonl")
-    agent = Agent(model, tools=[...], capabilities=[PrefixmonCapability(monitor)])
+    agent = Agent(model, tools=[...], capabilities=[MonitorCapability(monitor)])
 
 How the monitor acts through pydantic-ai's own hooks:
 
@@ -54,6 +54,7 @@ from prefixmon import (
     ToolCall,
     Verdict,
 )
+from prefixmon.deprecation import moved_names
 
 try:
     from pydantic_ai import (
@@ -84,7 +85,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError('pip install "prefixmon[pydantic-ai]"') from e
 
-__all__ = ("PrefixmonCapability", "deferred_approval")
+__all__ = ("MonitorCapability", "deferred_approval")
 
 _ANSWER: contextvars.ContextVar[Approve | Edit | Deny | None] = contextvars.ContextVar(
     "prefixmon_pydantic_ai_answer", default=None
@@ -95,7 +96,7 @@ async def deferred_approval(verdict: Verdict, call: ToolCall) -> Approve | Edit 
     """Escalation hook that routes escalations through pydantic-ai's deferred tool approval.
 
     Pass it as ``Monitor(..., escalate=deferred_approval)``. Inside a run monitored by
-    :class:`PrefixmonCapability` it returns the approval the application gave through
+    :class:`MonitorCapability` it returns the approval the application gave through
     ``DeferredToolResults`` (or a ``HandleDeferredToolCalls`` handler); anywhere else it denies.
     """
     answer = _ANSWER.get()
@@ -103,7 +104,7 @@ async def deferred_approval(verdict: Verdict, call: ToolCall) -> Approve | Edit 
         return answer
     if verdict.cause is not None and verdict.cause.value == "schema":
         return Deny(f"nothing to approve: {verdict.reason}")
-    return Deny("this call needs approval, which only a pydantic-ai run with PrefixmonCapability can ask for")
+    return Deny("this call needs approval, which only a pydantic-ai run with MonitorCapability can ask for")
 
 
 async def _close(episode: Episode, error: BaseException | None = None) -> EpisodeRecord:
@@ -193,7 +194,7 @@ def _as_dict(args: RawToolArgs) -> dict[str, Any]:
 
 
 @dataclass
-class PrefixmonCapability(AbstractCapability[Any]):
+class MonitorCapability(AbstractCapability[Any]):
     """Checks every tool call of each agent run against a :class:`prefixmon.Monitor`.
 
     Args:
@@ -223,7 +224,7 @@ class PrefixmonCapability(AbstractCapability[Any]):
         """The episode of the run this (per-run) instance serves, if any."""
         return self._state.episode if self._state is not None else None
 
-    async def for_run(self, ctx: RunContext[Any]) -> PrefixmonCapability:
+    async def for_run(self, ctx: RunContext[Any]) -> MonitorCapability:
         return replace(self, _state=None)
 
     async def close_parked(self) -> list[EpisodeRecord]:
@@ -481,3 +482,7 @@ class PrefixmonCapability(AbstractCapability[Any]):
             raise
         pending.done(result)
         return result
+
+
+__getattr__ = moved_names(__name__, {"PrefixmonCapability": "prefixmon.adapters.pydantic_ai:MonitorCapability"}, removal="0.3.0")
+"""The names these classes had before 0.2.0, kept (with a warning) for one release."""

@@ -147,16 +147,16 @@ async def main(n_facts: int, n_bindings: int, repeat: int) -> int:
     # -- plan verification over a small and over the large state -------------------------
     async with monitor.episode(task_id="bench-small") as ep:
         fill_state(ep.state, 1_000, 1_000)
-        assert verify_plan(ep, plan).approved
-        small_s = median_seconds(lambda: verify_plan(ep, plan), repeat)
+        assert verify_plan(tools, plan, state=ep.state).approved
+        small_s = median_seconds(lambda: verify_plan(tools, plan, state=ep.state), repeat)
 
     async with monitor.episode(task_id="bench-verify") as ep:
         fill_state(ep.state, n_facts, n_bindings)
-        verdict = verify_plan(ep, plan)
+        verdict = verify_plan(tools, plan, state=ep.state)
         assert verdict.approved, verdict.feedback()
         assert ep.depth == 0 and len(ep.state.facts) == n_facts
         undetermined = len(verdict.undetermined)
-        verify_s = median_seconds(lambda: verify_plan(ep, plan), repeat)
+        verify_s = median_seconds(lambda: verify_plan(tools, plan, state=ep.state), repeat)
 
         # 50 predicate checks of the same calls in the same state (Episode.check)
         def predicate_checks() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 
 from prefixmon import Monitor, ToolSpec
-from prefixmon.plan import DUAL_LOOP, PlanLike, revise_plan
+from prefixmon.plan import DUAL_LOOP, PlanFollower, PlanLike, revise_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contact_repair import CONTACTS, build_toolset  # the same tool layer as the contact repair example
@@ -51,7 +51,7 @@ async def main() -> None:
         ep.user(GOAL)
 
         # Outer loop: plan, verify, revise (method-side cost; nothing runs, depth stays 0).
-        revision = await revise_plan(scripted_planner, GOAL, ep)
+        revision = await revise_plan(scripted_planner, GOAL, tools, state=ep.state)
         assert ep.depth == 0
         for attempt in revision.attempts:
             print(f"attempt {attempt.number}: {'approved' if attempt.approved else 'rejected'}")
@@ -63,7 +63,8 @@ async def main() -> None:
 
         # Inner loop: the executor follows the approved plan; the monitor checks every call.
         # The episode follows the plan: each recorded action notes its plan step and any deviation.
-        follower = ep.follow(revision.plan)
+        follower = PlanFollower(revision.plan, tools)
+        ep.follow(follower)
         while (step := follower.next_step) is not None:
             args = follower.concrete_args(step)
             await ep.call(step.tool, args, call_id=f"call-{step.index}")

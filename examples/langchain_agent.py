@@ -23,7 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from prefixmon import Monitor, Policy, Toolset, TrackedState, read_records
-from prefixmon.adapters.langchain import PrefixmonMiddleware, interrupt_escalation
+from prefixmon.adapters.langchain import MonitorMiddleware, interrupt_escalation
 
 BOOK = {"p-7f3a": {"person_id": "p-7f3a", "name": "Fredrik Lind", "phone": "+1 555 0100"}}
 
@@ -104,7 +104,7 @@ async def main() -> None:
         sink=sink,
         labels={"dataset": "example", "method": "react"},
     )
-    middleware = PrefixmonMiddleware(monitor, outcome=lambda state: "success")
+    middleware = MonitorMiddleware(monitor, outcome=lambda state: "success")
     agent = create_agent(
         ScriptedChatModel(),
         tools=[search_contacts, remove_contact, send_money],

@@ -1,7 +1,7 @@
 """MCP client side: every ``call_tool`` is checked before it is sent to the server.
 
 Run: ``python examples/mcp_client.py``. It starts ``examples/mcp_server.py`` as a real stdio
-subprocess, wraps the ``ClientSession`` in a :class:`MonitoredSession` and lets a scripted
+subprocess, wraps the ``ClientSession`` in a :class:`MonitorSession` and lets a scripted
 model work: it texts the phone number the user gave as if it were a person id, gets an
 ``isError`` result that explains why (the server never sees that call), searches, and
 sends the message with the id the search returned.
@@ -20,7 +20,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
 from prefixmon import EpisodeRecord, Outcome
-from prefixmon.adapters.mcp import MonitoredSession, result_value
+from prefixmon.adapters.mcp import MonitorSession, result_value
 
 SERVER = Path(__file__).resolve().with_name("mcp_server.py")
 RULES: dict[str, dict[str, Any]] = {
@@ -38,7 +38,7 @@ async def main() -> None:
     params = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
-        async with MonitoredSession(session, policy="block", rules=RULES, sink=records.append) as guarded:
+        async with MonitorSession(session, policy="block", rules=RULES, sink=records.append) as guarded:
             print(f"tools: {', '.join(guarded.toolset.names)}")
             async with guarded.episode(task_id="text-fredrik", labels={"model": "scripted"}) as ep:
                 guarded.user("Text Fredrik (+1 555 0100) that I am running late")

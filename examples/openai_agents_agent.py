@@ -18,7 +18,7 @@ from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from prefixmon import Monitor, Toolset, read_records
-from prefixmon.adapters.openai_agents import AgentsMonitor
+from prefixmon.adapters.openai_agents import MonitorGuardrail
 
 BOOK = {"p-7f3a": {"person_id": "p-7f3a", "name": "Fredrik Lind", "phone": "+1 555 0100"}}
 
@@ -62,7 +62,7 @@ async def main() -> None:
     rules = Toolset()  # schemas come from the tools; rules are added per tool
     rules.add_schema("search_contacts", search_contacts.params_json_schema, produces="person_id")
     rules.add_schema("remove_contact", remove_contact.params_json_schema, refs={"person_id": "person_id"})
-    guard = AgentsMonitor(Monitor(rules, policy="block", sink=sink, labels={"dataset": "example", "method": "react"}))
+    guard = MonitorGuardrail(Monitor(rules, policy="block", sink=sink, labels={"dataset": "example", "method": "react"}))
 
     model = ScriptedModel(
         [

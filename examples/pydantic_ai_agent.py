@@ -28,7 +28,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from prefixmon import Monitor, Policy, Ref, Toolset, TrackedState, read_records
-from prefixmon.adapters.pydantic_ai import PrefixmonCapability, deferred_approval
+from prefixmon.adapters.pydantic_ai import MonitorCapability, deferred_approval
 
 BOOK = {"p-7f3a": {"person_id": "p-7f3a", "name": "Fredrik Lind", "phone": "+1 555 0100"}}
 
@@ -52,7 +52,7 @@ def scripted_llm(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse
     return ModelResponse(parts=[plan[step]] if step < len(plan) else [TextPart("Fredrik is removed.")])
 
 
-def build(sink: Path) -> tuple[Agent[None, Any], PrefixmonCapability]:
+def build(sink: Path) -> tuple[Agent[None, Any], MonitorCapability]:
     tools = Toolset()
 
     def within_limit(state: TrackedState, args: Any) -> bool:
@@ -66,7 +66,7 @@ def build(sink: Path) -> tuple[Agent[None, Any], PrefixmonCapability]:
         sink=sink,
         labels={"dataset": "example", "method": "react"},
     )
-    capability = PrefixmonCapability(monitor, outcome=lambda result: "success")
+    capability = MonitorCapability(monitor, outcome=lambda result: "success")
     agent: Agent[None, Any] = Agent(
         FunctionModel(scripted_llm), capabilities=[capability], output_type=[str, DeferredToolRequests]
     )

@@ -6,6 +6,8 @@ structlog), can block, replan or escalate, and writes episode records that the a
 turn into prefix-executability metrics.
 """
 
+from ._version import VERSION
+from .deprecation import moved_names
 from .dry_run import dry_run as dry_run
 from .episode import Episode as Episode
 from .episode import PendingCall as PendingCall
@@ -20,13 +22,7 @@ from .monitor import Monitor as Monitor
 from .monitor import MonitorStats as MonitorStats
 from .observer import Observer as Observer
 from .plan import Plan as Plan
-from .plan import PlanFollower as PlanFollower
-from .plan import PlanStep as PlanStep
 from .plan import PlanVerdict as PlanVerdict
-from .plan import StepStatus as StepStatus
-from .plan import StepVerdict as StepVerdict
-from .plan import parse_plan as parse_plan
-from .plan import plan_effect as plan_effect
 from .plan import revise_plan as revise_plan
 from .plan import verify_plan as verify_plan
 from .policies import Approve as Approve
@@ -56,7 +52,16 @@ from .vocabulary import Cause as Cause
 from .vocabulary import Decision as Decision
 from .vocabulary import Outcome as Outcome
 
-__version__ = "0.1.0"
+__version__ = VERSION
+__getattr__ = moved_names(
+    __name__,
+    {
+        name: f"prefixmon.plan:{name}"
+        for name in ("PlanFollower", "PlanStep", "StepStatus", "StepVerdict", "parse_plan", "plan_effect")
+    },
+    removal="0.3.0",
+)
+"""Names that left the top level in 0.2.0: still importable for one release, with a warning."""
 
 __all__ = (
     "ActionRecord",
@@ -79,8 +84,6 @@ __all__ = (
     "PendingCall",
     "Plan",
     "PlanError",
-    "PlanFollower",
-    "PlanStep",
     "PlanVerdict",
     "Policy",
     "Precondition",
@@ -89,8 +92,6 @@ __all__ = (
     "Ref",
     "Replan",
     "SpecError",
-    "StepStatus",
-    "StepVerdict",
     "Telemetry",
     "ToolBlocked",
     "ToolCall",
@@ -103,8 +104,6 @@ __all__ = (
     "current_episode",
     "dry_run",
     "iter_records",
-    "parse_plan",
-    "plan_effect",
     "read_records",
     "revise_plan",
     "verify_plan",

@@ -15,6 +15,8 @@ from typing import Any
 from .spec import ErrorResult, Precondition
 from .state import TrackedState
 
+__all__ = ("dry_run",)
+
 
 def dry_run(
     run: Callable[[Any, Mapping[str, Any]], Any],

@@ -9,34 +9,83 @@ split the same work in two for frameworks that run the tool themselves.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from types import CoroutineType, MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import Any, Final, NoReturn, Protocol
 
 import anyio
 
 from . import predicate
+from ._dispatch import Dispatch
 from .exceptions import SpecError, ToolBlocked
-from .observer import Observer, _CallHooks
-from .plan import PlanFollower, PlanLike, PlanVerdict, verify_plan
-from .policies import Approve, Deny, Edit, Replan
+from .policies import Intervention, Resolution
 from .records import ActionRecord, EpisodeRecord, Status, build_record, trusted_action
-from .spec import ToolSpec, values_at
+from .spec import Toolset, ToolSpec
 from .state import TrackedState
 from .verdict import Failure, ToolCall, Verdict
 from .vocabulary import Cause, Decision, Outcome
 
-if TYPE_CHECKING:
-    from .monitor import Monitor
+__all__ = ("Episode", "EpisodeHost", "Executor", "PendingCall", "PlanTracker", "StepMatch", "current_episode")
 
 Executor = Callable[[dict[str, Any]], Any]
 """``(args) -> result`` or an awaitable of it: runs a call the framework owns."""
 
 _current: ContextVar[Episode | None] = ContextVar("prefixmon_episode", default=None)
+
+
+class EpisodeHost(Protocol):
+    """What an episode needs from the monitor that opened it (:class:`prefixmon.Monitor` is one)."""
+
+    @property
+    def toolset(self) -> Toolset:
+        """The tools and their rules."""
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """Labels merged into every episode's labels."""
+
+    @property
+    def observers(self) -> Sequence[Any]:
+        """Telemetry and logging hooks."""
+
+    @property
+    def fail_closed(self) -> bool:
+        """Whether a monitor-internal error blocks the call."""
+
+    @property
+    def intervention(self) -> Intervention:
+        """Carries out the policy on calls that are not executable."""
+
+    def report_fault(self, episode: Episode | None, where: str, error: BaseException, *, notify: bool = True) -> None:
+        """Count, log and report an error the monitor caught in itself."""
+
+    async def deliver(self, episode: Episode, record: EpisodeRecord) -> None:
+        """Hand a closed episode's record to the observers and the sink."""
+
+
+class StepMatch(Protocol):
+    """How an executed call relates to the plan that conditions the episode."""
+
+    @property
+    def step(self) -> int | None:
+        """1-based index of the plan step the call matched, or ``None``."""
+
+    @property
+    def deviation(self) -> str | None:
+        """How the call deviated from the plan; ``None`` when it followed it."""
+
+
+class PlanTracker(Protocol):
+    """Matches an episode's calls to a plan (:class:`prefixmon.plan.PlanFollower` is one)."""
+
+    def match(self, tool: str, args: Mapping[str, Any] | None, *, ran: bool = False, result: Any = None) -> StepMatch:
+        """Match one executed call and advance."""
 
 
 def current_episode() -> Episode | None:
@@ -114,7 +163,10 @@ class PendingCall:
             if func is None:
                 hint = f"execute= runs {self.verdict.tool!r} only" if execute is not None else "pass execute= to run it"
                 raise SpecError(f"tool {self.call.name!r} has no implementation; {hint}")
-        entered = self._episode._enter_execution(self) if self._token is not None else None
+        episode = self._episode
+        token = self._token
+        dispatch = episode._hooks
+        entered = dispatch.enter_execution(episode, self.call, token) if token is not None and dispatch.context else None
         if entered is None:
             result = func(**self.args) if func is not None else execute(self.args)  # type: ignore[misc]
             return (await result) if type(result) is CoroutineType or inspect.isawaitable(result) else result
@@ -123,9 +175,9 @@ class PendingCall:
             if type(result) is CoroutineType or inspect.isawaitable(result):
                 result = await result
         except BaseException as e:
-            self._episode._exit_execution(entered, e)
+            dispatch.exit_execution(entered, e)
             raise
-        self._episode._exit_execution(entered, None)
+        dispatch.exit_execution(entered, None)
         return result
 
     def done(self, result: Any = None) -> None:
@@ -225,7 +277,7 @@ class Episode:
 
     def __init__(
         self,
-        monitor: Monitor,
+        monitor: EpisodeHost,
         *,
         task_id: str | None,
         labels: Mapping[str, str],
@@ -235,9 +287,10 @@ class Episode:
         allows_no_tool: bool,
         facts: Mapping[str, Any] | None,
         bindings: Mapping[str, Iterable[Any]] | None = None,
-        plan: PlanLike | PlanVerdict | PlanFollower | None = None,
+        plan: PlanTracker | Any = None,
     ) -> None:
         self.monitor = monitor
+        """The monitor that opened the episode."""
         self.id = str(episode_id) if episode_id is not None and episode_id != "" else uuid.uuid4().hex
         self.task_id = str(task_id) if task_id is not None else self.id  # records hold text (ints are common)
         self.labels: dict[str, str] = {**monitor.labels, **{str(k): str(v) for k, v in labels.items()}}
@@ -248,9 +301,7 @@ class Episode:
             if n not in toolset:
                 raise SpecError(f"cannot expose unknown tool {n!r}")
         self.state = TrackedState(facts=facts, env=env, exposed=names)
-        self.plan: PlanFollower | None = (
-            None if plan is None else plan if isinstance(plan, PlanFollower) else PlanFollower(plan, toolset)
-        )
+        self.plan: PlanTracker | None = None if plan is None else _tracker(plan, toolset)
         """Matches each recorded action to the approved plan, when the episode carries one."""
         for kind, values in (bindings or {}).items():
             for value in values:
@@ -267,7 +318,7 @@ class Episode:
         self._depth_of: dict[str, int] = {}
         self._fed: int | None = None
         self._closed = False
-        self._hooks = _CallHooks(monitor.observers)
+        self._hooks = Dispatch(monitor.observers, self._observer_fault)
         """The observers taking part in each per-call hook."""
 
     # -- live view -------------------------------------------------------------------------
@@ -311,49 +362,45 @@ class Episode:
         """
         reset = _current.set(self)
         try:
-            with contextlib.ExitStack() as stack:
-                for obs in self.monitor.observers:
-                    try:
-                        cm = obs.episode_context(self)
-                        if cm is not None:
-                            cm.__enter__()
-                            stack.push(self._guarded_exit(obs, cm))
-                    except Exception as e:
-                        self._fault(f"observer {type(obs).__name__}.episode_context", e, notify=False)
+            with self._hooks.episode_contexts(self):
                 yield self
         finally:
             _current.reset(reset)
 
-    def _guarded_exit(self, obs: Observer, cm: contextlib.AbstractContextManager[Any]) -> Callable[..., bool]:
-        """``cm.__exit__`` for an ExitStack: an observer's error is counted, never raised, and it
-        cannot swallow the agent's exception."""
+    def follow(self, plan: PlanTracker | Any) -> PlanTracker:
+        """Condition the rest of the episode on a plan: later actions note the step they matched.
 
-        def exit_(exc_type: Any, exc: Any, tb: Any) -> bool:
-            try:
-                cm.__exit__(exc_type, exc, tb)
-            except Exception as e:
-                if e is not exc:  # re-raising the agent's own exception is not an observer error
-                    self._fault(f"observer {type(obs).__name__}.episode_context", e, notify=False)
-            return False
-
-        return exit_
-
-    def follow(self, plan: PlanLike | PlanVerdict | PlanFollower) -> PlanFollower:
-        """Condition the rest of the episode on ``plan``: later actions note the step they matched."""
-        self.plan = plan if isinstance(plan, PlanFollower) else PlanFollower(plan, self.monitor.toolset)
+        Args:
+            plan: a :class:`prefixmon.plan.PlanFollower` (``PlanFollower(verdict, toolset)``).
+                Passing a plan or a plan verdict itself still works but is deprecated.
+        """
+        self.plan = _tracker(plan, self.monitor.toolset)
         return self.plan
 
-    def verify_plan(self, plan: PlanLike, **options: Any) -> PlanVerdict:
-        """Verify ``plan`` against this episode's current state without running anything (see :func:`prefixmon.verify_plan`)."""
-        return verify_plan(self, plan, **options)
+    def verify_plan(self, plan: Any, **options: Any) -> Any:
+        """Deprecated: use ``prefixmon.verify_plan(monitor.toolset, plan, state=episode.state)``."""
+        warnings.warn(
+            "Episode.verify_plan is deprecated and will be removed in 0.3.0; "
+            "use prefixmon.verify_plan(episode.monitor.toolset, plan, state=episode.state)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        options.setdefault("state", self.state)
+        return _plan_module().verify_plan(self.monitor.toolset, plan, **options)
 
     # -- information and exposure ------------------------------------------------------------
     def user(self, message: Any) -> None:
-        """Add what the user said (text or data) to the information pool."""
-        self.state.inform(message)
+        """Add what the user said (text or data) to the information pool.
+
+        Values the user states count as seen information, and satisfy ``Ref(kind, user=True)``.
+        """
+        self.state.inform(message, user=True)
 
     def inform(self, value: Any) -> None:
-        """Add any other information the agent has seen to the pool."""
+        """Add other information the agent has seen (a system prompt, a policy document) to the pool.
+
+        It counts as seen information, but not as something the user said.
+        """
         self.state.inform(value)
 
     def expose(self, *names: str) -> None:
@@ -432,7 +479,7 @@ class Episode:
         verdict: Verdict | None = None
         try:
             if self._hooks.any:
-                token = self._notify_start(name, call_id, depth)
+                token = self._hooks.call_started(self, name, call_id, depth)
             verdict = self._judge(name, args, depth, call_id)
             if verdict.executable:
                 return self._pending(verdict, args, verdict.args, Decision.ALLOW, token)  # type: ignore[arg-type]
@@ -453,22 +500,15 @@ class Episode:
         if self._fed is None or depth < self._fed:  # live: known now, even while an observed call runs
             self._fed = depth
         if any(f.code == "monitor_fault" for f in verdict.failures):
-            self._refuse(verdict, token, Decision.FAIL_CLOSED, None)
-        action = self.monitor.policy(verdict)
-        if action == "observe":
-            runnable = self._runnable_args(verdict, raw)
-            if runnable is None:
-                self._refuse(verdict, token, Decision.OBSERVE, None)
-            return self._pending(verdict, raw, runnable, Decision.OBSERVE, token)
-        if action == "block":
-            self._refuse(verdict, token, Decision.BLOCK, None)
+            self._refuse(verdict, token, Resolution(decision=Decision.FAIL_CLOSED))
         self._hooked[depth] = (verdict, token)
         try:
-            if action == "replan":
-                return await self._replan(verdict, raw, token)
-            return await self._escalate(verdict, raw, token)
+            resolution = await self.monitor.intervention.resolve(verdict, raw, self.state, judge=self._judge, fault=self._fault)
         finally:
             del self._hooked[depth]
+        if resolution.args is None:
+            self._refuse(verdict, token, resolution)
+        return self._pending(verdict, raw, resolution.args, resolution.decision, token, resolution.call)
 
     async def call(
         self,
@@ -530,92 +570,19 @@ class Episode:
         spec = self.monitor.toolset.get(replacement.name if replacement is not None else verdict.tool)
         pending = PendingCall(self, verdict, raw, args, decision, token, spec, replacement)
         self._open[verdict.depth] = pending
-        if token is not None:
+        if token is not None and self._hooks.checked:
             try:
-                for i, obs in self._hooks.checked:
-                    try:
-                        obs.call_checked(self, verdict, decision, token[i])
-                    except Exception as e:
-                        self._fault(f"observer {type(obs).__name__}.call_checked", e, notify=False)
+                self._hooks.call_checked(self, verdict, decision, token)
             except BaseException:  # interrupted before the call ran
                 del self._open[verdict.depth]
                 self._record(verdict, Decision.BLOCK, False, "interrupted before the call ran", token, None)
                 raise
         return pending
 
-    @staticmethod
-    def _runnable_args(verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None) -> dict[str, Any] | None:
-        if verdict.args is not None:
-            return dict(verdict.args)
-        if verdict.code in ("unknown_tool", "invalid_json"):
-            return None
-        parsed = predicate.parse_arguments(raw)
-        return parsed if isinstance(parsed, dict) else None
-
-    def _refuse(self, verdict: Verdict, token: Any, decision: Decision, guidance: str | None) -> NoReturn:
+    def _refuse(self, verdict: Verdict, token: Any, resolution: Resolution) -> NoReturn:
         if self._slots[verdict.depth - 1] is None:  # else the episode ended while a hook ran, and recorded it
-            self._record(verdict, decision, False, None, token, None)
-        raise ToolBlocked(verdict, decision=decision.value, guidance=guidance)
-
-    async def _replan(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
-        hook = self.monitor.replan
-        answer: Replan | ToolCall | str | None = None
-        emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
-        if hook is not None:
-            try:
-                with anyio.move_on_after(self.monitor.replan_timeout) as scope:
-                    answer = await hook(verdict, emitted, self.state)
-                if scope.cancelled_caught:
-                    self._fault("replan hook", TimeoutError(f"no answer within {self.monitor.replan_timeout:g} s"))
-            except Exception as e:
-                self._fault("replan hook", e)
-                answer = None
-        if isinstance(answer, str):
-            answer = Replan(guidance=answer)
-        elif isinstance(answer, ToolCall):
-            answer = Replan(call=answer)
-        if not isinstance(answer, Replan):
-            self._refuse(verdict, token, Decision.BLOCK, None)
-        if answer.call is None:
-            self._refuse(verdict, token, Decision.REPLAN, answer.guidance)
-        call = ToolCall(name=answer.call.name, args=answer.call.args, call_id=answer.call.call_id or emitted.call_id)
-        checked = self._judge(call.name, call.args, verdict.depth, call.call_id)
-        if not checked.executable or checked.args is None:
-            note = f"the suggested replacement was not executable either: {checked.reason}"
-            self._refuse(verdict, token, Decision.REPLAN, f"{answer.guidance}; {note}" if answer.guidance else note)
-        return self._pending(verdict, raw, dict(checked.args), Decision.REPLAN, token, call)
-
-    async def _escalate(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
-        hook = self.monitor.escalate
-        answer: Approve | Edit | Deny | None = None
-        emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
-        timed_out = False
-        if hook is not None:
-            try:
-                with anyio.move_on_after(self.monitor.escalate_timeout) as scope:
-                    answer = await hook(verdict, emitted)
-                timed_out = scope.cancelled_caught
-            except Exception as e:
-                self._fault("escalation hook", e)
-                self._refuse(verdict, token, Decision.BLOCK, None)
-        if answer is None:
-            why = f"no human answered within {self.monitor.escalate_timeout:g} s" if timed_out else "no human approved the call"
-            self._refuse(verdict, token, Decision.DENY, why)
-        if isinstance(answer, Deny):
-            self._refuse(verdict, token, Decision.DENY, answer.reason)
-        if isinstance(answer, Approve):
-            runnable = self._runnable_args(verdict, raw)
-            if runnable is None:
-                self._refuse(verdict, token, Decision.DENY, "the call cannot run as emitted")
-            return self._pending(verdict, raw, runnable, Decision.APPROVE, token)
-        if isinstance(answer, Edit):
-            edited = self._judge(verdict.tool, answer.args, verdict.depth, verdict.call_id)
-            if not edited.executable or edited.args is None:
-                self._refuse(verdict, token, Decision.DENY, f"the edited call is not executable either: {edited.reason}")
-            call = ToolCall(name=verdict.tool, args=answer.args, call_id=verdict.call_id)
-            return self._pending(verdict, raw, dict(edited.args), Decision.EDIT, token, call)
-        self._fault("escalation hook", TypeError(f"escalation hook returned {type(answer).__name__}, not Approve/Edit/Deny"))
-        self._refuse(verdict, token, Decision.BLOCK, None)
+            self._record(verdict, resolution.decision, False, None, token, None)
+        raise ToolBlocked(verdict, decision=resolution.decision.value, guidance=resolution.guidance)
 
     # -- outcomes ----------------------------------------------------------------------------
     def _finish_call(
@@ -636,7 +603,8 @@ class Episode:
                     except Exception as e:
                         self._fault(f"error_result of {name}", e)
                 if spec is not None:
-                    self._absorb(spec, pending.args, result, rejection is None)
+                    for fault in predicate.transition(self.state, spec, pending.args, result, accepted=rejection is None):
+                        self._fault(fault.where, fault.error)
             except BaseException:  # KeyboardInterrupt: the call ran; record it before it propagates
                 self._record_cut_short(pending, verdict, name)
                 raise
@@ -651,13 +619,9 @@ class Episode:
             )
         error_text = abandoned or (rejection.reason if rejection is not None else None)
         token = pending._token
-        if token is not None and abandoned is None:
+        if token is not None and abandoned is None and self._hooks.result:
             try:
-                for i, obs in self._hooks.result:
-                    try:
-                        obs.call_result(self, verdict.depth, result, token[i])
-                    except Exception as e:
-                        self._fault(f"observer {type(obs).__name__}.call_result", e, notify=False)
+                self._hooks.call_result(self, verdict.depth, result, token)
             except BaseException:
                 self._record_cut_short(pending, verdict, name)
                 raise
@@ -678,26 +642,6 @@ class Episode:
         replaced = pending._replacement is not None
         why = "interrupted while its outcome was processed"
         self._record(verdict, pending.decision, not replaced, why, pending._token, name if replaced else None)
-
-    def _absorb(self, spec: ToolSpec, args: Mapping[str, Any], result: Any, accepted: bool) -> None:
-        state = self.state
-        try:
-            if result is not None:
-                produce = spec.produce_map if accepted and spec.produces else None
-                state.ingest(result, produce=produce, tool=spec.name)
-            if accepted and spec.invalidates:
-                for path, ref in spec.refs:
-                    if ref.kind in spec.invalidates:
-                        for _, value in values_at(args, path):
-                            state.invalidate(ref.kind, value, by=spec.name)
-        except Exception as e:
-            self._fault(f"tracking the result of {spec.name}", e)
-        if accepted:
-            for effect in spec.effects:
-                try:
-                    effect(state, args, result)
-                except Exception as e:
-                    self._fault(f"effect {getattr(effect, '__name__', effect)!s} of {spec.name}", e)
 
     def _record(
         self,
@@ -724,75 +668,15 @@ class Episode:
         if not verdict.executable and (self._fed is None or depth < self._fed):
             self._fed = depth
         if token is not None and self._hooks.finished:
-            action = slot.action()  # built only when an observer wants it
-            for i, obs in self._hooks.finished:
-                try:
-                    obs.call_finished(self, action, verdict, token[i])
-                except Exception as e:
-                    self._fault(f"observer {type(obs).__name__}.call_finished", e, notify=False)
-
-    # -- observer dispatch (per call; each hook goes only to the observers that override it) -----
-    def _notify_start(self, name: str, call_id: str | None, depth: int) -> tuple[Any, ...]:
-        """``call_started`` of each observer; the call's token tuple (one slot per observer)."""
-        hooks = self._hooks
-        started = hooks.started
-        if hooks.size == 1:  # the common case: one observer
-            if not started:
-                return (None,)
-            obs = started[0][1]
-            try:
-                return (obs.call_started(self, name, call_id, depth),)
-            except Exception as e:
-                self._fault(f"observer {type(obs).__name__}.call_started", e, notify=False)
-                return (None,)
-        tokens: list[Any] = [None] * hooks.size
-        for i, obs in started:
-            try:
-                tokens[i] = obs.call_started(self, name, call_id, depth)
-            except Exception as e:
-                self._fault(f"observer {type(obs).__name__}.call_started", e, notify=False)
-        return tuple(tokens)
-
-    def _enter_execution(self, pending: PendingCall) -> list[tuple[Observer, contextlib.AbstractContextManager[Any]]] | None:
-        """Enter the observers' execution contexts for ``pending``; ``None`` when there are none."""
-        context = self._hooks.context
-        if not context:
-            return None
-        token = pending._token
-        call = pending.call
-        entered: list[tuple[Observer, contextlib.AbstractContextManager[Any]]] | None = None
-        for i, obs in context:
-            try:
-                cm = obs.execution_context(self, call, token[i])
-                if cm is not None:
-                    cm.__enter__()
-                    if entered is None:
-                        entered = []
-                    entered.append((obs, cm))
-            except Exception as e:
-                self._fault(f"observer {type(obs).__name__}.execution_context", e, notify=False)
-        return entered
-
-    def _exit_execution(
-        self, entered: list[tuple[Observer, contextlib.AbstractContextManager[Any]]], error: BaseException | None
-    ) -> None:
-        """Exit what :meth:`_enter_execution` entered, innermost first.
-
-        An observer's error is counted, never raised, and a context cannot swallow the tool's
-        exception.
-        """
-        for obs, cm in reversed(entered):
-            try:
-                if error is None:
-                    cm.__exit__(None, None, None)
-                else:
-                    cm.__exit__(type(error), error, error.__traceback__)
-            except Exception as e:
-                self._fault(f"observer {type(obs).__name__}.execution_context", e, notify=False)
+            self._hooks.call_finished(self, slot.action(), verdict, token)  # the action is built only when wanted
 
     def _fault(self, where: str, error: BaseException, *, notify: bool = True) -> None:
         self.internal_errors += 1
-        self.monitor._fault(self, where, error, notify=notify)
+        self.monitor.report_fault(self, where, error, notify=notify)
+
+    def _observer_fault(self, where: str, error: BaseException) -> None:
+        """An observer's own error: counted and logged, not sent to the observers again."""
+        self._fault(where, error, notify=False)
 
     # -- closing -----------------------------------------------------------------------------
     async def aclose(self, status: Status = "finished", error: str | None = None) -> EpisodeRecord:
@@ -804,7 +688,7 @@ class Episode:
         if self.record is not None:
             return self.record
         record = self._close(status, error)
-        await self.monitor._finished(self, record)
+        await self.monitor.deliver(self, record)
         return record
 
     def _close(self, status: Status, error: str | None) -> EpisodeRecord:
@@ -848,3 +732,23 @@ def _fault_failure(name: str) -> Failure:
         code="monitor_fault",
         reason=f"{name} could not be checked because of an internal monitor error, and the monitor is fail-closed",
     )
+
+
+def _plan_module() -> Any:
+    """``prefixmon.plan``, for the deprecated shims only (the core does not depend on the plan layer)."""
+    return importlib.import_module("prefixmon.plan")
+
+
+def _tracker(plan: Any, toolset: Toolset) -> PlanTracker:
+    """A plan tracker; a plan or plan verdict given directly is wrapped (deprecated)."""
+    if callable(getattr(plan, "match", None)):
+        tracker: PlanTracker = plan
+        return tracker
+    warnings.warn(
+        "passing a plan itself to Monitor.episode(plan=...) or Episode.follow() is deprecated and will be "
+        "removed in 0.3.0; pass prefixmon.plan.PlanFollower(plan, monitor.toolset)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    follower: PlanTracker = _plan_module().PlanFollower(plan, toolset)
+    return follower

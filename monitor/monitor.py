@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib
 import inspect
 import os
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,14 +18,15 @@ import anyio
 import structlog
 
 from ._daemon_threads import DaemonThreads
-from .episode import Episode
+from .episode import Episode, PlanTracker
 from .exceptions import SpecError
 from .observer import Observer
-from .plan import PlanFollower, PlanLike, PlanVerdict, verify_plan
-from .policies import EscalateHook, Policy, ReplanHook
+from .policies import EscalateHook, Intervention, Policy, ReplanHook
 from .records import EpisodeRecord, JsonlSink, Status
 from .spec import Toolset
 from .state import TrackedState
+
+__all__ = ("FailureMode", "Monitor", "MonitorStats", "Sink")
 
 Sink = Callable[[EpisodeRecord], "Awaitable[None] | None"]
 """Receives each finished record: a callable (sync, run in a worker thread, or async)."""
@@ -83,10 +86,10 @@ class Monitor:
             raise SpecError(f"Monitor needs a Toolset, got {type(toolset).__name__}")
         self.toolset = toolset
         self.policy = Policy.coerce(policy)
-        if self.policy.uses("replan") and replan is None:
-            raise SpecError("the policy can replan, but no replan= hook was given")
-        if self.policy.uses("escalate") and escalate is None:
-            raise SpecError("the policy can escalate, but no escalate= hook was given")
+        self.intervention = Intervention(
+            self.policy, replan=replan, replan_timeout=replan_timeout, escalate=escalate, escalate_timeout=escalate_timeout
+        )
+        """Carries out the policy on calls that are not executable (hooks and timeouts included)."""
         if failure_mode not in ("fail_open", "fail_closed"):
             raise SpecError(f"failure_mode must be 'fail_open' or 'fail_closed', got {failure_mode!r}")
         self.replan = replan
@@ -115,7 +118,7 @@ class Monitor:
         allows_no_tool: bool = False,
         facts: Mapping[str, Any] | None = None,
         bindings: Mapping[str, Iterable[Any]] | None = None,
-        plan: PlanLike | PlanVerdict | PlanFollower | None = None,
+        plan: PlanTracker | None = None,
     ) -> Episode:
         """Open an episode that is closed explicitly with ``await episode.aclose()``.
 
@@ -154,7 +157,7 @@ class Monitor:
         allows_no_tool: bool = False,
         facts: Mapping[str, Any] | None = None,
         bindings: Mapping[str, Iterable[Any]] | None = None,
-        plan: PlanLike | PlanVerdict | PlanFollower | None = None,
+        plan: PlanTracker | None = None,
     ) -> AsyncIterator[Episode]:
         """Open an episode; its record is complete when the block exits, however it exits.
 
@@ -168,8 +171,9 @@ class Monitor:
             facts: initial facts of the tracked state.
             bindings: references known before the episode starts, ``{kind: values}`` (ids
                 the environment already holds), bound at depth 0.
-            plan: the plan that conditions the executor (a verified plan, or any plan); each
-                recorded action notes the plan step it matched and how it deviated.
+            plan: the plan that conditions the executor, as a tracker
+                (``prefixmon.plan.PlanFollower(verdict, toolset)``); each recorded action notes
+                the plan step it matched and how it deviated.
         """
         ep = self.open_episode(
             task_id,
@@ -196,12 +200,18 @@ class Monitor:
         finally:
             await ep.aclose(status, error)
 
-    def verify_plan(self, plan: PlanLike, *, state: TrackedState | None = None, **options: Any) -> PlanVerdict:
-        """Verify ``plan`` against ``state`` (default: a fresh episode state) without running anything.
+    def verify_plan(self, plan: Any, *, state: TrackedState | None = None, **options: Any) -> Any:
+        """Deprecated: use ``prefixmon.verify_plan(monitor.toolset, plan, state=...)``."""
+        warnings.warn(
+            "Monitor.verify_plan is deprecated and will be removed in 0.3.0; use prefixmon.verify_plan(monitor.toolset, plan)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module("prefixmon.plan").verify_plan(self.toolset, plan, state=state, **options)
 
-        See :func:`prefixmon.verify_plan` for the options.
-        """
-        return verify_plan(self, plan, state=state, **options)
+    async def deliver(self, episode: Episode, record: EpisodeRecord) -> None:
+        """Hand a closed episode's record to the observers and the sink (called by ``Episode.aclose``)."""
+        await self._finished(episode, record)
 
     async def _finished(self, ep: Episode, record: EpisodeRecord) -> None:
         for obs in self.observers:
@@ -234,6 +244,13 @@ class Monitor:
         if scope.cancelled_caught:
             self.stats.sink_timeouts += 1
             self._fault(ep, "sink", TimeoutError(f"the sink did not finish within {self.sink_timeout:g} s"))
+
+    def report_fault(self, episode: Episode | None, where: str, error: BaseException, *, notify: bool = True) -> None:
+        """Count and log an error the monitor caught in itself, and tell the observers (unless ``notify`` is off).
+
+        Adapters call it for errors in their own glue; it never raises.
+        """
+        self._fault(episode, where, error, notify=notify)
 
     def _fault(self, episode: Episode | None, where: str, error: BaseException, *, notify: bool = True) -> None:
         self.stats.internal_errors += 1

@@ -11,13 +11,15 @@ overrides.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any
 
-if TYPE_CHECKING:
-    from .episode import Episode
-    from .records import ActionRecord, EpisodeRecord
-    from .verdict import ToolCall, Verdict
-    from .vocabulary import Decision
+from ._dispatch import PER_CALL_HOOKS
+from .episode import Episode
+from .records import ActionRecord, EpisodeRecord
+from .verdict import ToolCall, Verdict
+from .vocabulary import Decision
+
+__all__ = ("Observer",)
 
 
 class Observer:
@@ -27,6 +29,15 @@ class Observer:
     passed to the later hooks), :meth:`call_checked` and :meth:`execution_context` when the
     call runs, :meth:`call_result` when it returned, and always :meth:`call_finished`.
     """
+
+    def call_hooks(self) -> frozenset[str]:
+        """The per-call hooks this observer takes part in; asked once when each episode opens.
+
+        Default: every per-call hook the subclass overrides. Override it to leave out hooks that
+        have nothing to do under the observer's current settings, so the monitor skips them.
+        """
+        cls = type(self)
+        return frozenset(name for name in PER_CALL_HOOKS if getattr(cls, name, None) is not getattr(Observer, name))
 
     def episode_started(self, episode: Episode) -> None:
         """An episode was opened."""
@@ -61,44 +72,3 @@ class Observer:
 
     def internal_error(self, episode: Episode | None, where: str, error: BaseException) -> None:
         """The monitor caught an error of its own (a buggy precondition, a failing sink)."""
-
-
-_PER_CALL: Final = ("call_started", "call_checked", "execution_context", "call_result", "call_finished")
-
-
-class _CallHooks:
-    """Which observers take part in each per-call hook (internal; built once per episode).
-
-    Each hook lists ``(index, observer)`` pairs, ``index`` being the observer's position in
-    the call's token tuple. An observer is left out of a hook it does not override (the
-    base class's method does nothing), or that its ``_idle_call_hooks`` names (nothing to do
-    under its settings when the episode opens), so an observer that only logs finished calls
-    costs nothing when calls start, run and return.
-    """
-
-    __slots__ = ("any", "checked", "context", "finished", "result", "size", "started")
-
-    def __init__(self, observers: tuple[Observer, ...]) -> None:
-        hooks: dict[str, list[tuple[int, Observer]]] = {name: [] for name in _PER_CALL}
-        for i, obs in enumerate(observers):
-            idle = getattr(obs, "_idle_call_hooks", ())
-            for name in _PER_CALL:
-                if name not in idle and _overrides(obs, name):
-                    hooks[name].append((i, obs))
-        self.started: tuple[tuple[int, Observer], ...] = tuple(hooks["call_started"])
-        self.checked: tuple[tuple[int, Observer], ...] = tuple(hooks["call_checked"])
-        self.context: tuple[tuple[int, Observer], ...] = tuple(hooks["execution_context"])
-        self.result: tuple[tuple[int, Observer], ...] = tuple(hooks["call_result"])
-        self.finished: tuple[tuple[int, Observer], ...] = tuple(hooks["call_finished"])
-        self.size = len(observers)
-        """Length of a call's token tuple: one slot per observer."""
-        self.any = any(hooks.values())
-        """Whether any observer takes part in any per-call hook."""
-
-
-def _overrides(obs: object, name: str) -> bool:
-    """Whether ``obs`` has its own ``name`` hook (not the base class's no-op)."""
-    method = getattr(obs, name, None)
-    if method is None:
-        return False
-    return getattr(method, "__func__", None) is not getattr(Observer, name)

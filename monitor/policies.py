@@ -1,9 +1,11 @@
 """Policies: what to do with a call that is not executable.
 
-A policy maps a verdict to one of ``observe`` (record it, let it run), ``block`` (do not run
-it; the agent gets a model-readable error), ``replan`` (ask an async hook for guidance or a
-replacement call, which is checked again) or ``escalate`` (ask an async human hook to
-approve, edit or deny). Only the episode turns these decisions into exceptions.
+A :class:`Policy` maps a verdict to one of ``observe`` (record it, let it run), ``block`` (do
+not run it; the agent gets a model-readable error), ``replan`` (ask an async hook for
+guidance or a replacement call, which is checked again) or ``escalate`` (ask an async human
+hook to approve, edit or deny). :class:`Intervention` carries out that choice, hooks and
+timeouts included, and answers with a :class:`Resolution`; only the episode turns a
+resolution into a run or a ``ToolBlocked``.
 """
 
 from __future__ import annotations
@@ -12,9 +14,28 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+import anyio
+
 from .exceptions import SpecError
+from .predicate import parse_arguments
 from .verdict import ToolCall, Verdict
-from .vocabulary import Cause
+from .vocabulary import Cause, Decision
+
+__all__ = (
+    "ACTIONS",
+    "Action",
+    "Approve",
+    "Deny",
+    "Edit",
+    "EscalateHook",
+    "Intervention",
+    "Judge",
+    "Policy",
+    "Replan",
+    "ReplanHook",
+    "Resolution",
+    "runnable_args",
+)
 
 Action: TypeAlias = Literal["observe", "block", "replan", "escalate"]
 ACTIONS: tuple[Action, ...] = ("observe", "block", "replan", "escalate")
@@ -123,3 +144,149 @@ ReplanHook: TypeAlias = Callable[[Verdict, ToolCall, Any], Awaitable["Replan | T
 """``async (verdict, call, state) -> Replan | ToolCall | str | None``."""
 EscalateHook: TypeAlias = Callable[[Verdict, ToolCall], Awaitable["Approve | Edit | Deny"]]
 """``async (verdict, call) -> Approve | Edit | Deny``; a timeout denies."""
+
+
+Judge: TypeAlias = Callable[[str, "Mapping[str, Any] | str | bytes | None", int, "str | None"], Verdict]
+"""``(name, args, depth, call_id) -> verdict``: checks a replacement or edited call."""
+FaultFn: TypeAlias = Callable[[str, BaseException], None]
+"""``(where, error)``: reports an error the monitor caught in itself."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolution:
+    """What to do with a call that is not executable."""
+
+    decision: Decision
+    args: dict[str, Any] | None = None
+    """Arguments to run the call with; ``None`` when it is not run."""
+    call: ToolCall | None = None
+    """A replacement call to run instead (a replan's replacement, a human's edit)."""
+    guidance: str | None = None
+    """Text for the agent from a hook (why it was not run, what to do instead)."""
+
+    @property
+    def runs(self) -> bool:
+        """Whether the call (or its replacement) runs."""
+        return self.args is not None
+
+
+class Intervention:
+    """Carries out a :class:`Policy`: observe, block, replan or escalate, with their hooks and timeouts.
+
+    A hook that raises, times out or answers with something it should not is a monitor fault
+    (reported through ``fault``) and the call is blocked; an escalation nobody answers in
+    time is denied, whatever the hook returns afterwards.
+    """
+
+    __slots__ = ("escalate", "escalate_timeout", "policy", "replan", "replan_timeout")
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        replan: ReplanHook | None = None,
+        replan_timeout: float = 60.0,
+        escalate: EscalateHook | None = None,
+        escalate_timeout: float = 60.0,
+    ) -> None:
+        if policy.uses("replan") and replan is None:
+            raise SpecError("the policy can replan, but no replan= hook was given")
+        if policy.uses("escalate") and escalate is None:
+            raise SpecError("the policy can escalate, but no escalate= hook was given")
+        self.policy = policy
+        self.replan = replan
+        self.replan_timeout = replan_timeout
+        self.escalate = escalate
+        self.escalate_timeout = escalate_timeout
+
+    async def resolve(
+        self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, state: Any, *, judge: Judge, fault: FaultFn
+    ) -> Resolution:
+        """Decide what happens to a call that is not executable (never raises)."""
+        action = self.policy(verdict)
+        if action == "observe":
+            runnable = runnable_args(verdict, raw)
+            return Resolution(decision=Decision.OBSERVE, args=runnable)
+        if action == "block":
+            return Resolution(decision=Decision.BLOCK)
+        if action == "replan":
+            return await self._replan(verdict, raw, state, judge, fault)
+        return await self._escalate(verdict, raw, judge, fault)
+
+    async def _replan(
+        self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, state: Any, judge: Judge, fault: FaultFn
+    ) -> Resolution:
+        hook = self.replan
+        emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
+        answer: Any = None
+        if hook is not None:
+            try:
+                with anyio.move_on_after(self.replan_timeout) as scope:
+                    answer = await hook(verdict, emitted, state)
+                if scope.cancelled_caught:
+                    fault("replan hook", TimeoutError(f"no answer within {self.replan_timeout:g} s"))
+                    answer = None
+            except Exception as e:
+                fault("replan hook", e)
+                answer = None
+        if isinstance(answer, str):
+            answer = Replan(guidance=answer)
+        elif isinstance(answer, ToolCall):
+            answer = Replan(call=answer)
+        if not isinstance(answer, Replan) or (answer.call is not None and not isinstance(answer.call, ToolCall)):
+            if answer is not None:
+                what = type(answer.call if isinstance(answer, Replan) else answer).__name__
+                fault("replan hook", TypeError(f"the replan hook answered with {what}, not Replan, ToolCall or str"))
+            return Resolution(decision=Decision.BLOCK)
+        if answer.call is None:
+            return Resolution(decision=Decision.REPLAN, guidance=answer.guidance)
+        call = ToolCall(name=answer.call.name, args=answer.call.args, call_id=answer.call.call_id or emitted.call_id)
+        checked = judge(call.name, call.args, verdict.depth, call.call_id)
+        if not checked.executable or checked.args is None:
+            note = f"the suggested replacement was not executable either: {checked.reason}"
+            return Resolution(decision=Decision.REPLAN, guidance=f"{answer.guidance}; {note}" if answer.guidance else note)
+        return Resolution(decision=Decision.REPLAN, args=dict(checked.args), call=call, guidance=answer.guidance)
+
+    async def _escalate(
+        self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, judge: Judge, fault: FaultFn
+    ) -> Resolution:
+        hook = self.escalate
+        emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
+        answer: Any = None
+        timed_out = False
+        if hook is not None:
+            try:
+                with anyio.move_on_after(self.escalate_timeout) as scope:
+                    answer = await hook(verdict, emitted)
+                timed_out = scope.cancelled_caught
+            except Exception as e:
+                fault("escalation hook", e)
+                return Resolution(decision=Decision.BLOCK)
+        if timed_out or answer is None:  # a timeout denies, whatever the hook returned after it
+            why = f"no human answered within {self.escalate_timeout:g} s" if timed_out else "no human approved the call"
+            return Resolution(decision=Decision.DENY, guidance=why)
+        if isinstance(answer, Deny):
+            return Resolution(decision=Decision.DENY, guidance=answer.reason)
+        if isinstance(answer, Approve):
+            runnable = runnable_args(verdict, raw)
+            if runnable is None:
+                return Resolution(decision=Decision.DENY, guidance="the call cannot run as emitted")
+            return Resolution(decision=Decision.APPROVE, args=runnable)
+        if isinstance(answer, Edit):
+            edited = judge(verdict.tool, answer.args, verdict.depth, verdict.call_id)
+            if not edited.executable or edited.args is None:
+                return Resolution(decision=Decision.DENY, guidance=f"the edited call is not executable either: {edited.reason}")
+            call = ToolCall(name=verdict.tool, args=answer.args, call_id=verdict.call_id)
+            return Resolution(decision=Decision.EDIT, args=dict(edited.args), call=call)
+        fault("escalation hook", TypeError(f"escalation hook returned {type(answer).__name__}, not Approve/Edit/Deny"))
+        return Resolution(decision=Decision.BLOCK)
+
+
+def runnable_args(verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None) -> dict[str, Any] | None:
+    """The arguments a non-executable call can still run with, or ``None`` when nothing can run."""
+    if verdict.args is not None:
+        return dict(verdict.args)
+    if verdict.code in ("unknown_tool", "invalid_json"):
+        return None
+    parsed = parse_arguments(raw)
+    return parsed if isinstance(parsed, dict) else None

@@ -9,24 +9,31 @@
 
 A schema failure stops the check (the arguments are unusable); otherwise every check runs so
 that the verdict lists every failure, and the primary cause is the first in this order.
+
+This module is the only place where executability is decided. The runtime (``Episode``)
+and plan verification (``prefixmon.plan``) both call :func:`check`; plan verification passes
+a copy-on-write view of the state and a :class:`PreconditionWatch`, and adds only what plans
+need (placeholders, *undetermined*). :func:`transition` is the state change a call makes,
+for the runtime and for plan simulation alike.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from ._trusted import trusted_constructor
 from .exceptions import ArgumentError
-from .spec import Precondition, Ref, Toolset, ToolSpec, values_at
+from .spec import Precondition, Ref, SymbolicEffect, Toolset, ToolSpec, callable_name, values_at
 from .state import TrackedState
-from .verdict import Failure, Fault, ToolCall, Undetermined, Verdict
+from .verdict import Failure, Fault, ToolCall, Undetermined, Verdict, quote
 from .vocabulary import Cause
 
 __all__ = (
     "Failure",
     "Fault",
+    "PreconditionWatch",
     "ToolCall",
     "Undetermined",
     "Verdict",
@@ -36,46 +43,25 @@ __all__ = (
     "check_information",
     "check_preconditions",
     "check_schema",
+    "judge",
+    "judge_precondition",
     "parse_arguments",
+    "quote",
+    "reference_failure",
+    "schema_failure",
+    "transition",
 )
 
-MAX_VALUE_REPR: Final = 60
-"""Values quoted in reasons are cut to this many characters."""
 MAX_LISTED_TOOLS: Final = 20
 MAX_DETAIL_CHARS: Final = 2_000
 """Environment errors and precondition messages are cut to this many characters in reasons."""
 
 
-_VERDICT_FIELDS: Final = ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined")
-_VERDICT_SETTERS: Final = tuple(getattr(Verdict, f).__set__ for f in _VERDICT_FIELDS)
-_FAST_VERDICT: Final = tuple(f.name for f in fields(Verdict)) == _VERDICT_FIELDS
-
-
-def _executable(name: str, call_id: str | None, depth: int, args: Mapping[str, Any]) -> Verdict:
-    """``Verdict(tool=name, call_id=call_id, depth=depth, executable=True, args=args)``, built faster.
-
-    Every executable call makes one, and a frozen dataclass's ``__init__`` costs twice as much
-    as setting its slots directly (a measurable share of the per-call overhead).
-    """
-    if not _FAST_VERDICT:  # the fields changed: the plain constructor is always right
-        return Verdict(tool=name, call_id=call_id, depth=depth, executable=True, args=args)
-    v: Verdict = object.__new__(Verdict)
-    tool, cid, dep, exe, failures, arguments, faults, undetermined = _VERDICT_SETTERS
-    tool(v, name)
-    cid(v, call_id)
-    dep(v, depth)
-    exe(v, True)
-    failures(v, ())
-    arguments(v, args)
-    faults(v, ())
-    undetermined(v, ())
-    return v
-
-
-def quote(value: Any) -> str:
-    """A short repr of a value for a reason."""
-    text = repr(value)
-    return text if len(text) <= MAX_VALUE_REPR else text[: MAX_VALUE_REPR - 3] + "..."
+_executable: Final = trusted_constructor(
+    Verdict, ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined")
+)
+"""Every executable call makes a verdict: built without the frozen ``__init__`` (a measurable
+share of the per-call overhead)."""
 
 
 def _reject_constant(name: str) -> Any:
@@ -161,7 +147,7 @@ def check_schema(
     try:
         args = spec.validate(parsed)
     except ArgumentError as e:
-        return spec, None, Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: {e}", problems=e.problems)
+        return spec, None, schema_failure(name, e)
     except RecursionError:
         return (
             spec,
@@ -171,8 +157,14 @@ def check_schema(
     return spec, args, None
 
 
+def schema_failure(name: str, error: ArgumentError) -> Failure:
+    """The schema failure of arguments that do not fit: the located problems and their text."""
+    return Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: {error}", problems=error.problems)
+
+
 # 2. dependency -----------------------------------------------------------------------------
-def _reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, arg: str, ref: Ref, value: Any) -> Failure | None:
+def reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, arg: str, ref: Ref, value: Any) -> Failure | None:
+    """Why ``value`` at ``arg`` is not a bound, current reference of ``ref.kind``, or ``None`` when it is."""
     binding = state.binding(value, ref.kind)
     if binding is not None:
         if binding.current:
@@ -195,6 +187,9 @@ def _reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, ar
     if other is not None:
         detail = f"{quote(value)} is a {other.kind}, not a {ref.kind}"
         code = "wrong_kind"
+    elif not state.user_said(value) and state.seen(value):  # seen in a result, but not bound as this kind
+        detail = f"{quote(value)} was not returned as a {ref.kind} by any earlier call"
+        code = "unbound_reference"
     else:
         detail = f"{quote(value)} was never returned by any tool"
         code = "unbound_reference"
@@ -218,38 +213,74 @@ def check_dependencies(toolset: Toolset, state: TrackedState, spec: ToolSpec, ar
             if binding is not None and binding.current:
                 continue
         for loc, value in values_at(args, path):
-            failure = _reference_failure(toolset, state, spec, loc, ref, value)
+            failure = reference_failure(toolset, state, spec, loc, ref, value)
             if failure is not None:
                 return failure
     return None
 
 
 # 3. precondition ---------------------------------------------------------------------------
+class PreconditionWatch(Protocol):
+    """Lets plan verification see what a precondition read (the runtime passes none)."""
+
+    def before(self, pre: Precondition, args: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``pre`` is about to be evaluated; returns the arguments it sees (a view that notes reads)."""
+
+    def after(self, pre: Precondition, outcome: Failure | Undetermined | None, error: Exception | None) -> str | None:
+        """Why the outcome of ``pre`` cannot be decided here (it is then undetermined), or ``None``."""
+
+
+def judge_precondition(spec: ToolSpec, pre: Precondition, result: Any) -> Failure | Undetermined | None:
+    """What a precondition's result means: ``None`` it holds, an :class:`Undetermined`, or the failure.
+
+    ``True``, ``None`` and truthy non-strings (``1``, ``[1]``, ``numpy.bool_(True)``) hold; a
+    non-empty string fails with it as the message (cut to :data:`MAX_DETAIL_CHARS`); any other
+    falsy value fails with the precondition's own message.
+    """
+    if result is True or result is None:
+        return None
+    if isinstance(result, Undetermined):
+        return result
+    if isinstance(result, str):
+        message = _cap(result) if result else pre.message or f"precondition {pre.name} does not hold"
+    elif result:
+        return None
+    else:
+        message = pre.message or f"precondition {pre.name} does not hold"
+    return Failure(cause=Cause.PRECONDITION, code=f"precondition:{pre.name}", reason=f"{spec.name}: {message}")
+
+
 def check_preconditions(
-    state: TrackedState, spec: ToolSpec, args: Mapping[str, Any], faults: list[Fault], undetermined: list[str]
+    state: TrackedState,
+    spec: ToolSpec,
+    args: Mapping[str, Any],
+    faults: list[Fault],
+    undetermined: list[str],
+    watch: PreconditionWatch | None = None,
 ) -> Failure | None:
-    """Every explicit precondition must hold; an exception is a monitor fault, not a failure."""
+    """Every explicit precondition must hold; an exception is a monitor fault, not a failure.
+
+    The first failure is returned; preconditions that could not be decided are appended to
+    ``undetermined`` (their names) and exceptions to ``faults``.
+    """
     for pre in spec.requires:
+        seen = watch.before(pre, args) if watch is not None else args
+        error: Exception | None = None
+        outcome: Failure | Undetermined | None = None
         try:
-            result = pre.check(state, args)
+            outcome = judge_precondition(spec, pre, pre.check(state, seen))
         except Exception as e:
-            faults.append(Fault(where=f"precondition {pre.name} of {spec.name}", error=e))
-            continue
-        if result is True or result is None:
-            continue
-        if isinstance(result, Undetermined):
+            error = e
+        if watch is not None and watch.after(pre, outcome, error) is not None:
             undetermined.append(pre.name)
             continue
-        if not isinstance(result, str) and result:  # truthy non-strings hold too (1, numpy.bool_(True))
-            continue
-        return Failure(cause=Cause.PRECONDITION, code=f"precondition:{pre.name}", reason=f"{spec.name}: {_message(pre, result)}")
+        if error is not None:
+            faults.append(Fault(where=f"precondition {pre.name} of {spec.name}", error=error))
+        elif isinstance(outcome, Undetermined):
+            undetermined.append(pre.name)
+        elif outcome is not None:
+            return outcome
     return None
-
-
-def _message(pre: Precondition, result: Any) -> str:
-    if isinstance(result, str) and result:
-        return _cap(result)
-    return pre.message or f"precondition {pre.name} does not hold"
 
 
 def _cap(text: str) -> str:
@@ -322,19 +353,42 @@ def check(
     if spec is None or args is None:
         assert failure is not None
         return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
+    return judge(toolset, state, spec, args, depth=depth, call_id=call_id)
+
+
+def judge(
+    toolset: Toolset,
+    state: TrackedState,
+    spec: ToolSpec,
+    args: Mapping[str, Any],
+    *,
+    depth: int,
+    call_id: str | None = None,
+    watch: PreconditionWatch | None = None,
+    dependency: Failure | None = None,
+) -> Verdict:
+    """Checks 2, 3 and 5 of arguments that passed check 1.
+
+    Args:
+        watch: lets plan verification decide which precondition outcomes are undetermined.
+        dependency: a dependency failure the caller already found (a plan step's placeholder
+            that names no earlier step); the reference arguments are then not checked again.
+    """
     failures: list[Failure] = []
     faults: list[Fault] = []
     undetermined: list[str] = []
-    if spec.refs and (failure := check_dependencies(toolset, state, spec, args)) is not None:
-        failures.append(failure)
-    if spec.requires and (failure := check_preconditions(state, spec, args, faults, undetermined)) is not None:
+    if dependency is None and spec.refs:
+        dependency = check_dependencies(toolset, state, spec, args)
+    if dependency is not None:
+        failures.append(dependency)
+    if spec.requires and (failure := check_preconditions(state, spec, args, faults, undetermined, watch)) is not None:
         failures.append(failure)
     if spec.grounded and (failure := check_information(state, spec, args)) is not None:
         failures.append(failure)
     if not failures and not faults and not undetermined:  # the common case
-        return _executable(name, call_id, depth, args)
+        return _executable(spec.name, call_id, depth, True, (), args, (), ())
     return Verdict(
-        tool=name,
+        tool=spec.name,
         call_id=call_id,
         depth=depth,
         executable=not failures,
@@ -343,3 +397,43 @@ def check(
         faults=tuple(faults),
         undetermined=tuple(undetermined),
     )
+
+
+# after the call: the state transition ------------------------------------------------------
+def transition(
+    state: TrackedState, spec: ToolSpec, args: Mapping[str, Any], result: Any, *, accepted: bool, simulate: bool = False
+) -> list[Fault]:
+    """The change a call that ran makes to the tracked state; returns the faults met.
+
+    The result is indexed into the information pool (and, when the environment accepted the
+    call, its produced references are bound); after an accepted call the references it
+    invalidates become stale and its effects run. Plan verification calls it with
+    ``simulate=True`` and a placeholder result, which is not indexed (the plan's view binds
+    produced references symbolically), and an effect with a plan-time version
+    (:func:`~prefixmon.spec.plan_effect`) runs that version instead.
+    """
+    faults: list[Fault] = []
+    try:
+        if result is not None and not simulate:  # a placeholder result holds nothing to index
+            state.ingest(result, produce=spec.produce_map if accepted and spec.produces else None, tool=spec.name)
+        if accepted and spec.invalidates:
+            for path, ref in spec.refs:
+                if ref.kind in spec.invalidates:
+                    for _, value in values_at(args, path):
+                        state.invalidate(ref.kind, value, by=spec.name)
+    except Exception as e:
+        faults.append(Fault(where=f"tracking the result of {spec.name}", error=e))
+    if accepted and spec.effects:
+        state.begin_effects()
+        try:
+            for effect in spec.effects:
+                run = effect.simulate if simulate and type(effect) is SymbolicEffect else effect
+                if run is None:
+                    continue
+                try:
+                    run(state, args, result)
+                except Exception as e:
+                    faults.append(Fault(where=f"effect {callable_name(effect)} of {spec.name}", error=e))
+        finally:
+            state.end_effects()
+    return faults

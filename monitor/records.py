@@ -11,7 +11,7 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -19,8 +19,28 @@ from typing import Any, Final, Literal
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from ._trusted import trusted_constructor
 from .exceptions import RecordError
 from .vocabulary import Cause, Decision, Outcome
+
+__all__ = (
+    "MAX_HORIZON",
+    "RECORD_ADAPTER",
+    "SCHEMA",
+    "ActionRecord",
+    "BadLine",
+    "EpisodeRecord",
+    "FirstFailure",
+    "JsonlSink",
+    "Status",
+    "build_record",
+    "dumps_record",
+    "iter_records",
+    "loads_record",
+    "read_records",
+    "trusted_action",
+    "write_records",
+)
 
 SCHEMA: Final = "prefixmon.episode/1"
 """The value of every record's ``schema`` field."""
@@ -69,60 +89,19 @@ class ActionRecord:
             raise ValueError(f"action at depth {self.depth} is not executable but has no cause")
 
 
-_ACTION_FIELDS: Final = (
-    "depth", "tool", "call_id", "executable", "cause", "reason", "decision",
-    "reached_environment", "error", "turn", "replacement", "plan_step", "deviation",
+trusted_action: Final = trusted_constructor(
+    ActionRecord,
+    (
+        "depth", "tool", "call_id", "executable", "cause", "reason", "decision",
+        "reached_environment", "error", "turn", "replacement", "plan_step", "deviation",
+    ),
+    defaults={"plan_step": None, "deviation": None},
 )  # fmt: skip
-_ACTION_SETTERS: Final = tuple(getattr(ActionRecord, f).__set__ for f in _ACTION_FIELDS)
-_FAST_ACTION: Final = tuple(f.name for f in fields(ActionRecord)) == _ACTION_FIELDS
-
-
-def trusted_action(
-    depth: int,
-    tool: str | None,
-    call_id: str | None,
-    executable: bool,
-    cause: Cause | None,
-    reason: str | None,
-    decision: Decision,
-    reached_environment: bool,
-    error: str | None,
-    turn: int,
-    replacement: str | None,
-    plan_step: int | None = None,
-    deviation: str | None = None,
-) -> ActionRecord:
-    """An :class:`ActionRecord` from values the monitor derived itself (internal).
-
-    Sets the slots directly: a frozen dataclass's ``__init__`` and ``__post_init__`` cost about
-    twice as much, once per call when observers are on and once per action when an episode
-    closes. The caller guarantees what ``__post_init__`` checks (depth >= 1, a cause exactly
-    when not executable); records read from outside are always validated.
-    """
-    if not _FAST_ACTION:  # the fields changed: the plain constructor is always right
-        return ActionRecord(
-            depth=depth, tool=tool, call_id=call_id, executable=executable, cause=cause, reason=reason,
-            decision=decision, reached_environment=reached_environment, error=error, turn=turn,
-            replacement=replacement, plan_step=plan_step, deviation=deviation,
-        )  # fmt: skip
-    rec: ActionRecord = object.__new__(ActionRecord)
-    s_depth, s_tool, s_call_id, s_exe, s_cause, s_reason, s_decision, s_reached, s_error, s_turn, s_repl, s_step, s_dev = (
-        _ACTION_SETTERS
-    )
-    s_depth(rec, depth)
-    s_tool(rec, tool)
-    s_call_id(rec, call_id)
-    s_exe(rec, executable)
-    s_cause(rec, cause)
-    s_reason(rec, reason)
-    s_decision(rec, decision)
-    s_reached(rec, reached_environment)
-    s_error(rec, error)
-    s_turn(rec, turn)
-    s_repl(rec, replacement)
-    s_step(rec, plan_step)
-    s_dev(rec, deviation)
-    return rec
+"""An :class:`ActionRecord` from values the monitor derived itself (internal): without the
+frozen ``__init__`` and ``__post_init__``, which cost about twice as much, once per call when
+observers are on and once per action when an episode closes. The caller guarantees what
+``__post_init__`` checks (depth >= 1, a cause exactly when not executable); records read
+from outside are always validated."""
 
 
 MAX_HORIZON: Final = 100_000
@@ -389,9 +368,3 @@ def write_records(path: str | os.PathLike[str], records: Iterable[EpisodeRecord]
             f.write(dumps_record(r) + "\n")
             n += 1
     return n
-
-
-def record_to_dict(record: EpisodeRecord) -> dict[str, Any]:
-    """The record as plain JSON-compatible data."""
-    data: dict[str, Any] = json.loads(dumps_record(record))
-    return data

@@ -21,6 +21,23 @@ from pydantic import BaseModel, ConfigDict, create_model
 from ._validation import Validator, model_validator, schema_validator
 from .exceptions import SpecError
 
+__all__ = (
+    "Effect",
+    "ErrorResult",
+    "Grounded",
+    "Precondition",
+    "PreconditionResult",
+    "Produce",
+    "Produces",
+    "Ref",
+    "SymbolicEffect",
+    "ToolSpec",
+    "Toolset",
+    "callable_name",
+    "plan_effect",
+    "values_at",
+)
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 PreconditionResult = bool | str | None
@@ -69,11 +86,14 @@ class Precondition:
         if isinstance(obj, Precondition):
             return obj
         if not callable(obj):
-            raise SpecError(f"a precondition must be callable, got {obj!r}")
-        name = getattr(obj, "__name__", type(obj).__name__)
+            raise SpecError(f"a precondition must be callable, got {type(obj).__name__}")
+        name = callable_name(obj)
         doc = inspect.getdoc(obj) or ""
         message = doc.splitlines()[0] if doc else f"precondition {name} does not hold"
         return cls(check=obj, message=message, name=name)
+
+    def __post_init__(self) -> None:
+        _refuse_async(self.check, f"precondition {self.name or callable_name(self.check)}")
 
     def __call__(self, state: Any, args: Mapping[str, Any]) -> PreconditionResult:
         return self.check(state, args)
@@ -84,6 +104,75 @@ Effect = Callable[[Any, Mapping[str, Any], Any], None]
 
 ErrorResult = Callable[[Any], "str | None"]
 """``(result) -> reason | None``: recognises a result that means the environment rejected the call."""
+
+
+def callable_name(obj: object) -> str:
+    """A user callable's name for messages: its ``__name__``, else its type's name — never its
+    ``repr``, which may hold a secret (an API key bound in a ``functools.partial``)."""
+    name = getattr(obj, "__name__", None)
+    if isinstance(name, str) and name:
+        return name
+    func = getattr(obj, "func", None)  # functools.partial
+    inner = getattr(func, "__name__", None)
+    return inner if isinstance(inner, str) and inner else type(obj).__name__
+
+
+def _refuse_async(obj: object, what: str) -> None:
+    """Rules run synchronously inside the check: an ``async def`` one would be silently wrong."""
+    if inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(getattr(obj, "__call__", None)):  # noqa: B004
+        raise SpecError(f"{what} is an async function; preconditions, effects and error_result must be plain functions")
+
+
+@dataclass(frozen=True, slots=True)
+class SymbolicEffect:
+    """An effect with its own plan-time version.
+
+    At runtime it runs ``effect``. In plan verification it runs ``simulate`` (same
+    signature, with a placeholder standing for the result), or nothing when ``simulate`` is
+    ``None``. Effects without a plan-time version run as they are, with the placeholder
+    result: those that do not need the result (``state.facts["cellular"] = True``) just work.
+    """
+
+    effect: Effect
+    simulate: Effect | None = None
+
+    @property
+    def __name__(self) -> str:  # used in fault messages
+        return callable_name(self.effect)
+
+    def __call__(self, state: Any, args: Mapping[str, Any], result: Any) -> None:
+        self.effect(state, args, result)
+
+
+def plan_effect(simulate: Effect | None) -> Callable[[Effect], SymbolicEffect]:
+    """Decorator: give an effect a plan-time version (``None``: no plan-time change).
+
+    Example::
+
+        def _sim_login(state, args, result):
+            state.facts["user"] = args["user_id"]
+
+        @plan_effect(_sim_login)
+        def login(state, args, result):
+            state.facts["user"] = result["user"]["id"]
+    """
+
+    def wrap(effect: Effect) -> SymbolicEffect:
+        return SymbolicEffect(effect, simulate)
+
+    return wrap
+
+
+def _sync_rules(name: str, effects: Iterable[Effect], error_result: ErrorResult | None) -> tuple[Effect, ...]:
+    """A tool's effects, after refusing any of them, or its error-result recogniser, that is ``async``."""
+    out = tuple(effects)
+    for effect in out:
+        _refuse_async(
+            effect.effect if isinstance(effect, SymbolicEffect) else effect, f"tool {name!r}: effect {callable_name(effect)}"
+        )
+    if error_result is not None:
+        _refuse_async(error_result, f"tool {name!r}: error_result {callable_name(error_result)}")
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -401,7 +490,7 @@ class Toolset:
                     func=f,
                     is_async=inspect.iscoroutinefunction(f),
                     requires=tuple(Precondition.wrap(p) for p in requires),
-                    effects=tuple(effects),
+                    effects=_sync_rules(tool_name, effects, error_result),
                     produces=_produce_tuple(produces),
                     invalidates=frozenset(_names(invalidates)),
                     refs=refs,
@@ -471,7 +560,7 @@ class Toolset:
                 func=func,
                 is_async=func is not None and inspect.iscoroutinefunction(func),
                 requires=tuple(Precondition.wrap(p) for p in requires),
-                effects=tuple(effects),
+                effects=_sync_rules(name, effects, error_result),
                 produces=_produce_tuple(produces),
                 invalidates=frozenset(_names(invalidates)),
                 refs=ref_pairs,

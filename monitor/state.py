@@ -13,6 +13,16 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .verdict import quote
+
+__all__ = (
+    "MAX_TOKENISED_LENGTH",
+    "MAX_WALK_DEPTH",
+    "MAX_WALK_ITEMS",
+    "Binding",
+    "TrackedState",
+)
+
 MAX_WALK_DEPTH: Final = 64
 """Nesting below this depth in a tool result is not indexed."""
 MAX_WALK_ITEMS: Final = 200_000
@@ -63,7 +73,7 @@ class TrackedState:
         turn: current turn (0-based).
     """
 
-    __slots__ = ("_bindings", "_pool", "_texts", "depth", "env", "exposed", "facts", "turn")
+    __slots__ = ("_bindings", "_pool", "_texts", "_user_texts", "depth", "env", "exposed", "facts", "turn")
 
     def __init__(self, *, facts: Mapping[str, Any] | None = None, env: Any = None, exposed: Iterable[str] | None = None) -> None:
         self.facts: dict[str, Any] = dict(facts or {})
@@ -74,6 +84,9 @@ class TrackedState:
         self._bindings: dict[Hashable, dict[str, Binding]] = {}
         self._pool: set[Hashable] = set()
         self._texts: list[str] = []
+        """Every text informed (casefolded), searched by substring for :meth:`seen`."""
+        self._user_texts: list[str] = []
+        """The user's texts among them, for :meth:`user_said`."""
 
     # -- references -----------------------------------------------------------------------
     def bind(self, kind: str, value: Any, *, tool: str | None = None, depth: int | None = None) -> None:
@@ -119,11 +132,52 @@ class TrackedState:
         """Number of distinct bound values."""
         return len(self._bindings)
 
+    def begin_effects(self) -> None:
+        """Effects are about to write (a copy-on-write view makes what they read private)."""
+
+    def end_effects(self) -> None:
+        """Effects are done writing."""
+
+    def summary(self, *, limit: int = 20) -> str:
+        """A compact, model-readable summary (at most ``limit`` items per part), for a planner's prompt.
+
+        Costs O(limit), whatever the size of the state.
+        """
+        lines = [f"actions so far: {self.depth}; turn: {self.turn}"]
+        if self.exposed:
+            names = sorted(self.exposed)
+            more = f" and {len(names) - limit} more" if len(names) > limit else ""
+            lines.append("available tools: " + ", ".join(names[:limit]) + more)
+        facts = self.facts
+        if facts:
+            shown = [f"{k}={quote(facts[k])}" for k, _ in zip(facts, range(limit), strict=False)]
+            more = f" and {len(facts) - len(shown)} more" if len(facts) > len(shown) else ""
+            lines.append("facts: " + ", ".join(shown) + more)
+        if self._bindings:
+            listed = []
+            for value, kinds in self._bindings.items():
+                for kind, b in kinds.items():
+                    listed.append(f"{kind} {quote(value)}" + ("" if b.current else " (no longer valid)"))
+                if len(listed) >= limit:
+                    break
+            more = f" and {len(self._bindings) - limit} more values" if len(self._bindings) > limit else ""
+            lines.append("references returned so far: " + ", ".join(listed[:limit]) + more)
+        if self._texts:
+            lines.append(f"user messages: {len(self._texts)}")
+        return "\n".join(lines)
+
     # -- information pool -----------------------------------------------------------------
-    def inform(self, value: Any) -> None:
-        """Add information the agent has seen: text (searched by substring) or data (indexed)."""
+    def inform(self, value: Any, *, user: bool = False) -> None:
+        """Add information the agent has seen: text (searched by substring) or data (indexed).
+
+        Args:
+            user: the user said it (text the user typed also satisfies ``Ref(kind, user=True)``).
+        """
         if isinstance(value, str):
-            self._texts.append(value.casefold())
+            folded = value.casefold()
+            self._texts.append(folded)
+            if user:
+                self._user_texts.append(folded)
             self._add_words(value)
         else:
             self.ingest(value)
@@ -247,8 +301,8 @@ class TrackedState:
         return any(form in self._pool or any(form in t for t in self._texts) for form in text_forms)
 
     def user_said(self, value: Any) -> bool:
-        """Whether ``value`` appears in the user's messages (or other text given via :meth:`inform`)."""
+        """Whether ``value`` appears in the user's messages (text given with ``inform(..., user=True)``)."""
         if value is None or isinstance(value, bool):
             return False
         needle = str(value).casefold()
-        return bool(needle) and any(needle in text for text in self._texts)
+        return bool(needle) and any(needle in text for text in self._user_texts)

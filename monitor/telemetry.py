@@ -38,7 +38,6 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from time import time_ns
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -50,6 +49,7 @@ from opentelemetry.metrics import Meter, MeterProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from . import semconv as sc
+from ._version import VERSION as _VERSION
 from .episode import current_episode
 from .observer import Observer
 from .plan import deviation_kind
@@ -62,15 +62,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ContentKind", "GuardrailEvents", "Redactor", "Telemetry", "redact_keys"]
 
-
-def _package_version() -> str:
-    try:
-        return version("prefixmon")
-    except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
-        return "0.0.0"
-
-
-_VERSION: Final = _package_version()
 
 ContentKind = Literal["arguments", "result", "reason", "error"]
 Redactor = Callable[[ContentKind, Any], Any]
@@ -316,10 +307,10 @@ class Telemetry(Observer):
         self._m_interventions = meter.create_counter(sc.METRIC_INTERVENTIONS, "{call}", "Calls blocked, replanned or escalated")
         self._m_errors = meter.create_counter(sc.METRIC_INTERNAL_ERRORS, "{error}", "Errors caught inside the monitor")
 
-    @property
-    def _idle_call_hooks(self) -> frozenset[str]:
-        """Per-call hooks with nothing to do under the current settings (the monitor skips them)."""
-        return frozenset() if self.capture_content else _NO_CAPTURE_IDLE
+    def call_hooks(self) -> frozenset[str]:
+        """Without content capture, raw results are not needed: ``call_result`` is skipped."""
+        hooks = super().call_hooks()
+        return hooks if self.capture_content else hooks - _NO_CAPTURE_IDLE
 
     # -- content ------------------------------------------------------------------------------
     def _content(self, kind: ContentKind, value: Any) -> str | None:

@@ -21,6 +21,12 @@ from .observer import Observer
 from .records import ActionRecord, EpisodeRecord
 from .vocabulary import Cause
 
+__all__ = (
+    "CapturedCall",
+    "RecordCapture",
+    "VerdictCapture",
+)
+
 if TYPE_CHECKING:
     from .episode import Episode
     from .verdict import Verdict

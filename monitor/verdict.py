@@ -8,11 +8,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from .vocabulary import Cause
 
-__all__ = ("ArgumentProblem", "Failure", "Fault", "Location", "ProblemKind", "ToolCall", "Undetermined", "Verdict")
+__all__ = (
+    "MAX_VALUE_REPR",
+    "ArgumentProblem",
+    "Failure",
+    "Fault",
+    "Location",
+    "ProblemKind",
+    "ToolCall",
+    "Undetermined",
+    "Verdict",
+    "quote",
+)
+
+MAX_VALUE_REPR: Final = 60
+"""Values quoted in reasons are cut to this many characters."""
+
+
+def quote(value: Any) -> str:
+    """A short repr of a value for a reason."""
+    text = repr(value)
+    return text if len(text) <= MAX_VALUE_REPR else text[: MAX_VALUE_REPR - 3] + "..."
+
 
 Location: TypeAlias = tuple[str | int, ...]
 """A path into the arguments: keys and list indices (``("order", "items", 0)``); ``()`` is the whole."""

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from enum import Enum
 
+__all__ = (
+    "Cause",
+    "Decision",
+    "Outcome",
+)
+
 
 class Cause(str, Enum):
     """Why a call is not executable, in tie-break order (DESIGN §2).
@@ -23,9 +29,6 @@ class Cause(str, Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-CAUSE_ORDER: tuple[Cause, ...] = tuple(Cause)
 
 
 class Outcome(str, Enum):

@@ -33,6 +33,7 @@ from prefixmon import Deny, Edit, Grounded, Monitor, Policy, Ref, Replan, ToolBl
 from prefixmon import semconv as sc
 from prefixmon.logging import LiveLog, configure_json_logging
 from prefixmon.otel_setup import OtlpJsonFileSpanExporter
+from prefixmon.plan import PlanFollower
 from prefixmon.telemetry import Telemetry, redact_keys
 
 CANARY = "CANARY-c0ffee-51gn4l"
@@ -236,7 +237,7 @@ class TestDefaultsSendNothing:
             {"id": "s2", "tool": "transfer", "args": {"account_id": {"$ref": "s1.account_id"}, "memo": "rent"}},
         ]
         monitor = Monitor(tools, policy="observe", observers=channels.observers())
-        async with monitor.episode(task_id="t", plan=plan) as ep:
+        async with monitor.episode(task_id="t", plan=PlanFollower(plan, monitor.toolset)) as ep:
             await ep.call("find_account", {"owner": CANARY})  # arguments differ from s1
             with contextlib.suppress(ToolBlocked):
                 await ep.call("x" * 70 + CANARY, {})  # the first failure: a long made-up name

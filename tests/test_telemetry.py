@@ -31,6 +31,7 @@ from prefixmon import (
     Verdict,
 )
 from prefixmon import semconv as sc
+from prefixmon.plan import PlanFollower
 from prefixmon.telemetry import Telemetry, redact_keys
 
 
@@ -538,7 +539,7 @@ class TestContent:
         for capture in (False, True):
             otel.spans.clear()
             monitor = Monitor(tools, observers=[otel.telemetry(capture_content=capture)])
-            async with monitor.episode(task_id="t", plan=plan) as ep:
+            async with monitor.episode(task_id="t", plan=PlanFollower(plan, monitor.toolset)) as ep:
                 await ep.call("search_contacts", {"name": "Amara"})
             assert ep.record is not None
             a = attrs(otel.tool_spans()[0])
@@ -792,7 +793,7 @@ class TestHotPathShape:
         """A rejection, a plan step and a turn change after the call was let through all reach the span."""
         plan = [{"tool": "search_contacts", "args": {}}, {"tool": "lookup_order", "args": {"order_id": "#W2"}}]
         monitor = Monitor(tools, observers=[otel.telemetry()])
-        async with monitor.episode(task_id="t", plan=plan) as ep:
+        async with monitor.episode(task_id="t", plan=PlanFollower(plan, monitor.toolset)) as ep:
             await ep.call("search_contacts", {})
             pending = await ep.begin("lookup_order", {"order_id": "#W2"})
             ep.next_turn()

@@ -34,6 +34,21 @@ from .data import CATEGORIES, BfclTask, load_tasks
 from .perturb import FAMILIES, Execution, Variant, execute, ground_truth_calls, perturb
 from .specs import build_toolset, run_task
 
+__all__ = (
+    "BENCH",
+    "GROUND_TRUTH",
+    "PEC_DEPTHS",
+    "BenchReport",
+    "BfclBench",
+    "Confusion",
+    "FamilyStats",
+    "configure_parser",
+    "format_report",
+    "report_json",
+    "run",
+    "run_bench",
+)
+
 GROUND_TRUTH: Final = "ground_truth"
 PEC_DEPTHS: Final = (1, 2, 3, 5, 10)
 

@@ -18,6 +18,11 @@ from typing import Any
 from .data import BfclTask
 from .env import BfclCall, BfclEnv, bfcl_error_text, bfcl_result_text, parse_calls
 
+__all__ = (
+    "TurnChecker",
+    "bfcl_checkers",
+)
+
 
 def bfcl_checkers() -> tuple[Callable[..., dict[str, Any]], Callable[..., dict[str, Any]]] | None:
     """BFCL's ``state_checker`` and ``response_checker``, or ``None`` if they cannot be imported."""

@@ -17,6 +17,19 @@ from typing import Any, Final
 
 from prefixmon import SpecError
 
+__all__ = (
+    "CATEGORIES",
+    "CLASS_DOC_FILES",
+    "BfclTask",
+    "category_of",
+    "data_dir",
+    "function_classes",
+    "function_docs",
+    "functions_of",
+    "load_tasks",
+    "task_index",
+)
+
 CATEGORIES: Final = ("base", "miss_func", "miss_param", "long_context")
 """The multi-turn categories this adapter runs."""
 

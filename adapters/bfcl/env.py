@@ -23,6 +23,23 @@ from prefixmon import SpecError
 
 from .data import BfclTask, function_classes
 
+__all__ = (
+    "STATELESS_CLASSES",
+    "BfclCall",
+    "BfclEnv",
+    "CallParseError",
+    "argument_problem",
+    "bfcl_error_text",
+    "bfcl_result_text",
+    "calls_from_object",
+    "environment_class",
+    "invoke",
+    "parse_call",
+    "parse_calls",
+    "rejection",
+    "signature",
+)
+
 _MODULES: Final[Mapping[str, str]] = {
     "GorillaFileSystem": "gorilla_file_system",
     "MathAPI": "math_api",

@@ -28,6 +28,18 @@ from .data import BfclTask
 from .env import BfclCall, BfclEnv, argument_problem, parse_calls, rejection
 from .rules import first_violation
 
+__all__ = (
+    "FAMILIES",
+    "REFERENCE_ARGS",
+    "CallLabel",
+    "Execution",
+    "Variant",
+    "execute",
+    "ground_truth_calls",
+    "offered",
+    "perturb",
+)
+
 FAMILIES: Final = ("drop", "swap", "corrupt_type", "early_tool", "invent_id")
 """Perturbation families, in report order."""
 

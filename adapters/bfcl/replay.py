@@ -37,6 +37,17 @@ from .data import CATEGORIES, BfclTask, category_of, task_index
 from .env import BfclCall, CallParseError, calls_from_object, parse_calls
 from .specs import MODES, Mode, TaskRun, build_toolset, run_task
 
+__all__ = (
+    "SOURCE",
+    "BfclReplaySource",
+    "Problem",
+    "ReplaySummary",
+    "ResultEntry",
+    "infer_labels",
+    "read_results",
+    "replay_files",
+)
+
 _CATEGORY_RE: Final = re.compile(r"multi_turn_(" + "|".join(sorted(CATEGORIES, key=len, reverse=True)) + r")")
 _NOT_MODEL_DIRS: Final = frozenset(
     {"multi_turn", "non_live", "live", "agentic", "result", "results", "score", "format_sensitivity"}

@@ -17,6 +17,12 @@ from typing import Any, Final
 
 from .env import BfclEnv
 
+__all__ = (
+    "RULES",
+    "Rule",
+    "first_violation",
+)
+
 Rule = Callable[[BfclEnv, Mapping[str, Any]], "str | None"]
 """``(env, args) -> reason | None``."""
 

@@ -33,6 +33,20 @@ from .env import BfclCall, BfclEnv, bfcl_error_text, bfcl_result_text, invoke, r
 from .perturb import REFERENCE_ARGS
 from .rules import RULES, Rule
 
+__all__ = (
+    "INVALIDATES",
+    "MODES",
+    "PRODUCES",
+    "Mode",
+    "TaskRun",
+    "build_toolset",
+    "dry_run_precondition",
+    "exposed_at",
+    "initial_references",
+    "json_schema",
+    "run_task",
+)
+
 Mode = Literal["declared", "dry_run", "none"]
 MODES: Final = ("declared", "dry_run", "none")
 

@@ -18,6 +18,31 @@ from typing import Any, TypeVar
 from ._calculator import calculate as evaluate_expression
 from ._table import Db, dumps_row
 
+__all__ = (
+    "AIRPORTS",
+    "BAG_PRICE",
+    "CERTIFICATE_IDS",
+    "INSURANCE_PER_PASSENGER",
+    "NEW_RESERVATION_IDS",
+    "TOOLS",
+    "book_reservation",
+    "calculate",
+    "cancel_reservation",
+    "get_reservation_details",
+    "get_user_details",
+    "list_all_airports",
+    "new_reservation_id",
+    "next_day",
+    "search_direct_flight",
+    "search_onestop_flight",
+    "send_certificate",
+    "think",
+    "transfer_to_human_agents",
+    "update_reservation_baggages",
+    "update_reservation_flights",
+    "update_reservation_passengers",
+)
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 TOOLS: dict[str, Callable[..., Any]] = {}

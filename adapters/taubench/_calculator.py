@@ -14,6 +14,13 @@ import operator
 from collections.abc import Callable
 from typing import Final
 
+__all__ = (
+    "CALCULATOR_CHARS",
+    "MAX_EXPONENT",
+    "calculate",
+    "evaluate",
+)
+
 CALCULATOR_CHARS: Final = frozenset("0123456789+-*/(). ")
 """The characters the original tool accepts."""
 MAX_EXPONENT: Final = 100

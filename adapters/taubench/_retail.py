@@ -13,6 +13,28 @@ from typing import Any, Final, TypeVar
 from ._calculator import calculate as evaluate_expression
 from ._table import Db, dumps_row
 
+__all__ = (
+    "CANCEL_REASONS",
+    "TOOLS",
+    "calculate",
+    "cancel_pending_order",
+    "exchange_delivered_order_items",
+    "find_user_id_by_email",
+    "find_user_id_by_name_zip",
+    "get_order_details",
+    "get_product_details",
+    "get_user_details",
+    "list_all_product_types",
+    "missing_item",
+    "modify_pending_order_address",
+    "modify_pending_order_items",
+    "modify_pending_order_payment",
+    "modify_user_address",
+    "return_delivered_order_items",
+    "think",
+    "transfer_to_human_agents",
+)
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 TOOLS: dict[str, Callable[..., Any]] = {}

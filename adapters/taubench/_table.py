@@ -7,6 +7,12 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+__all__ = (
+    "Db",
+    "Table",
+    "dumps_row",
+)
+
 T = TypeVar("T")
 
 

@@ -38,6 +38,18 @@ from .gold import DEFAULT_SPLITS, seed_context
 from .sandbox import Sandbox, is_error_result
 from .toolsets import toolset
 
+__all__ = (
+    "ID_ARGS",
+    "INVENTED",
+    "SCHEMA_KINDS",
+    "Summary",
+    "Trial",
+    "format_summary",
+    "main",
+    "perturbations",
+    "run_suite",
+)
+
 SCHEMA_KINDS = frozenset({"unknown_tool", "missing_argument", "extra_argument"})
 """Perturbations that only the schema check needs to catch."""
 

@@ -17,6 +17,23 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+__all__ = (
+    "DOMAINS",
+    "ENV_VAR",
+    "SPLITS",
+    "TABLES",
+    "DataNotFoundError",
+    "Domain",
+    "GoldAction",
+    "TauTask",
+    "data_dir",
+    "load_policy",
+    "load_schemas",
+    "load_tables",
+    "load_tasks",
+    "split_domain",
+)
+
 ENV_VAR: Final = "PREFIXMON_TAU_DATA"
 """Environment variable that overrides where the τ-bench data folder is."""
 

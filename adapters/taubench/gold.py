@@ -34,6 +34,19 @@ from .data import TauTask, load_policy, load_tasks, split_domain
 from .sandbox import Sandbox, is_error_result
 from .toolsets import toolset
 
+__all__ = (
+    "DEFAULT_SPLITS",
+    "GoldEpisode",
+    "GoldFailure",
+    "main",
+    "monitor_gold",
+    "report",
+    "run_gold_episode",
+    "sandbox_failures",
+    "seed_context",
+    "ter",
+)
+
 DEFAULT_SPLITS = ("airline_test", "retail_test", "retail_dev")
 
 

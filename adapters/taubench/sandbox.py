@@ -20,6 +20,14 @@ from . import _airline, _retail
 from ._table import Db, Table
 from .data import Domain, TauTask, load_tables
 
+__all__ = (
+    "WRITE_TOOLS",
+    "Sandbox",
+    "ToolFn",
+    "is_error_result",
+    "reward",
+)
+
 ToolFn = Callable[..., Any]
 
 

@@ -36,6 +36,25 @@ from ._table import Db, Table
 from .data import Domain, load_schemas
 from .sandbox import WRITE_TOOLS, Sandbox, is_error_result
 
+__all__ = (
+    "FLIGHT",
+    "ITEM",
+    "ORDER",
+    "ORDER_PRODUCES",
+    "PAYMENT",
+    "PRODUCT",
+    "RESERVATION",
+    "RESERVATION_PRODUCES",
+    "USER",
+    "USER_PRODUCES",
+    "Check",
+    "Effect",
+    "ToolRules",
+    "airline_toolset",
+    "retail_toolset",
+    "toolset",
+)
+
 Check = Callable[[TrackedState, Mapping[str, Any]], "bool | str | None"]
 Effect = Callable[[TrackedState, Mapping[str, Any], Any], None]
 

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import __version__
+from .._version import VERSION as __version__
 from ..commands import BENCH_GROUP, COMMANDS_GROUP, Command
 from ..exceptions import PrefixmonError
 from . import plugins

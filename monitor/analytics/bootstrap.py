@@ -31,6 +31,16 @@ import numpy.typing as npt
 from .columns import IntArray
 from .metrics import FloatArray
 
+__all__ = (
+    "CHUNK_CELLS",
+    "ProgressFn",
+    "multiplicities",
+    "percentile_interval",
+    "resample_sums",
+    "stratum_generator",
+    "wilson_interval",
+)
+
 ProgressFn = Callable[[int, int], None]
 """``progress(done, total)`` in units of resampled tasks."""
 

@@ -17,6 +17,22 @@ import numpy.typing as npt
 from ..records import EpisodeRecord
 from ..vocabulary import Cause, Outcome
 
+__all__ = (
+    "CAUSES",
+    "CAUSE_CODE",
+    "DATASET",
+    "OUTCOMES",
+    "OUTCOME_CODE",
+    "ColumnBuilder",
+    "EpisodeColumns",
+    "IntArray",
+    "SmallArray",
+    "columns_from_records",
+    "concat_columns",
+    "distinct_episodes",
+    "task_units",
+)
+
 OUTCOMES: Final[tuple[str, ...]] = (Outcome.SUCCESS.value, Outcome.PARTIAL.value, Outcome.FAILURE.value)
 """Outcome codes 0, 1, 2; an episode without an outcome has code -1."""
 OUTCOME_CODE: Final[Mapping[str | None, int]] = {None: -1, **{o: i for i, o in enumerate(OUTCOMES)}}

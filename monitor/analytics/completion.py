@@ -25,6 +25,21 @@ import numpy as np
 from ..exceptions import RecordError
 from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, task_units
 
+__all__ = (
+    "ATTRIBUTIONS",
+    "CHECKLIST",
+    "SCORE",
+    "Annotation",
+    "Attribution",
+    "ReviewItem",
+    "UnstableTask",
+    "attribute",
+    "read_annotations",
+    "review_sample",
+    "unstable_tasks",
+    "write_review_sheet",
+)
+
 ATTRIBUTIONS: Final[tuple[str, ...]] = ("model", "tool", "environment", "task")
 """Who a failure is put on, after a human read the trajectory."""
 _ALIASES: Final[Mapping[str, str]] = {

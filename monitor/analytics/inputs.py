@@ -27,6 +27,19 @@ from ..exceptions import RecordError
 from ..records import MAX_HORIZON, SCHEMA, BadLine
 from .columns import CAUSE_CODE, OUTCOME_CODE, ColumnBuilder, EpisodeColumns, columns_from_records, concat_columns
 
+__all__ = (
+    "OnError",
+    "ReadFn",
+    "Reader",
+    "SniffFn",
+    "input_formats",
+    "load_columns",
+    "read_otlp_columns",
+    "read_record_columns",
+    "readers",
+    "register_reader",
+)
+
 _loads: Callable[[bytes], Any]
 try:  # orjson parses about 3x faster than json; optional, the stdlib works too
     from orjson import loads as _loads

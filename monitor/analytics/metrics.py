@@ -29,6 +29,19 @@ import numpy.typing as npt
 
 from .columns import CAUSES, EpisodeColumns, IntArray
 
+__all__ = (
+    "STATISTICS",
+    "CohortSums",
+    "FloatArray",
+    "Grouping",
+    "Int64Array",
+    "auc_scale",
+    "cohort_sums",
+    "episode_statistics",
+    "group",
+    "ratios",
+)
+
 FloatArray = npt.NDArray[np.float64]
 Int64Array = npt.NDArray[np.int64]
 

@@ -15,6 +15,11 @@ from typing import Final, TypeVar
 from ._optional import INSTALL_HINT
 from .report import CohortReport, Report
 
+__all__ = (
+    "MAX_DEPTH",
+    "plot_pec",
+)
+
 _STYLES: Final = ("-", "--", ":", "-.")
 _MARKERS: Final = ("o", "s", "^", "D", "v", "P")
 MAX_DEPTH: Final = 30

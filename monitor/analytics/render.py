@@ -18,6 +18,23 @@ from ._optional import INSTALL_HINT
 from .columns import CAUSES
 from .report import Comparison, Estimate, Report
 
+__all__ = (
+    "DASH",
+    "FORMATS",
+    "MAX_UNSTABLE_ROWS",
+    "PIPE_WIDTH",
+    "Format",
+    "Section",
+    "fmt",
+    "fmt_estimate",
+    "render",
+    "render_csv",
+    "render_json",
+    "render_markdown",
+    "render_table",
+    "sections",
+)
+
 if TYPE_CHECKING:
     from rich.console import Console
 

@@ -23,6 +23,26 @@ from .completion import Annotation, Attribution, UnstableTask, attribute, read_a
 from .inputs import load_columns
 from .metrics import FloatArray, Grouping, auc_scale, cohort_sums, episode_statistics, group, ratios
 
+__all__ = (
+    "BOOTSTRAPPED",
+    "COMPARED",
+    "DEFAULT_BY",
+    "DEFAULT_CHECKPOINTS",
+    "DEFAULT_RESAMPLES",
+    "PROGRESS_CHUNK_CELLS",
+    "SCHEMA",
+    "CohortReport",
+    "Comparison",
+    "Decomposition",
+    "Estimate",
+    "Interval",
+    "Pair",
+    "RecoveryRate",
+    "Report",
+    "build_report",
+    "parse_compare",
+)
+
 SCHEMA: Final = "prefixmon.report/1"
 DEFAULT_BY: Final[tuple[str, ...]] = ("dataset", "model", "method")
 DEFAULT_CHECKPOINTS: Final[tuple[int, ...]] = (1, 2, 3, 4, 6, 8, 10)

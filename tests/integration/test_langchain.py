@@ -1,4 +1,4 @@
-"""LangChain 1.x's own agent loop (create_agent), driven by a scripted chat model, with PrefixmonMiddleware."""
+"""LangChain 1.x's own agent loop (create_agent), driven by a scripted chat model, with MonitorMiddleware."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from langgraph.types import Command, interrupt
 from pydantic import Field
 
 from prefixmon import Cause, Decision, Deny, EpisodeRecord, Monitor, Outcome, Policy, Toolset, TrackedState
-from prefixmon.adapters.langchain import PrefixmonMiddleware, interrupt_escalation, parse_answer
+from prefixmon.adapters.langchain import MonitorMiddleware, interrupt_escalation, parse_answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -95,7 +95,7 @@ class Contacts:
             requires=[within_limit],
         )
         self.monitor = Monitor(rules, policy=policy, sink=self.records.append, **monitor)
-        self.middleware = PrefixmonMiddleware(
+        self.middleware = MonitorMiddleware(
             self.monitor, task_id="t-17", labels={"method": "test"}, outcome=lambda state: Outcome.SUCCESS
         )
         book, runs = self.book, self.runs
@@ -245,7 +245,7 @@ class TestBlockAndRepair:
 
         records: list[EpisodeRecord] = []
         monitor = Monitor(Toolset(), policy="block", sink=records.append)
-        agent = create_agent(ScriptedChatModel(script=script), tools=[lookup], middleware=[PrefixmonMiddleware(monitor)])
+        agent = create_agent(ScriptedChatModel(script=script), tools=[lookup], middleware=[MonitorMiddleware(monitor)])
         await agent.ainvoke({"messages": [HumanMessage("look up 3")]})
         assert "no tool named 'wipe_phone'; available tools: lookup" in shown[0]
         assert "argument 'key': must be integer" in shown[1]
@@ -533,7 +533,7 @@ class TestEpisodeLifetime:
         self.assert_tool_error_recorded(app)
 
     async def test_retries_inside_the_middleware_keep_one_episode(self) -> None:
-        """A retrying middleware placed after PrefixmonMiddleware hides the failed attempt: one finished episode."""
+        """A retrying middleware placed after MonitorMiddleware hides the failed attempt: one finished episode."""
         app = Contacts(crash_once_script())
         retry = ModelRetryMiddleware(max_retries=1, initial_delay=0.0, jitter=False)
         stack: list[AgentMiddleware[Any, Any, Any]] = [app.middleware, retry]
@@ -545,7 +545,7 @@ class TestEpisodeLifetime:
 
     @staticmethod
     def retried_app(**monitor: Any) -> tuple[Contacts, Any]:
-        """A retrying middleware placed before PrefixmonMiddleware: the error passes through it first."""
+        """A retrying middleware placed before MonitorMiddleware: the error passes through it first."""
         crashed: list[bool] = []
 
         def script(messages: list[BaseMessage]) -> AIMessage:
@@ -563,10 +563,10 @@ class TestEpisodeLifetime:
         return app, create_agent(app.model, tools=list(app.agent_tools), middleware=stack)
 
     async def test_run_going_on_after_its_episode_ended_fail_closed(self) -> None:
-        """fail_closed: a call after the error is refused, saying where PrefixmonMiddleware belongs."""
+        """fail_closed: a call after the error is refused, saying where MonitorMiddleware belongs."""
         app, agent = self.retried_app(failure_mode="fail_closed")
         result = await agent.ainvoke({"messages": [HumanMessage("remove Fredrik")]})
-        assert "place PrefixmonMiddleware first" in errors_shown(result["messages"])[0]
+        assert "place MonitorMiddleware first" in errors_shown(result["messages"])[0]
         assert "p-17" in app.book  # the unchecked removal never ran
         (record,) = app.records
         assert (record.status, record.error, record.horizon) == ("error", "ConnectionError", 1)

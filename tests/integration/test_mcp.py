@@ -24,7 +24,7 @@ from mcp.server import Server
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, PaginatedRequestParams, TextContent, Tool
 
 from prefixmon import Cause, Decision, EpisodeRecord, Outcome, SpecError, Toolset, read_records
-from prefixmon.adapters.mcp import MonitoredSession, MonitorMiddleware, declare_tools, result_value
+from prefixmon.adapters.mcp import MonitorMiddleware, MonitorSession, declare_tools, result_value
 
 pytestmark = pytest.mark.integration
 
@@ -64,12 +64,12 @@ async def scripted_model(call_tool: CallTool) -> list[CallToolResult]:
 
 
 class TestClientSide:
-    """MonitoredSession checks each call_tool before it is sent to the real server."""
+    """MonitorSession checks each call_tool before it is sent to the real server."""
 
     async def test_blocked_call_never_reaches_the_server_and_the_repair_does(self) -> None:
         """The invented id gets an isError reason, the repaired call is sent, the record says dependency at 1."""
         records: list[EpisodeRecord] = []
-        async with stdio_session() as session, MonitoredSession(session, rules=RULES, sink=records.append) as guarded:
+        async with stdio_session() as session, MonitorSession(session, rules=RULES, sink=records.append) as guarded:
             assert guarded.toolset.names == ["search_contacts", "send_message", "remove_contact"]
             async with guarded.episode(task_id="text-fredrik", labels={"model": "scripted"}) as ep:
                 guarded.user(REQUEST)
@@ -102,7 +102,7 @@ class TestClientSide:
         records: list[EpisodeRecord] = []
         async with (
             stdio_session() as session,
-            MonitoredSession(session, sink=records.append) as guarded,
+            MonitorSession(session, sink=records.append) as guarded,
             guarded.episode(task_id="bad-input"),
         ):
             truncated = await guarded.call_tool("send_message", '{"person_id": "p-17", "te', call_id="a")
@@ -116,7 +116,7 @@ class TestClientSide:
         records: list[EpisodeRecord] = []
         async with (
             stdio_session() as session,
-            MonitoredSession(session, policy="observe", sink=records.append) as guarded,
+            MonitorSession(session, policy="observe", sink=records.append) as guarded,
             guarded.episode(task_id="observe"),
         ):
             rejected = await guarded.call_tool("send_message", {"person_id": "p-99", "text": "hi"})
@@ -130,7 +130,7 @@ class TestClientSide:
 
     async def test_call_tool_outside_an_episode_says_how_to_open_one(self) -> None:
         """call_tool without an episode is a clear RuntimeError, not a silent unrecorded call."""
-        async with stdio_session() as session, MonitoredSession(session) as guarded:
+        async with stdio_session() as session, MonitorSession(session) as guarded:
             with pytest.raises(RuntimeError, match=r"async with guarded.episode\(task_id=...\)"):
                 await guarded.call_tool("search_contacts", {"name": "x"})
 
@@ -140,7 +140,7 @@ class TestClientSide:
         params = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
         async with (
             Client(params) as client,
-            MonitoredSession(client, rules=RULES, sink=records.append) as guarded,
+            MonitorSession(client, rules=RULES, sink=records.append) as guarded,
             guarded.episode(task_id="client"),
         ):
             results = await scripted_model(lambda n, a, c: guarded.call_tool(n, a, call_id=c))

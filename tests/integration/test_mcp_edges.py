@@ -34,7 +34,7 @@ from mcp.server.stdio import stdio_server
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, PaginatedRequestParams, TextContent, Tool
 
 from prefixmon import Cause, Decision, EpisodeRecord, read_records
-from prefixmon.adapters.mcp import MonitoredSession, MonitorMiddleware
+from prefixmon.adapters.mcp import MonitorMiddleware, MonitorSession
 
 pytestmark = pytest.mark.integration
 
@@ -191,7 +191,7 @@ class TestClientTransportFailures:
         server_log = tmp_path / "server.jsonl"
         async with (
             session_with("tools", server_log) as session,
-            MonitoredSession(session, sink=records.append) as guarded,
+            MonitorSession(session, sink=records.append) as guarded,
             guarded.episode(task_id="c"),
         ):
             assert not (await guarded.call_tool("echo", {"text": "hi"}, call_id="ok")).is_error

@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK's own runner, driven by its ScriptedModel, with AgentsMonitor."""
+"""The OpenAI Agents SDK's own runner, driven by its ScriptedModel, with MonitorGuardrail."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from prefixmon import Cause, Decision, Edit, EpisodeRecord, Monitor, Outcome, Toolset
-from prefixmon.adapters.openai_agents import AgentsMonitor
+from prefixmon.adapters.openai_agents import MonitorGuardrail
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -60,7 +60,7 @@ class Contacts:
             refs={"person_id": "person_id"},
             invalidates="person_id",
         )
-        self.guard = AgentsMonitor(Monitor(rules, policy="block", sink=self.records.append))
+        self.guard = MonitorGuardrail(Monitor(rules, policy="block", sink=self.records.append))
         book = self.book
 
         @function_tool
@@ -149,7 +149,7 @@ class TestZeroConfig:
     """With an empty toolset the tools' own schemas give schema checks; unknown tools go back to the model."""
 
     @staticmethod
-    def agent(guard: AgentsMonitor, shown: list[str]) -> Agent[Any]:
+    def agent(guard: MonitorGuardrail, shown: list[str]) -> Agent[Any]:
         def first(call: ModelCall) -> list[TResponseOutputItem]:
             return [function_call("wipe_phone", {}, call_id="z1"), function_call("lookup", '{"key": 3', call_id="z2")]
 
@@ -171,7 +171,7 @@ class TestZeroConfig:
     async def test_unknown_tool_and_malformed_json_in_message_order(self) -> None:
         """Both reach the model with the monitor's reasons; the record keeps message order."""
         records: list[EpisodeRecord] = []
-        guard = AgentsMonitor(Monitor(Toolset(), policy="block", sink=records.append))
+        guard = MonitorGuardrail(Monitor(Toolset(), policy="block", sink=records.append))
         shown: list[str] = []
         await guard.run(self.agent(guard, shown), "look up 3")
         assert "lookup" in guard.monitor.toolset
@@ -183,7 +183,7 @@ class TestZeroConfig:
     async def test_driving_the_runner_yourself(self) -> None:
         """guard.episode + run_config + hooks around Runner.run give the same record."""
         records: list[EpisodeRecord] = []
-        guard = AgentsMonitor(Monitor(Toolset(), policy="block", sink=records.append))
+        guard = MonitorGuardrail(Monitor(Toolset(), policy="block", sink=records.append))
         agent = self.agent(guard, [])
         async with guard.episode("t-1", user="look up 3") as ep:
             await Runner.run(agent, "look up 3", run_config=guard.run_config(RunConfig()), hooks=guard.hooks())
@@ -207,7 +207,7 @@ class TestTypedArguments:
     @staticmethod
     def booking(
         monitor: Callable[[Toolset], Monitor], arguments: dict[str, Any], shown: list[str]
-    ) -> tuple[AgentsMonitor, Agent[Any]]:
+    ) -> tuple[MonitorGuardrail, Agent[Any]]:
         rules = Toolset()
 
         @rules.tool
@@ -215,7 +215,7 @@ class TestTypedArguments:
             """Book a slot."""
             raise NotImplementedError  # the SDK's tool runs; these are the rules
 
-        guard = AgentsMonitor(monitor(rules))
+        guard = MonitorGuardrail(monitor(rules))
 
         @function_tool(name_override="book")
         def book_tool(day: datetime.date, color: Color, slot: Slot) -> str:

@@ -1,4 +1,4 @@
-"""pydantic-ai's own agent loop, driven by its FunctionModel, with PrefixmonCapability."""
+"""pydantic-ai's own agent loop, driven by its FunctionModel, with MonitorCapability."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ from prefixmon import (
     TrackedState,
     read_records,
 )
-from prefixmon.adapters.pydantic_ai import PrefixmonCapability, deferred_approval
+from prefixmon.adapters.pydantic_ai import MonitorCapability, deferred_approval
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -92,7 +92,7 @@ class Contacts:
         self.book = {"p-17": {"person_id": "p-17", "name": "Fredrik", "phone": "+1 555 0100"}}
         self.tools = tools = Toolset()
         self.monitor = Monitor(tools, policy=policy, sink=self.records.append, **monitor)
-        self.capability = PrefixmonCapability(
+        self.capability = MonitorCapability(
             self.monitor,
             task_id="t-17",
             labels={"method": "test"},
@@ -189,7 +189,7 @@ class TestBlockAndRepair:
 
         records: list[EpisodeRecord] = []
         monitor = Monitor(Toolset(), policy="block", sink=records.append)
-        agent: Agent[None, str] = Agent(FunctionModel(script), capabilities=[PrefixmonCapability(monitor)])
+        agent: Agent[None, str] = Agent(FunctionModel(script), capabilities=[MonitorCapability(monitor)])
 
         @agent.tool_plain
         def lookup(key: int) -> str:
@@ -298,7 +298,7 @@ class TestBlockAndRepair:
 
         records: list[EpisodeRecord] = []
         agent: Agent[None, str] = Agent(
-            FunctionModel(script), capabilities=[PrefixmonCapability(Monitor(rules, policy="block", sink=records.append))]
+            FunctionModel(script), capabilities=[MonitorCapability(Monitor(rules, policy="block", sink=records.append))]
         )
 
         @agent.tool_plain(name="book")
@@ -472,7 +472,7 @@ class TestEpisodeLifetime:
 
         records: list[EpisodeRecord] = []
         agent: Agent[None, str] = Agent(
-            FunctionModel(script), capabilities=[PrefixmonCapability(Monitor(Toolset(), sink=records.append))]
+            FunctionModel(script), capabilities=[MonitorCapability(Monitor(Toolset(), sink=records.append))]
         )
 
         @agent.tool_plain

@@ -1,0 +1,39 @@
+"""Old names that keep working for one release: a module ``__getattr__`` that warns and forwards.
+
+Used by prefixmon and its adapters when a public name moves or is renamed::
+
+    __getattr__ = moved_names(__name__, {"OldName": "prefixmon.adapters.x:NewName"}, removal="0.3.0")
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ("moved_names",)
+
+
+def moved_names(module: str, moves: Mapping[str, str], *, removal: str) -> Callable[[str], Any]:
+    """A module-level ``__getattr__`` for names that moved.
+
+    Args:
+        module: the module that defines the ``__getattr__`` (its ``__name__``).
+        moves: ``{old name: "new.module:new_name"}``.
+        removal: the release that removes the old names.
+    """
+
+    def __getattr__(name: str) -> Any:
+        target = moves.get(name)
+        if target is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        where, _, attr = target.partition(":")
+        warnings.warn(
+            f"{module}.{name} is deprecated and will be removed in {removal}; use {where}.{attr}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(where), attr)
+
+    return __getattr__
