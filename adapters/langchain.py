@@ -51,15 +51,13 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
-import sys
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NotRequired, TypeVar
 
 import anyio
-from typing_extensions import NotRequired
 
 from prefixmon import (
     ActionRecord,
@@ -522,9 +520,7 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
         return live.lock if live is not None else threading.Lock()
 
     # -- tool calls --------------------------------------------------------------------------
-    def _escalation_answer(
-        self, live: _Live, name: str, args: Any, call_id: str | None, *, asynchronous: bool
-    ) -> Approve | Edit | Deny | None:
+    def _escalation_answer(self, live: _Live, name: str, args: Any, call_id: str | None) -> Approve | Edit | Deny | None:
         """Ask a human through ``interrupt()`` when the policy escalates this call.
 
         Nothing is recorded before ``interrupt()``: it raises the first time, and returns the
@@ -546,12 +542,6 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
             "reason": verdict.reason,
             "decisions": ["approve", "edit", "deny"],
         }
-        if asynchronous and sys.version_info < (3, 11):
-            raise RuntimeError(
-                f"cannot escalate {name} through interrupt_escalation: LangGraph's interrupt() in an async "
-                "agent needs Python 3.11+ (asyncio tasks carry its config only from 3.11 on); "
-                "run the agent with invoke() or use Python 3.11+"
-            )
         return parse_answer(interrupt(request))
 
     @staticmethod
@@ -613,7 +603,7 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
                 if not recorded.reached_environment:
                     return self._refused_again(recorded, name, raw_id)
                 return await handler(request)
-            answer = self._escalation_answer(live, name, args, call_id, asynchronous=True)
+            answer = self._escalation_answer(live, name, args, call_id)
             if live.closed:
                 return self._not_begun(name, raw_id)
             token = _ANSWER.set(answer)
@@ -696,7 +686,7 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
             return pending  # admitted before an interrupt inside the tool
         if recorded is not None:  # a re-run of a recorded call: not a new action
             return None if recorded.reached_environment else self._refused_again(recorded, name, raw_id)
-        answer = self._escalation_answer(live, name, args, call_id, asynchronous=False)
+        answer = self._escalation_answer(live, name, args, call_id)
         with live.lock:
             if live.closed:
                 return self._not_begun(name, raw_id)

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Final
 
 import numpy as np
@@ -45,7 +45,7 @@ PARAMS: Final = {
 }
 MODEL_SHIFT: Final = {"gpt-5.4": 0.05, "gpt-4.1": 0.0, "llama-4": -0.2}
 CAUSES: Final = tuple(Cause)
-NOW: Final = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW: Final = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def episode_shapes(rng: np.random.Generator, n: int, method: str, model: str) -> Iterator[tuple[int, int, Outcome, Cause]]:

@@ -15,7 +15,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import CoroutineType, MappingProxyType
 from typing import Any, Final, NoReturn, Protocol
 
@@ -310,7 +310,7 @@ class Episode:
         self.internal_errors = 0
         self.record: EpisodeRecord | None = None
         """The finished record (set when the episode closes)."""
-        self.started_at = datetime.now(timezone.utc)
+        self.started_at = datetime.now(UTC)
         self._slots: list[_Slot | None] = []
         self._open: dict[int, PendingCall] = {}
         self._hooked: dict[int, tuple[Verdict, Any]] = {}
@@ -707,7 +707,7 @@ class Episode:
             actions=actions,
             outcome=self.outcome,
             started_at=self.started_at,
-            ended_at=datetime.now(timezone.utc),
+            ended_at=datetime.now(UTC),
             status=status,
             error=error,
             allows_no_tool=self.allows_no_tool,

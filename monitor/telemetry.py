@@ -37,7 +37,7 @@ import json
 from collections.abc import Callable, Container, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, is_dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from time import time_ns
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -67,7 +67,7 @@ ContentKind = Literal["arguments", "result", "reason", "error"]
 Redactor = Callable[[ContentKind, Any], Any]
 """``(kind, value) -> value to record``; return ``None`` to record nothing."""
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 _RESULT_TYPE: Final[Mapping[Decision, str]] = {
@@ -88,7 +88,7 @@ _INTERVENTIONS: Final = frozenset(
 def _ns(dt: datetime) -> int:
     """A datetime as Unix nanoseconds, exactly (no float rounding)."""
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     delta = dt - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 

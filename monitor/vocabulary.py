@@ -6,7 +6,7 @@ strings, and read naturally in records, spans and logs.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 __all__ = (
     "Cause",
@@ -15,7 +15,7 @@ __all__ = (
 )
 
 
-class Cause(str, Enum):
+class Cause(StrEnum):
     """Why a call is not executable, in tie-break order (DESIGN §2).
 
     When several checks fail, the primary cause is the first member in this order.
@@ -27,22 +27,16 @@ class Cause(str, Enum):
     STATE_CONSISTENCY = "state_consistency"
     INFORMATION = "information"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """Task outcome, three-state: success (Y = 1), partial, failure."""
 
     SUCCESS = "success"
     PARTIAL = "partial"
     FAILURE = "failure"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Decision(str, Enum):
+class Decision(StrEnum):
     """What the monitor did with a call."""
 
     ALLOW = "allow"
@@ -61,6 +55,3 @@ class Decision(str, Enum):
     """Not run; a human denied it or the escalation timed out."""
     FAIL_CLOSED = "fail_closed"
     """Not run; the monitor itself failed and is configured fail-closed."""
-
-    def __str__(self) -> str:
-        return self.value

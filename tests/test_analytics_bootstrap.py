@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -15,7 +15,7 @@ from prefixmon.analytics.metrics import FloatArray, episode_statistics, group
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record
 from prefixmon.vocabulary import Cause, Outcome
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def episode(eid: str, task: str, labels: dict[str, str], horizon: int, fed: int, success: bool) -> EpisodeRecord:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from prefixmon.analytics import (
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record
 from prefixmon.vocabulary import Cause, Outcome
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 OUTCOME = {"S": Outcome.SUCCESS, "P": Outcome.PARTIAL, "F": Outcome.FAILURE}
 
 # The chapter's worked example: 12 tasks, each run twice.

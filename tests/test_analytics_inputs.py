@@ -6,7 +6,7 @@ import contextlib
 import csv
 import json
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ from prefixmon.records import ActionRecord, BadLine, EpisodeRecord, build_record
 from prefixmon.telemetry import Telemetry
 from prefixmon.vocabulary import Cause, Outcome
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def records(n: int = 30, labels: dict[str, str] | None = None) -> list[EpisodeRecord]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from fractions import Fraction
 
 import pytest
@@ -14,7 +14,7 @@ from prefixmon.analytics.metrics import cohort_sums, group
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record
 from prefixmon.vocabulary import Cause, Outcome
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LABELS = {"dataset": "bfcl", "model": "llama-4", "method": "plan_conditioned_react"}
 
 

@@ -7,7 +7,7 @@ import io
 import json
 import math
 import xml.etree.ElementTree as ET
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from prefixmon.analytics import Report, build_report, load_columns, plot_pec, re
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record, write_records
 from prefixmon.vocabulary import Cause, Outcome
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def episode(i: int, labels: dict[str, str], horizon: int, fed: int, outcome: Outcome, eid: str | None = None) -> EpisodeRecord:

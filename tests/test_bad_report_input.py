@@ -4,7 +4,7 @@ file and line (or episode), never a traceback, and nothing counted twice or blow
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from prefixmon.analytics.completion import read_annotations
 from prefixmon.otlp import read_otlp_records
 from prefixmon.records import MAX_HORIZON, ActionRecord, BadLine, build_record, dumps_record
 
-NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
 
 def record_line(episode_id: str = "e-1", **changes: Any) -> str:

@@ -10,7 +10,7 @@ import select
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from prefixmon._cli import build_parser, main
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record, dumps_record, write_records
 from prefixmon.vocabulary import Cause, Outcome
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PREFIXMON = shutil.which("prefixmon", path=str(Path(sys.executable).parent))
 
 

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import tempfile
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import anyio
@@ -253,7 +253,7 @@ def record_strategy() -> st.SearchStrategy[EpisodeRecord]:
                     turn=draw(st.integers(0, 3)),
                 )
             )
-        start = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=draw(st.integers(0, 10**6)))
+        start = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=draw(st.integers(0, 10**6)))
         return build_record(
             episode_id=draw(texts),
             task_id=draw(texts),

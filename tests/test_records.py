@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,7 @@ from prefixmon import (
 )
 from prefixmon.records import build_record, dumps_record, loads_record
 
-NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
 
 def make(actions: list[ActionRecord]) -> EpisodeRecord:

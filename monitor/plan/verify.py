@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Final
 
 from .._trusted import trusted_constructor
@@ -30,16 +30,13 @@ from .model import LISTED, Plan, PlanLike, PlanRef, PlanStep, listed, loc_text, 
 __all__ = ("PlanVerdict", "StepDetail", "StepStatus", "StepVerdict", "verify_plan")
 
 
-class StepStatus(str, Enum):
+class StepStatus(StrEnum):
     """The verifier's answer for one step."""
 
     EXECUTABLE = "executable"
     NOT_EXECUTABLE = "not_executable"
     UNDETERMINED = "undetermined"
     """No check fails, but a precondition depends on what only execution reveals."""
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -26,10 +25,6 @@ from prefixmon.adapters.langchain import MonitorMiddleware, interrupt_escalation
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 Script = Callable[[list[BaseMessage]], AIMessage]
-
-needs_async_interrupts = pytest.mark.skipif(
-    sys.version_info < (3, 11), reason="LangGraph's interrupt() in async code needs Python 3.11+"
-)
 
 
 @pytest.fixture
@@ -364,7 +359,6 @@ class TestInterrupts:
             checkpointer=InMemorySaver(),
         )
 
-    @needs_async_interrupts
     async def test_approve_after_interrupt(self) -> None:
         """The graph pauses with the monitor's request; approving runs the call once, recorded once."""
         app = self.app()
@@ -383,7 +377,6 @@ class TestInterrupts:
         (action,) = record.actions
         assert action.decision is Decision.APPROVE and action.cause is Cause.PRECONDITION and action.reached_environment
 
-    @needs_async_interrupts
     async def test_edit_and_deny(self) -> None:
         """An edit runs the edited (checked) call; a denial reaches the model and never runs the tool."""
         app = self.app()
@@ -421,13 +414,6 @@ class TestInterrupts:
         app.agent.invoke(Command(resume=True), config)
         (record,) = app.records
         assert record.actions[0].decision is Decision.APPROVE and app.runs == {"send_money": 1}
-
-    @pytest.mark.skipif(sys.version_info >= (3, 11), reason="only Python 3.10 lacks async interrupts")
-    async def test_async_interrupt_on_python_310_says_why(self) -> None:
-        """On Python 3.10 an async agent cannot escalate through interrupts, and the error says so."""
-        app = self.app()
-        with pytest.raises(RuntimeError, match=r"needs Python 3\.11\+"):
-            await app.agent.ainvoke({"messages": [HumanMessage("send Fredrik 500")]}, {"configurable": {"thread_id": "t"}})
 
 
 def crash_once_script() -> Script:
