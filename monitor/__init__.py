@@ -40,10 +40,10 @@ from .records import read_records as read_records
 from .spec import Grounded as Grounded
 from .spec import Precondition as Precondition
 from .spec import Ref as Ref
-from .spec import Toolset as Toolset
 from .spec import ToolSpec as ToolSpec
 from .state import TrackedState as TrackedState
 from .telemetry import Telemetry as Telemetry
+from .toolset import Toolset as Toolset
 from .verdict import Failure as Failure
 from .verdict import ToolCall as ToolCall
 from .verdict import Undetermined as Undetermined

@@ -26,8 +26,9 @@ from ._dispatch import Dispatch
 from .exceptions import SpecError, ToolBlocked
 from .policies import Intervention, Resolution
 from .records import ActionRecord, EpisodeRecord, Status, build_record, trusted_action
-from .spec import Toolset, ToolSpec
+from .spec import ToolSpec
 from .state import TrackedState
+from .toolset import Toolset
 from .verdict import Failure, ToolCall, Verdict
 from .vocabulary import Cause, Decision, Outcome
 

@@ -23,8 +23,8 @@ from .exceptions import SpecError
 from .observer import Observer
 from .policies import EscalateHook, Intervention, Policy, ReplanHook
 from .records import EpisodeRecord, JsonlSink, Status
-from .spec import Toolset
 from .state import TrackedState
+from .toolset import Toolset
 
 __all__ = ("FailureMode", "Monitor", "MonitorStats", "Sink")
 

@@ -25,8 +25,9 @@ from typing import Any, Final, Protocol
 
 from ._trusted import trusted_constructor
 from .exceptions import ArgumentError
-from .spec import Precondition, Ref, SymbolicEffect, Toolset, ToolSpec, callable_name, values_at
+from .spec import Precondition, Ref, SymbolicEffect, ToolSpec, callable_name, values_at
 from .state import TrackedState
+from .toolset import Toolset
 from .verdict import Failure, Fault, ToolCall, Undetermined, Verdict, quote
 from .vocabulary import Cause
 
@@ -423,6 +424,11 @@ def transition(
                         state.invalidate(ref.kind, value, by=spec.name)
     except Exception as e:
         faults.append(Fault(where=f"tracking the result of {spec.name}", error=e))
+    if accepted and spec.observe is not None:
+        try:
+            spec.observe(state, args, result)
+        except Exception as e:
+            faults.append(Fault(where=f"observing the result of {spec.name}", error=e))
     if accepted and spec.effects:
         state.begin_effects()
         try:

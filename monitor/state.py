@@ -13,6 +13,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .observed import ObservedObjects
 from .verdict import quote
 
 __all__ = (
@@ -68,12 +69,13 @@ class TrackedState:
 
     Attributes:
         facts: key/value facts, updated by tool effects.
+        objects: observed objects, by kind and id (see :mod:`prefixmon.observed`).
         env: the live environment object given to the episode, or ``None``.
         depth: number of actions emitted so far.
         turn: current turn (0-based).
     """
 
-    __slots__ = ("_bindings", "_pool", "_texts", "_user_texts", "depth", "env", "exposed", "facts", "turn")
+    __slots__ = ("_bindings", "_pool", "_texts", "_user_texts", "depth", "env", "exposed", "facts", "objects", "turn")
 
     def __init__(self, *, facts: Mapping[str, Any] | None = None, env: Any = None, exposed: Iterable[str] | None = None) -> None:
         self.facts: dict[str, Any] = dict(facts or {})
@@ -82,6 +84,8 @@ class TrackedState:
         self.turn = 0
         self.exposed: set[str] = set(exposed or ())
         self._bindings: dict[Hashable, dict[str, Binding]] = {}
+        self.objects = ObservedObjects()
+        """What tool results showed of the environment's objects, by kind and id (spec-file rules read it)."""
         self._pool: set[Hashable] = set()
         self._texts: list[str] = []
         """Every text informed (casefolded), searched by substring for :meth:`seen`."""

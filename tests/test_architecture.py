@@ -18,10 +18,39 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 FACADE: Final = "prefixmon"
 
 BASE: Final = frozenset(
-    {"vocabulary", "verdict", "exceptions", "_trusted", "_validation", "_dispatch", "_daemon_threads", "semconv", "commands"}
+    {
+        "vocabulary",
+        "verdict",
+        "exceptions",
+        "deprecation",
+        "_version",
+        "_trusted",
+        "_validation",
+        "_cel",
+        "_dispatch",
+        "_daemon_threads",
+        "semconv",
+        "commands",
+    }
 )
 """Leaf modules: plain data, helpers and vocabulary every layer may use."""
-CORE: Final = frozenset({"spec", "state", "predicate", "records", "policies", "episode", "observer", "monitor", "dry_run"})
+CORE: Final = frozenset(
+    {
+        "spec",
+        "specfile",
+        "_rules",
+        "toolset",
+        "observed",
+        "state",
+        "predicate",
+        "records",
+        "policies",
+        "episode",
+        "observer",
+        "monitor",
+        "dry_run",
+    }
+)
 """DESIGN §1: core (spec, state, predicate, policies, episode, monitor, records)."""
 DEPRECATED_UPWARD: Final = {
     ("prefixmon.episode", "prefixmon.plan"): "Episode.verify_plan and plans given to follow(): deprecated, removed in 0.3.0",

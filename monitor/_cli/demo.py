@@ -31,9 +31,10 @@ from ..exceptions import ToolBlocked
 from ..logging import LiveLog
 from ..monitor import Monitor
 from ..observer import Observer
-from ..spec import Grounded, Ref, Toolset
+from ..spec import Grounded, Ref
 from ..state import TrackedState
 from ..telemetry import Telemetry
+from ..toolset import Toolset
 
 PEOPLE: tuple[tuple[str, str, str], ...] = (
     ("p-101", "Fredrik Lind", "+1 555 0100"),

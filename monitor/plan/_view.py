@@ -12,8 +12,10 @@ import copy
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Final, cast
 
-from ..spec import Produce, Toolset, ToolSpec
+from ..observed import ObservedObjects
+from ..spec import Produce, ToolSpec
 from ..state import Binding, TrackedState
+from ..toolset import Toolset
 from ..verdict import Location
 from .model import Plan, PlanRef
 
@@ -230,6 +232,7 @@ class PlanState(TrackedState):
         self._invalidated: dict[tuple[str, str], tuple[PlanRef, Binding]] = {}
         """``{(step id, kind): (reference, stale binding)}``: a step's output invalidated through one path."""
         self.facts = cast("dict[str, Any]", _Facts(parent.facts, self))
+        self.objects = ObservedObjects(parent.objects)
         self.depth = parent.depth
         self.turn = parent.turn
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ..exceptions import PlanError
-from ..spec import Toolset
+from ..toolset import Toolset
 from ..verdict import Location, quote
 from .model import LISTED, Plan, PlanLike, PlanRef, PlanStep, listed, loc_text, parse_plan
 from .verify import PlanVerdict

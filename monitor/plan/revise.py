@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..exceptions import PlanError
-from ..spec import Toolset, ToolSpec
+from ..spec import ToolSpec
 from ..state import TrackedState
+from ..toolset import Toolset
 from .model import Plan, PlanLike, parse_plan
 from .verify import PlanVerdict, _target, verify_plan
 

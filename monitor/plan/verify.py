@@ -19,8 +19,9 @@ from typing import Any, Final
 from .._trusted import trusted_constructor
 from ..exceptions import ArgumentError
 from ..predicate import check_schema, judge, reference_failure, schema_failure, transition
-from ..spec import Precondition, Toolset, ToolSpec, values_at
+from ..spec import Precondition, ToolSpec, values_at
 from ..state import TrackedState
+from ..toolset import Toolset
 from ..verdict import ArgumentProblem, Failure, Undetermined, Verdict
 from ..vocabulary import Cause
 from ._samples import with_samples

@@ -1,0 +1,348 @@
+"""Spec-file rules compiled into the predicate's vocabulary: references, preconditions, effects, recognisers, probes.
+
+Nothing here is a second predicate: a spec file becomes ordinary :class:`~prefixmon.ToolSpec`
+fields (``refs``, ``grounded``, ``produces``, ``invalidates``, ``requires``, ``effects``,
+``error_result``, ``metadata``, ``probes``), which the predicate checks like hand-written
+ones. Every problem a file can have is found here, when it is applied to a toolset, and
+named with the file and line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from typing import Any, Final
+
+from ._cel import Expression, ExpressionError, NotObserved, compile_expression
+from .exceptions import SpecError
+from .spec import MISSING, Precondition, Probe, Produce, Ref, ToolSpec, resolve_path, values_at
+from .specfile import LetRule, SpecFile, ToolRules
+from .verdict import Undetermined, quote
+
+__all__ = ("check_probes", "compile_tool")
+
+_TEMPLATE: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
+_STRING: Final = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
+
+
+def check_probes(spec: SpecFile, lookup: Callable[[str], ToolSpec | None]) -> None:
+    """Every probe calls a tool that exists and is declared read-only.
+
+    Raises:
+        SpecError: ``FILE:LINE: what``.
+    """
+    for name, rules in spec.tools.items():
+        for i, probe in enumerate(rules.probes):
+            target = lookup(probe.call)
+            where = spec.where("tools", name, "probes", i)
+            if target is None:
+                raise SpecError(f"{where}: tools.{name}.probes.{i}: there is no tool named {probe.call!r} to probe with")
+            if not target.metadata.get("read_only"):
+                raise SpecError(
+                    f"{where}: tools.{name}.probes.{i}: {probe.call} is not declared read-only (access: read); "
+                    "the monitor only probes with tools that change nothing"
+                )
+
+
+def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) -> ToolSpec:
+    """``base`` with the file's rules for it merged in (the tool's own rules come first).
+
+    Raises:
+        SpecError: a bad argument path, an unknown name in a ``let``, an expression that does
+            not compile or reads an undeclared name; ``FILE:LINE: what``.
+    """
+    where = spec.where
+    properties = base.parameters.get("properties") if isinstance(base.parameters, Mapping) else None
+    for path in rules.args:
+        top = re.split(r"[.\[]", path, maxsplit=1)[0]
+        if isinstance(properties, Mapping) and properties and top not in properties:
+            raise SpecError(
+                f"{where('tools', name, 'args', path)}: tools.{name}.args: {name} has no argument {top!r} "
+                f"(its arguments: {', '.join(sorted(properties))})"
+            )
+    for var, let in rules.let.items():
+        root = let.id.split(".", 1)[0]
+        if root != "args" and root not in rules.let:
+            raise SpecError(f"{where('tools', name, 'let', var)}: tools.{name}.let.{var}: {let.id!r} starts with no known name")
+    refs = [*base.refs, *((path, Ref(arg.ref, user=arg.user)) for path, arg in rules.args.items() if arg.ref)]
+    grounded = (*base.grounded, *(p for p, a in rules.args.items() if a.grounded and not a.derived and p not in base.grounded))
+    produces = (*base.produces, *(Produce(kind=k, key=v) for k, v in rules.produces.items()))
+    requires = [*base.requires, *_preconditions(spec, name, rules)]
+    access = rules.access or spec.defaults.access
+    observe = base.observe
+    if rules.observes or rules.effects or access != "read":
+        observe = _Observe(name, rules, writes=access != "read", then=base.observe)
+    recognisers = [*spec.defaults.errors, *rules.errors]
+    error_result = base.error_result
+    if recognisers:
+        error_result = _Recognise(tuple(recognisers), error_result)
+    metadata = dict(base.metadata)
+    if access is not None:
+        metadata["access"] = access
+        metadata["read_only"] = access == "read"
+    probes = tuple(
+        Probe(
+            name=p.for_,
+            object=(let := _let(spec, name, rules, p.for_, i)).object,
+            id=let.id,
+            call=p.call,
+            args=dict(p.args),
+            budget=spec.probe_budget,
+            timeout=spec.probe_timeout,
+        )
+        for i, p in enumerate(rules.probes)
+    )
+    return dataclasses.replace(
+        base,
+        description=rules.description if rules.description is not None else base.description,
+        refs=tuple(refs),
+        grounded=tuple(dict.fromkeys(grounded)),
+        produces=produces,
+        invalidates=base.invalidates | frozenset(rules.invalidates),
+        requires=tuple(requires),
+        observe=observe,
+        error_result=error_result,
+        metadata=metadata,
+        probes=(*base.probes, *probes),
+    )
+
+
+def _let(spec: SpecFile, name: str, rules: ToolRules, var: str, i: int) -> LetRule:
+    let = rules.let.get(var)
+    if let is None:
+        raise SpecError(
+            f"{spec.where('tools', name, 'probes', i)}: tools.{name}.probes.{i}: 'for: {var}' names no let variable "
+            f"(its let: {', '.join(rules.let) or 'none'})"
+        )
+    return let
+
+
+def _preconditions(spec: SpecFile, name: str, rules: ToolRules) -> Iterator[Precondition]:
+    variables = ("args", "const", *rules.let)
+    for i, rule in enumerate(rules.requires):
+        if not rule.enabled:
+            continue
+        where = spec.where("tools", name, "requires", i)
+        try:
+            expression = compile_expression(rule.expr, variables)
+        except ExpressionError as e:
+            raise SpecError(f"{where}: tools.{name}.requires.{i}: the expression does not compile: {e}") from None
+        except ImportError as e:
+            raise SpecError(f"{where}: tools.{name}.requires.{i}: CEL preconditions need the cel extra: {e}") from None
+        reads = _reads(rule.expr, rules.let)
+        for field in _TEMPLATE.findall(rule.message or ""):
+            root = field.split(".", 1)[0]
+            if root not in variables:
+                raise SpecError(f"{where}: tools.{name}.requires.{i}: the message reads {{{field}}}, which names nothing")
+        check = _Expression(
+            name=rule.name or f"rule_{i + 1}",
+            expression=expression,
+            lets=tuple((var, rules.let[var]) for var in _needed(reads, rules.let)),
+            constants=dict(spec.constants),
+            message=rule.message,
+        )
+        yield Precondition(check=check, message=rule.message or f"{name}: {rule.expr} does not hold", name=check.__name__)
+
+
+def _reads(source: str, lets: Mapping[str, LetRule]) -> list[str]:
+    """The let variables an expression names (outside string literals)."""
+    code = _STRING.sub('""', source)
+    return [var for var in lets if re.search(rf"(?<![\w.]){re.escape(var)}\b", code)]
+
+
+def _needed(reads: Iterable[str], lets: Mapping[str, LetRule]) -> list[str]:
+    """``reads`` and the variables their ids read, in binding order (a let may read an earlier one)."""
+    needed: set[str] = set()
+    todo = list(reads)
+    while todo:
+        var = todo.pop()
+        if var in needed:
+            continue
+        needed.add(var)
+        root = lets[var].id.split(".", 1)[0]
+        if root in lets:
+            todo.append(root)
+    return [var for var in lets if var in needed]
+
+
+class _Expression:
+    """A CEL precondition: binds exactly the objects it reads, by id, in O(1) each."""
+
+    __slots__ = ("__name__", "constants", "expression", "lets", "message")
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        expression: Expression,
+        lets: tuple[tuple[str, LetRule], ...],
+        constants: dict[str, Any],
+        message: str | None,
+    ) -> None:
+        self.__name__ = name
+        self.expression = expression
+        self.lets = lets
+        self.constants = constants
+        self.message = message
+
+    def __call__(self, state: Any, args: Mapping[str, Any]) -> bool | str | Undetermined:
+        values: dict[str, Any] = {"args": args, "const": self.constants}
+        objects = state.objects
+        for var, let in self.lets:
+            ident = resolve_path(let.id, values)
+            if ident is MISSING or ident is None:
+                return Undetermined(f"{let.id} has no value, so the {let.object} is not known")
+            seen = objects.get(let.object, ident)
+            if seen is None:
+                return Undetermined(f"{let.object} {quote(ident)} was not observed")
+            if not seen.current:
+                return Undetermined(f"{let.object} {quote(ident)} may have changed since {seen.stale_by or 'a write'} ran")
+            values[var] = seen.fields
+        try:
+            result = self.expression.evaluate(values)
+        except NotObserved as e:
+            return Undetermined(f"{self.expression.source} reads a field that was not observed ({e})")
+        if result is True:
+            return True
+        if result is False:
+            return _fill(self.message, values) if self.message else False
+        raise TypeError(f"the expression {self.expression.source!r} gave {type(result).__name__}, not a bool")
+
+
+def _fill(template: str, values: Mapping[str, Any]) -> str:
+    def field(m: re.Match[str]) -> str:
+        value = resolve_path(m.group(1), values)
+        return "?" if value is MISSING else str(value)
+
+    return _TEMPLATE.sub(field, template)
+
+
+class _Observe:
+    """After an accepted call: what a write may have changed goes stale, results are observed, declared effects apply."""
+
+    __slots__ = ("__name__", "observes", "then", "tool", "updates", "writes")
+
+    def __init__(self, tool: str, rules: ToolRules, *, writes: bool, then: Any) -> None:
+        self.__name__ = "observe"
+        self.tool = tool
+        self.writes = writes
+        self.observes = rules.observes
+        self.updates = rules.effects
+        self.then = then
+        """An earlier spec file's observation of the same tool, applied first."""
+
+    def __call__(self, state: Any, args: Mapping[str, Any], result: Any) -> None:
+        if self.then is not None:
+            self.then(state, args, result)
+        objects = state.objects
+        depth = state.depth
+        values = {"args": args}
+        if self.writes:
+            declared = {resolve_path(e.id, values) for e in self.updates if not e.delete}
+            for value in _named_ids(args):
+                kept = frozenset(e.object for e in self.updates if not e.delete and resolve_path(e.id, values) == value)
+                objects.stale(value, by=self.tool, depth=depth, keep=kept if value in declared else frozenset())
+        if self.observes and result is not None:
+            data = _as_data(result)
+            for rule in self.observes:
+                for found in _located(data, rule.at):
+                    ident = resolve_path(rule.id, values) if rule.id.startswith("args.") else found.get(rule.id, MISSING)
+                    if ident is not MISSING and ident is not None and not isinstance(ident, (Mapping, list)):
+                        objects.observe(rule.object, ident, found, depth=depth, tool=self.tool)
+        for effect in self.updates:
+            ident = resolve_path(effect.id, values)
+            if ident is MISSING or ident is None:
+                continue
+            if effect.delete:
+                objects.forget(effect.object, ident, depth=depth, tool=self.tool)
+            else:
+                objects.update(effect.object, ident, effect.set, depth=depth, tool=self.tool)
+
+
+def _named_ids(args: Mapping[str, Any]) -> Iterator[Hashable]:
+    """Scalar argument values (and those in top-level lists): the ids a write may touch."""
+    for value in args.values():
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, (str, int)) and not isinstance(v, bool))
+
+
+def _as_data(result: Any) -> Any:
+    """A result as JSON data: parsed JSON text, a pydantic model's dump, MCP structured content."""
+    if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
+        try:
+            return json.loads(result)
+        except (ValueError, RecursionError):
+            return result
+    structured = getattr(result, "structuredContent", None)
+    if isinstance(structured, Mapping):
+        return structured
+    if hasattr(result, "model_dump"):
+        return result.model_dump()
+    return result
+
+
+def _located(data: Any, at: str) -> Iterator[Mapping[str, Any]]:
+    """The objects at a result path (``''`` the result itself; ``items[]`` each element)."""
+    if not at:
+        if isinstance(data, Mapping):
+            yield data
+        elif isinstance(data, list):
+            yield from (x for x in data if isinstance(x, Mapping))
+        return
+    holder = data if isinstance(data, Mapping) else {"": data}
+    for _, value in values_at(holder, at):
+        if isinstance(value, Mapping):
+            yield value
+
+
+class _Recognise:
+    """Error-result recognisers of a tool, tried in order; the tool's own recogniser first."""
+
+    __slots__ = ("__name__", "first", "rules")
+
+    def __init__(self, rules: tuple[Any, ...], first: Any) -> None:
+        self.__name__ = "errors"
+        self.rules = rules
+        self.first = first
+
+    def __call__(self, result: Any) -> str | None:
+        if self.first is not None:
+            found = self.first(result)
+            if found:
+                return str(found)
+        text: str | None = None
+        for rule in self.rules:
+            if rule.is_error is not None:
+                flag = result.get("isError") if isinstance(result, Mapping) else getattr(result, "isError", None)
+                if bool(flag) == rule.is_error and flag is not None:
+                    return _text(result) or "the tool reported an error"
+            elif rule.text is not None:
+                text = _text(result) if text is None else text
+                if re.search(rule.text, text):
+                    return text
+            else:
+                data = _as_data(result)
+                value = resolve_path(rule.json_path, data) if isinstance(data, Mapping) else MISSING
+                if value is not MISSING and (rule.equals is None or value == rule.equals):
+                    return f"{rule.json_path}: {value}" if rule.equals is None else _text(result)
+        return None
+
+
+def _text(result: Any) -> str:
+    """The text of a result: a string, MCP text content, or its JSON."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, bytes):
+        return result.decode("utf-8", "replace")
+    content = result.get("content") if isinstance(result, Mapping) else getattr(result, "content", None)
+    if isinstance(content, list):
+        parts = [p.get("text") if isinstance(p, Mapping) else getattr(p, "text", None) for p in content]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    try:
+        return json.dumps(result, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return ""

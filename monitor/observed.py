@@ -1,0 +1,125 @@
+"""Observed objects: what tool results have shown of the environment's records, by kind and id.
+
+A middleware sees only the tool traffic, never the database; what it can know of "the order
+the agent fetched" or "the gift card balance as last seen" is what a result returned. Rules
+(spec-file preconditions, probes) read those objects in O(1) by ``(kind, id)``. An object is
+indexed when a result arrives (O(its size)), kept current by later results and declared
+effects, and becomes *stale* when a write that may have changed it succeeds without a
+declared effect: a rule reading a stale or never-observed object is undetermined, never a
+failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ("Observation", "ObservedObjects")
+
+
+@dataclass(slots=True, kw_only=True)
+class Observation:
+    """One object as last seen."""
+
+    kind: str
+    id: Hashable
+    fields: dict[str, Any]
+    """The object's fields as the environment last returned them (and declared effects changed them)."""
+    depth: int
+    """Depth of the action whose result (or effect) produced this view of the object."""
+    tool: str | None
+    current: bool = True
+    """``False`` after a write that may have changed the object and declared no effect on it."""
+    stale_by: str | None = None
+    stale_depth: int | None = None
+
+
+class ObservedObjects:
+    """Objects by ``(kind, id)``, optionally over a parent store (read through, written locally).
+
+    Plan verification gives each plan its own store over the episode's, so simulated steps
+    never change what the episode observed.
+    """
+
+    __slots__ = ("_by_id", "_objects", "_parent")
+
+    def __init__(self, parent: ObservedObjects | None = None) -> None:
+        self._objects: dict[tuple[str, Hashable], Observation] = {}
+        self._by_id: dict[Hashable, set[str]] = {}
+        """``{id: kinds}``: which kinds of object have this id (a write on an id makes them stale)."""
+        self._parent = parent
+
+    def __len__(self) -> int:
+        return len(self._objects) + (len(self._parent) if self._parent is not None else 0)
+
+    def __iter__(self) -> Iterator[Observation]:
+        yield from self._objects.values()
+        if self._parent is not None:
+            yield from (o for o in self._parent if (o.kind, o.id) not in self._objects)
+
+    def get(self, kind: str, id: Hashable) -> Observation | None:
+        """The object of ``kind`` with ``id`` as last observed (current or stale), or ``None``."""
+        key = (kind, _key(id))
+        found = self._objects.get(key)
+        if found is None and self._parent is not None:
+            return self._parent.get(kind, id)
+        return found
+
+    def observe(self, kind: str, id: Any, fields: Mapping[str, Any], *, depth: int, tool: str | None) -> None:
+        """A result showed the object: it is current with these fields (replacing what was seen)."""
+        ident = _key(id)
+        self._objects[(kind, ident)] = Observation(kind=kind, id=ident, fields=dict(fields), depth=depth, tool=tool)
+        self._by_id.setdefault(ident, set()).add(kind)
+
+    def update(self, kind: str, id: Any, changes: Mapping[str, Any], *, depth: int, tool: str | None) -> None:
+        """A declared effect changed fields of an observed object (it stays current); unknown objects are left alone."""
+        found = self._own(kind, _key(id))
+        if found is not None:
+            found.fields.update(changes)
+            found.depth, found.tool = depth, tool
+
+    def forget(self, kind: str, id: Any, *, depth: int, tool: str | None) -> None:
+        """A declared effect deleted the object: what was seen of it no longer holds."""
+        found = self._own(kind, _key(id))
+        if found is not None:
+            found.current, found.stale_by, found.stale_depth = False, tool, depth
+
+    def stale(self, id: Any, *, by: str, depth: int, keep: frozenset[str] = frozenset()) -> None:
+        """A write that names ``id`` succeeded: every object with that id (but kinds in ``keep``) may have changed."""
+        ident = _key(id)
+        kinds = set(self._by_id.get(ident, ()))
+        parent = self._parent
+        while parent is not None:  # objects the parent holds are copied here before they change
+            kinds |= parent._by_id.get(ident, set())
+            parent = parent._parent
+        for kind in kinds - keep:
+            found = self._own(kind, ident)
+            if found is not None and found.current:
+                found.current, found.stale_by, found.stale_depth = False, by, depth
+
+    def _own(self, kind: str, ident: Hashable) -> Observation | None:
+        """The object in this store, copied from the parent first when only the parent has it."""
+        key = (kind, ident)
+        found = self._objects.get(key)
+        if found is None and self._parent is not None:
+            inherited = self._parent.get(kind, ident)
+            if inherited is not None:
+                found = Observation(
+                    kind=kind,
+                    id=ident,
+                    fields=dict(inherited.fields),
+                    depth=inherited.depth,
+                    tool=inherited.tool,
+                    current=inherited.current,
+                    stale_by=inherited.stale_by,
+                    stale_depth=inherited.stale_depth,
+                )
+                self._objects[key] = found
+                self._by_id.setdefault(ident, set()).add(kind)
+        return found
+
+
+def _key(id: Any) -> Hashable:
+    """Ids compare as text: ``7`` in a result and ``"7"`` in arguments name the same object."""
+    return id if isinstance(id, str) else str(id)

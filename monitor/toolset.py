@@ -1,0 +1,420 @@
+"""The toolset: a registry of tool specs, declared from Python functions, JSON Schemas, OpenAI
+function definitions or spec files.
+
+Python callables are declared with ``@toolset.tool`` (the signature gives a pydantic-validated
+argument schema); tools known only by a JSON Schema (OpenAI function definitions, MCP
+``inputSchema``) with :meth:`Toolset.add_schema` (the validator is compiled once); rules that
+no schema carries come from spec files (:meth:`Toolset.apply_spec`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from . import _rules
+from ._validation import model_validator, schema_validator
+from .exceptions import SpecError
+from .spec import (
+    Effect,
+    ErrorResult,
+    Grounded,
+    Precondition,
+    PreconditionResult,
+    Produce,
+    Ref,
+    SymbolicEffect,
+    ToolSpec,
+    _refuse_async,
+    callable_name,
+)
+from .specfile import SpecFile, load_spec, parse_spec
+
+__all__ = ("Produces", "Toolset")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+Produces = str | Sequence[str | tuple[str, str]] | Mapping[str, str] | None
+"""A kind (bound from the key of the same name), several kinds or ``(kind, key)`` pairs, or
+``{kind: key}``."""
+
+
+def _produce_tuple(produces: Produces) -> tuple[Produce, ...]:
+    if produces is None:
+        return ()
+    if isinstance(produces, str):
+        return (Produce(kind=produces, key=produces),)
+    if isinstance(produces, Mapping):
+        return tuple(Produce(kind=k, key=v) for k, v in produces.items())
+    return tuple(Produce(kind=p, key=p) if isinstance(p, str) else Produce(kind=p[0], key=p[1]) for p in produces)
+
+
+def _sync_rules(name: str, effects: Iterable[Effect], error_result: ErrorResult | None) -> tuple[Effect, ...]:
+    """A tool's effects, after refusing any of them, or its error-result recogniser, that is ``async``."""
+    out = tuple(effects)
+    for effect in out:
+        _refuse_async(
+            effect.effect if isinstance(effect, SymbolicEffect) else effect, f"tool {name!r}: effect {callable_name(effect)}"
+        )
+    if error_result is not None:
+        _refuse_async(error_result, f"tool {name!r}: error_result {callable_name(error_result)}")
+    return out
+
+
+def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+def _signature_model(
+    func: Callable[..., Any], name: str, strict: bool
+) -> tuple[type[BaseModel], tuple[tuple[str, Ref], ...], tuple[str, ...]]:
+    sig = inspect.signature(func)
+    try:
+        hints = get_type_hints(func, include_extras=True)
+    except Exception as e:  # unresolved forward references and the like
+        raise SpecError(f"tool {name!r}: cannot resolve its type hints: {e}") from e
+    fields: dict[str, Any] = {}
+    refs: list[tuple[str, Ref]] = []
+    grounded: list[str] = []
+    for pname, param in sig.parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise SpecError(f"tool {name!r}: *args/**kwargs cannot be described as tool arguments")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise SpecError(f"tool {name!r}: positional-only parameter {pname!r} cannot be passed by name")
+        annotation = hints.get(pname, Any)
+        if get_origin(annotation) is Annotated:
+            for meta in get_args(annotation)[1:]:
+                if isinstance(meta, Ref):
+                    refs.append((pname, meta))
+                elif isinstance(meta, Grounded) or meta is Grounded:
+                    grounded.append(pname)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, default)
+    config = ConfigDict(extra="forbid", strict=strict, arbitrary_types_allowed=True)
+    with warnings.catch_warnings():  # an argument named like a BaseModel attribute (schema, json) is fine here
+        warnings.filterwarnings("ignore", message=r"Field name .* shadows an attribute in parent", category=UserWarning)
+        model = create_model(f"{name}_args", __config__=config, **fields)
+    return model, tuple(refs), tuple(grounded)
+
+
+class Toolset:
+    """A registry of tool specs.
+
+    Example::
+
+        tools = Toolset()
+
+        @tools.tool(produces="person_id")
+        async def search_contacts(name: str) -> list[dict]: ...
+    """
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        self._producers: dict[str, list[str]] = {}
+        for spec in specs:
+            self.add(spec)
+
+    # -- registry -------------------------------------------------------------------------
+    def add(self, spec: ToolSpec, *, replace: bool = False) -> ToolSpec:
+        """Register a spec; a second tool of the same name is an error unless ``replace``."""
+        if spec.name in self._specs and not replace:
+            raise SpecError(f"a tool named {spec.name!r} is already declared")
+        old = self._specs.get(spec.name)
+        if old is not None:
+            for p in old.produces:
+                self._producers[p.kind].remove(old.name)
+        self._specs[spec.name] = spec
+        for p in spec.produces:
+            self._producers.setdefault(p.kind, []).append(spec.name)
+        return spec
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self._specs[name]
+
+    def get(self, name: str) -> ToolSpec | None:
+        """The spec of ``name``, or ``None``."""
+        return self._specs.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    @property
+    def names(self) -> list[str]:
+        """Tool names in declaration order."""
+        return list(self._specs)
+
+    def producers_of(self, kind: str) -> list[str]:
+        """Names of the tools whose results bind references of ``kind``."""
+        return self._producers.get(kind, [])
+
+    @classmethod
+    def from_openai(
+        cls,
+        tools: Iterable[Mapping[str, Any]],
+        *,
+        functions: Mapping[str, Callable[..., Any]] | None = None,
+        rules: Mapping[str, Mapping[str, Any]] | None = None,
+        error_result: ErrorResult | None = None,
+        toolset: Toolset | None = None,
+    ) -> Toolset:
+        """Declare every function tool of an OpenAI-style ``tools`` list (no SDK needed).
+
+        Accepts chat completions tools (``{"type": "function", "function": {...}}``),
+        Responses function tools (``{"type": "function", "name": ..., "parameters": ...}``)
+        and bare function definitions. Built-in and custom tools are skipped.
+
+        Args:
+            tools: the ``tools`` list sent to the model (parsed JSON).
+            functions: ``{name: callable}``: implementations (sync or async), called with
+                the arguments as keywords.
+            rules: ``{name: options}``: extra :meth:`add_schema` options per tool, such as
+                ``{"send_message": {"refs": {"person_id": "person_id"}}}``.
+            error_result: the error-result recogniser of every tool without its own in ``rules``.
+            toolset: add to this toolset instead of a new one.
+
+        Raises:
+            SpecError: a definition is malformed (named by its index, ``tools[3]``), or
+                ``functions`` / ``rules`` name a tool that is not in ``tools``.
+        """
+        functions = functions or {}
+        rules = rules or {}
+        parsed = [(f"tools[{i}]", *d) for i, tool in enumerate(tools) if (d := _openai_definition(tool, f"tools[{i}]"))]
+        declared = {name for _, name, _, _ in parsed}
+        for what, names in (("functions", functions), ("rules", rules)):
+            unknown = sorted(set(names) - declared)
+            if unknown:
+                raise SpecError(f"{what} name tools that are not in the tools list: {', '.join(unknown)}")
+        out = toolset if toolset is not None else cls()
+        for where, name, params, description in parsed:
+            options = {"error_result": error_result, **rules.get(name, {})}
+            try:
+                out.add_schema(name, params, description=description, func=functions.get(name), **options)
+            except TypeError as e:  # a misspelt option
+                raise SpecError(f"rules[{name!r}]: {e}; options are those of Toolset.add_schema") from e
+            except SpecError as e:
+                raise SpecError(f"{where}: {e}") from e
+        return out
+
+    # -- spec files -----------------------------------------------------------------------
+    def apply_spec(self, spec: SpecFile | str | os.PathLike[str] | Mapping[str, Any]) -> Toolset:
+        """Merge a spec file's rules onto the toolset; returns the toolset.
+
+        Args:
+            spec: a path (``.yaml``, ``.yml``, ``.json``), a mapping, or a loaded :class:`SpecFile`.
+                Its tools must already be declared (from a schema, an OpenAI definition, an MCP
+                listing) unless the file gives their ``parameters``.
+
+        Raises:
+            SpecError: the file is bad: ``FILE:LINE: what is wrong`` (an unknown tool, a bad path,
+                an expression that does not compile, ...). Nothing is changed then.
+        """
+        loaded = spec if isinstance(spec, SpecFile) else parse_spec(spec) if isinstance(spec, Mapping) else load_spec(spec)
+        compiled: dict[str, ToolSpec] = {}
+        for name, rules in loaded.tools.items():
+            base = self._specs.get(name)
+            if base is None:
+                if rules.parameters is None:
+                    known = ", ".join(sorted(self._specs)[:20]) or "none"
+                    raise SpecError(
+                        f"{loaded.where('tools', name)}: tools.{name}: there is no tool named {name!r} (known: {known}); "
+                        "give its parameters to declare it here"
+                    )
+                base = Toolset().add_schema(name, rules.parameters, description=rules.description or "")
+            compiled[name] = _rules.compile_tool(loaded, name, rules, base)
+        _rules.check_probes(loaded, lambda n: compiled.get(n) or self._specs.get(n))
+        for tool in compiled.values():
+            self.add(tool, replace=True)
+        return self
+
+    @classmethod
+    def from_spec(cls, spec: SpecFile | str | os.PathLike[str] | Mapping[str, Any]) -> Toolset:
+        """A toolset of the tools a spec file declares with ``parameters`` (and their rules)."""
+        return cls().apply_spec(spec)
+
+    # -- declaration ----------------------------------------------------------------------
+    @overload
+    def tool(self, func: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires: Iterable[Precondition | Callable[..., PreconditionResult]] = (),
+        effects: Iterable[Effect] = (),
+        produces: Produces = None,
+        invalidates: str | Iterable[str] | None = None,
+        grounded: str | Iterable[str] | None = None,
+        error_result: ErrorResult | None = None,
+        exposed: bool = True,
+        strict: bool = False,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        func: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires: Iterable[Precondition | Callable[..., PreconditionResult]] = (),
+        effects: Iterable[Effect] = (),
+        produces: Produces = None,
+        invalidates: str | Iterable[str] | None = None,
+        grounded: str | Iterable[str] | None = None,
+        error_result: ErrorResult | None = None,
+        exposed: bool = True,
+        strict: bool = False,
+    ) -> F | Callable[[F], F]:
+        """Declare a Python callable (sync or async) as a tool; usable bare or with options.
+
+        Args:
+            name: tool name (default: the function's name).
+            description: default: the docstring's first paragraph.
+            requires: preconditions, checked in order.
+            effects: state updates run after a successful call.
+            produces: reference kinds the result binds: a kind (the key of the same name),
+                several kinds or ``(kind, key)`` pairs, or ``{kind: key}``.
+            invalidates: reference kinds whose argument values are stale after success.
+            grounded: arguments whose values must be available information (also
+                ``Annotated[..., Grounded()]``).
+            error_result: recognises results that mean the environment rejected the call.
+            exposed: ``False`` declares a tool that is not available until exposed.
+            strict: pydantic strict mode for the arguments (no coercion of ``"5"`` to 5).
+        """
+
+        def register(f: F) -> F:
+            tool_name = name or getattr(f, "__name__", None)
+            if not tool_name:
+                raise SpecError(f"cannot name tool {f!r}; pass name=")
+            model, refs, grounded_marks = _signature_model(f, tool_name, strict)
+            doc = inspect.getdoc(f) or ""
+            self.add(
+                ToolSpec(
+                    name=tool_name,
+                    description=description if description is not None else doc.split("\n\n")[0],
+                    parameters=model.model_json_schema(),
+                    validate=model_validator(model),
+                    func=f,
+                    is_async=inspect.iscoroutinefunction(f),
+                    requires=tuple(Precondition.wrap(p) for p in requires),
+                    effects=_sync_rules(tool_name, effects, error_result),
+                    produces=_produce_tuple(produces),
+                    invalidates=frozenset(_names(invalidates)),
+                    refs=refs,
+                    grounded=tuple(dict.fromkeys(grounded_marks + _names(grounded))),
+                    error_result=error_result,
+                    exposed=exposed,
+                )
+            )
+            return f
+
+        if func is not None:
+            return register(func)
+        return register
+
+    def add_schema(
+        self,
+        name: str,
+        json_schema: Mapping[str, Any] | str | None = None,
+        *,
+        description: str = "",
+        func: Callable[..., Any] | None = None,
+        requires: Iterable[Precondition | Callable[..., PreconditionResult]] = (),
+        effects: Iterable[Effect] = (),
+        produces: Produces = None,
+        invalidates: str | Iterable[str] | None = None,
+        refs: Mapping[str, str | Ref] | None = None,
+        grounded: str | Iterable[str] | None = None,
+        error_result: ErrorResult | None = None,
+        exposed: bool = True,
+        forbid_unknown: bool = True,
+        replace: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ToolSpec:
+        """Declare a tool from a JSON Schema of its arguments.
+
+        Args:
+            name: the tool's name.
+            json_schema: the arguments' schema (an OpenAI function's ``parameters``, an MCP
+                tool's ``inputSchema``), as a dict or JSON text; ``None`` for no arguments.
+            func: an implementation called as ``func(**args)`` when the monitor runs the tool.
+            refs: ``{argument: kind}`` (or ``Ref``) for reference arguments; the key may be
+                a path into nested arguments (``payment_methods[].payment_id``, see
+                :func:`values_at`). ``grounded`` names accept paths too.
+            forbid_unknown: reject arguments the schema does not name, unless the schema
+                says ``additionalProperties`` itself.
+            replace: replace an existing tool of the same name.
+
+        The other options are as for :meth:`tool`.
+        """
+        if isinstance(json_schema, str):
+            try:
+                json_schema = json.loads(json_schema)
+            except json.JSONDecodeError as e:
+                raise SpecError(f"tool {name!r}: its schema is not valid JSON: {e}") from e
+        if json_schema is None:
+            json_schema = {"type": "object", "properties": {}}
+        if not isinstance(json_schema, Mapping):
+            raise SpecError(f"tool {name!r}: the schema must be a JSON object, got {type(json_schema).__name__}")
+        schema: Mapping[str, Any] = json_schema
+        ref_pairs = tuple((arg, r if isinstance(r, Ref) else Ref(r)) for arg, r in (refs or {}).items())
+        return self.add(
+            ToolSpec(
+                name=name,
+                description=description,
+                parameters=schema,
+                validate=schema_validator(name, schema, forbid_unknown=forbid_unknown),
+                func=func,
+                is_async=func is not None and inspect.iscoroutinefunction(func),
+                requires=tuple(Precondition.wrap(p) for p in requires),
+                effects=_sync_rules(name, effects, error_result),
+                produces=_produce_tuple(produces),
+                invalidates=frozenset(_names(invalidates)),
+                refs=ref_pairs,
+                grounded=_names(grounded),
+                error_result=error_result,
+                exposed=exposed,
+                metadata=dict(metadata or {}),
+            ),
+            replace=replace,
+        )
+
+
+def _openai_definition(tool: Any, where: str) -> tuple[str, Mapping[str, Any] | None, str] | None:
+    """(name, parameters, description) of one function definition, or ``None`` for non-function tools."""
+    if not isinstance(tool, Mapping):
+        raise SpecError(f"{where}: a tool definition must be an object, got {type(tool).__name__}")
+    if tool.get("type", "function") != "function":
+        return None  # built-in tools (web search, custom grammars) never come back as function calls
+    fn = tool.get("function", tool)
+    if not isinstance(fn, Mapping):
+        raise SpecError(f"{where}: 'function' must be an object, got {type(fn).__name__}")
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"{where}: a function definition needs a non-empty 'name'")
+    params = fn.get("parameters")
+    if params is not None and not isinstance(params, Mapping):
+        raise SpecError(f"{where} ({name}): 'parameters' must be a JSON Schema object, got {type(params).__name__}")
+    description = fn.get("description")
+    return name, params, description if isinstance(description, str) else ""
