@@ -43,12 +43,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import timezone
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import ValidationError
 
 from .exceptions import RecordError
-from .records import RECORD_ADAPTER, SCHEMA, EpisodeRecord, iter_records
+from .records import RECORD_ADAPTER, SCHEMA, BadLine, EpisodeRecord, iter_records
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -213,16 +213,36 @@ def write_parquet(
     return n
 
 
-def export_records(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], **kw: Any) -> int:
-    """Validate every record of ``paths`` (JSON Lines or Parquet) and write them to ``out``.
+def export_records(
+    paths: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    on_error: Literal["raise", "skip"] = "raise",
+    errors: list[BadLine] | None = None,
+    **kw: Any,
+) -> int:
+    """Validate every record of ``paths`` and write them to the Parquet file ``out``.
+
+    Inputs may be record JSON Lines, Parquet or OTLP JSON trace files. The file is written
+    under a temporary name and renamed at the end, so a failed export leaves no partial file.
 
     Raises:
-        RecordError: a bad line, naming file and line (nothing is written then).
+        RecordError: a bad line, naming file and line (with ``on_error="raise"``; nothing is
+            written then).
     """
 
     def records() -> Iterator[EpisodeRecord]:
         for p in paths:
-            yield from (iter_parquet_records(p) if is_parquet(p) else iter_records(p))
+            with open(p, "rb") as f:
+                head = f.read(4096)
+            if head[:4] == MAGIC:
+                yield from iter_parquet_records(p)
+            elif b'"resourceSpans"' in head or b'"resource_spans"' in head:
+                from .otlp import read_otlp_records
+
+                yield from read_otlp_records(p, on_error=on_error)
+            else:
+                yield from iter_records(p, on_error=on_error, errors=errors)
 
     tmp = f"{os.fspath(out)}.tmp-{os.getpid()}"
     try:
