@@ -121,7 +121,7 @@ def arrow_schema() -> pa.Schema:
         pa.field("executable", pa.bool_(), nullable=False),
         pa.field("outcome", s),
         pa.field("first_failure", first_failure),
-        pa.field("actions", pa.list_(pa.field("item", action, nullable=False)), nullable=False),
+        pa.field("actions", pa.list_(pa.field("element", action, nullable=False)), nullable=False),
         pa.field("started_at", ts, nullable=False),
         pa.field("ended_at", ts, nullable=False),
         pa.field("status", s, nullable=False),

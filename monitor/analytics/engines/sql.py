@@ -185,8 +185,8 @@ def sql_report(
         )
         + " FROM _ranked WHERE _rn = 1",
     )
-    group_keys = ", ".join(kc) if kc else "1"
-    cohort_rows = backend.query(f"SELECT {', '.join([*kc, 'COUNT(*)']) if kc else 'COUNT(*)'} FROM _base GROUP BY {group_keys}")
+    grouped = f" GROUP BY {', '.join(kc)}" if kc else ""
+    cohort_rows = backend.query(f"SELECT {', '.join([*kc, 'COUNT(*)'])} FROM _base{grouped}")
     if not cohort_rows or not sum(int(r[-1]) for r in cohort_rows):
         raise ValueError("no episodes to report on")
     cohort_keys = sorted(
