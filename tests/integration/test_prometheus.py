@@ -245,3 +245,22 @@ class TestRules:
         assert blocked[("contacts", "m1", "sloppy")] >= 3
         calls = _by_cohort(_query(base, "prefixmon:calls_executable:ratio"))
         assert calls[("contacts", "m1", "careful")] == 1.0
+
+
+class TestDashboardQueries:
+    """Every query of the Grafana dashboard runs on the real Prometheus and returns data."""
+
+    def test_every_panel_query(self, live: tuple[str, Report]) -> None:
+        """With the template variables at All, each target's PromQL is valid and gives samples."""
+        base, _ = live
+        dashboard = json.loads((ROOT / "deploy" / "grafana" / "prefixmon.json").read_text())
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"]
+                for var in ("$dataset", "$model", "$method"):
+                    expr = expr.replace(var, ".*")
+                expr = expr.replace("$__range", "1h").replace("$__rate_interval", "1m")
+                deadline = time.monotonic() + 15  # rate() needs two scrapes in its window
+                while not _query(base, expr):
+                    assert time.monotonic() < deadline, (panel["title"], expr)
+                    time.sleep(0.5)
