@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
-import structlog
 
 from ._daemon_threads import DaemonThreads
 from .episode import Episode
 from .exceptions import SpecError
+from .logging import get_logger
 from .observer import Observer
 from .plan import PlanFollower, PlanLike, PlanVerdict, verify_plan
 from .policies import EscalateHook, Policy, ReplanHook
@@ -100,7 +100,7 @@ class Monitor:
         self.observers: tuple[Observer, ...] = tuple(observers)
         self.labels: dict[str, str] = {str(k): str(v) for k, v in (labels or {}).items()}
         self.stats = MonitorStats()
-        self._log = structlog.get_logger("prefixmon")
+        self._log = get_logger()  # structlog when the application configured it, else stdlib logging
         self._threads = DaemonThreads()
         """Where plain-function sinks run: a sink that never returns cannot keep the process alive."""
 

@@ -67,8 +67,12 @@ class SparkBackend(Backend):
             self.spark.stop()
 
 
-def local_session(builder_cls: Any = None, *, cores: str = "*") -> Any:
-    """A local SparkSession sized for one machine (few shuffle partitions, UTC, no UI)."""
+def local_session(builder_cls: Any = None, *, cores: str = "*", driver_memory: str = "4g") -> Any:
+    """A local SparkSession sized for one machine (few shuffle partitions, UTC, no UI).
+
+    ``driver_memory`` is the JVM heap (local mode runs everything in the driver); it takes
+    effect only when this call starts the JVM.
+    """
     if builder_cls is None:
         try:
             from pyspark.sql import SparkSession as builder_cls
@@ -77,6 +81,7 @@ def local_session(builder_cls: Any = None, *, cores: str = "*") -> Any:
     return (
         builder_cls.builder.master(f"local[{cores}]")
         .appName("prefixmon")
+        .config("spark.driver.memory", driver_memory)
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
