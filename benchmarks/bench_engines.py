@@ -58,11 +58,25 @@ def generate(path: str, n: int, seed: int = 0) -> None:
             labels = pa.MapArray.from_arrays(
                 np.arange(0, 3 * m + 1, 3, dtype=np.int32),
                 _flat(np.tile(np.array(["dataset", "model", "method"], dtype=object), m)),
-                _flat(np.stack([np.array(datasets, dtype=object)[ds], np.array(models, dtype=object)[model], np.array(methods, dtype=object)[method]], axis=1).ravel()),
+                _flat(
+                    np.stack(
+                        [
+                            np.array(datasets, dtype=object)[ds],
+                            np.array(models, dtype=object)[model],
+                            np.array(methods, dtype=object)[method],
+                        ],
+                        axis=1,
+                    ).ravel()
+                ),
             )
             del keys
             ff = pa.StructArray.from_arrays(
-                [pa.array(fed, pa.int32()), pa.array(np.full(m, "tool"), pa.string()), pa.array(cause, pa.string()), pa.array(np.full(m, "why"))],
+                [
+                    pa.array(fed, pa.int32()),
+                    pa.array(np.full(m, "tool"), pa.string()),
+                    pa.array(cause, pa.string()),
+                    pa.array(np.full(m, "why")),
+                ],
                 fields=list(schema.field("first_failure").type),
                 mask=pa.array(~fails),
             )
@@ -70,7 +84,9 @@ def generate(path: str, n: int, seed: int = 0) -> None:
             table = pa.Table.from_arrays(
                 [
                     pa.array([f"ep-{i}" for i in range(start, start + m)], pa.string()),
-                    pa.array(np.char.add(np.array(datasets)[ds].astype(str), np.char.add("/task-", task.astype(str))), pa.string()),
+                    pa.array(
+                        np.char.add(np.array(datasets)[ds].astype(str), np.char.add("/task-", task.astype(str))), pa.string()
+                    ),
                     labels,
                     pa.array(horizon, pa.int32()),
                     pa.array(fed, pa.int32()),
@@ -111,7 +127,17 @@ def child(engine: str, path: str, bootstrap: int) -> None:
         report = engine_report([path], engine=engine, bootstrap=bootstrap)  # type: ignore[arg-type]
     seconds = time.perf_counter() - t
     d = report.to_dict()
-    print(json.dumps({"seconds": seconds, "cohorts": [{k: c[k] for k in ("key", "n", "ter", "mean_fed", "auc_pec", "rr", "success", "pec", "n_k", "causes")} for c in d["cohorts"]]}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cohorts": [
+                    {k: c[k] for k in ("key", "n", "ter", "mean_fed", "auc_pec", "rr", "success", "pec", "n_k", "causes")}
+                    for c in d["cohorts"]
+                ],
+            }
+        )
+    )
 
 
 def _tree_rss_kib(pid: int) -> int:
@@ -133,10 +159,11 @@ def _tree_rss_kib(pid: int) -> int:
 def run(engine: str, path: str, bootstrap: int) -> dict[str, Any]:
     """One engine in a child process; peak memory = the largest sum of RSS over its process tree
     (the JVM's included), sampled every 50 ms."""
+    log = tempfile.TemporaryFile("w+")  # Spark logs a lot: a pipe could fill and stall the child  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", engine, "--file", path, "--bootstrap", str(bootstrap)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=log,
         text=True,
     )
     peak = 0
@@ -145,7 +172,9 @@ def run(engine: str, path: str, bootstrap: int) -> dict[str, Any]:
         time.sleep(0.05)
     out = proc.stdout.read() if proc.stdout else ""
     if proc.returncode:
-        raise RuntimeError(f"{engine} failed with exit code {proc.returncode}")
+        log.seek(0)
+        err = log.read()
+        raise RuntimeError(f"{engine} failed with exit code {proc.returncode}: {err[-2000:]}")
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["peak_mb"] = peak / 1024
     return result
@@ -157,6 +186,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", type=int, default=0)
     parser.add_argument("--python", action="store_true", help="also run the in-process engine")
     parser.add_argument("--no-spark", action="store_true")
+    parser.add_argument("--only", choices=("duckdb", "spark", "python"), help="run this engine only")
     parser.add_argument("--child")
     parser.add_argument("--file")
     args = parser.parse_args()
@@ -169,7 +199,11 @@ def main() -> None:
         generate(path, args.episodes)
         size = os.path.getsize(path) / 2**20
         print(f"generated {args.episodes:,} episodes in {time.perf_counter() - t:.1f} s ({size:.0f} MiB Parquet)")
-        engines = ["duckdb", *(() if args.no_spark else ("spark",)), *(("python",) if args.python else ())]
+        engines = (
+            [args.only]
+            if args.only
+            else ["duckdb", *(() if args.no_spark else ("spark",)), *(("python",) if args.python else ())]
+        )
         results = {}
         for engine in engines:
             results[engine] = r = run(engine, path, args.bootstrap)
@@ -177,9 +211,11 @@ def main() -> None:
                 f"{engine:>7}: {r['seconds']:7.1f} s, {args.episodes / r['seconds']:>12,.0f} episodes/s, "
                 f"peak RSS {r['peak_mb']:,.0f} MiB (bootstrap {args.bootstrap})"
             )
-        for engine in engines[1:]:
+        for engine in engines[1:] if "duckdb" in results else ():
             same = results[engine]["cohorts"] == results["duckdb"]["cohorts"]
-            print(f"{engine} point estimates equal DuckDB's: {same if args.bootstrap == 0 else 'n/a (bootstrap intervals differ by method)'}")
+            print(
+                f"{engine} point estimates equal DuckDB's: {same if args.bootstrap == 0 else 'n/a (bootstrap intervals differ by method)'}"  # noqa: E501
+            )
 
 
 if __name__ == "__main__":

@@ -101,6 +101,7 @@ def get_logger() -> Any:
     """prefixmon's logger: structlog when the application configured it, else stdlib ``prefixmon``."""
     return _Logger()
 
+
 _BLOCKED = frozenset({Decision.BLOCK, Decision.FAIL_CLOSED})
 _ESCALATED = frozenset({Decision.APPROVE, Decision.EDIT, Decision.DENY})
 

@@ -258,7 +258,8 @@ def configure_otel(
     want_traces = otlp_endpoint is not None or _env_otlp("TRACES")
     want_metrics = otlp_metrics and (otlp_endpoint is not None or _env_otlp("METRICS"))
     want_logs = logs is not False and (
-        (otlp_endpoint is not None and logs is True) or (otlp_endpoint is None and _env_otlp("LOGS") and "otlp" in _env_exporters("LOGS"))
+        (otlp_endpoint is not None and logs is True)
+        or (otlp_endpoint is None and _env_otlp("LOGS") and "otlp" in _env_exporters("LOGS"))
     )
     if want_traces or want_metrics or want_logs:
         try:
@@ -296,4 +297,6 @@ def configure_otel(
         otel_metrics.set_meter_provider(meter_provider)
         if logger_provider is not None:
             otel_logs.set_logger_provider(logger_provider)
-    return OtelPipeline(tracer_provider=tracer_provider, meter_provider=meter_provider, readers=readers, logger_provider=logger_provider)
+    return OtelPipeline(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, readers=readers, logger_provider=logger_provider
+    )

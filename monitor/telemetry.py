@@ -657,7 +657,11 @@ class Telemetry(Observer):
                             event_name=sc.GEN_AI_GUARDRAIL_RESULT,
                             context=trace.set_span_in_context(span),
                             severity_number=otel_logs.SeverityNumber.INFO,
-                            attributes={**result, sc.GEN_AI_TOOL_NAME: call.attrs.get(sc.GEN_AI_TOOL_NAME, ""), sc.PREFIXMON_DEPTH: action.depth},
+                            attributes={
+                                **result,
+                                sc.GEN_AI_TOOL_NAME: call.attrs.get(sc.GEN_AI_TOOL_NAME, ""),
+                                sc.PREFIXMON_DEPTH: action.depth,
+                            },
                         )
                     )
             st = call.state

@@ -60,5 +60,11 @@ class TestDashboard:
             assert needed in titles
         assert {p["type"] for p in panels} <= CORE_PANELS
         assert len({p["id"] for p in panels}) == len(panels)
-        cells = [(x, y) for p in panels for g in [p["gridPos"]] for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])]
+        cells = [
+            (x, y)
+            for p in panels
+            for g in [p["gridPos"]]
+            for x in range(g["x"], g["x"] + g["w"])
+            for y in range(g["y"], g["y"] + g["h"])
+        ]
         assert len(cells) == len(set(cells)) and all(0 <= x < 24 for x, _ in cells)

@@ -150,7 +150,7 @@ def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[Episo
 
 def _bfcl_records(root: Path) -> Path | None:
     try:
-        import bfcl_eval  # noqa: F401
+        import bfcl_eval  # type: ignore[import-untyped]  # noqa: F401
     except ImportError:  # CI installs it (scripts/test.sh); a bare checkout may not
         return None
     path = root / "bfcl.jsonl"
@@ -161,17 +161,21 @@ def _bfcl_records(root: Path) -> Path | None:
 def _tau_replays(root: Path) -> Path:
     """τ-bench rollouts (two trials of 15 airline and 15 retail tasks) from the gold sequences
     run on the sandbox, one of each pair with a perturbed first call; then replayed."""
-    from prefixmon.adapters.taubench import Sandbox
+    from prefixmon.adapters.taubench import Domain, Sandbox
     from prefixmon.adapters.taubench.data import load_tasks
 
     out = root / "tau.jsonl"
     parts = []
-    for domain, split in (("airline", "airline_test"), ("retail", "retail_test")):
-        rollouts = []
+    domains: tuple[tuple[Domain, str], ...] = (("airline", "airline_test"), ("retail", "retail_test"))
+    for domain, split in domains:
+        rollouts: list[dict[str, Any]] = []
         for task in load_tasks(split)[:15]:
             for trial in (0, 1):
                 sandbox = Sandbox(domain)
-                messages: list[dict[str, Any]] = [{"role": "system", "content": "policy"}, {"role": "user", "content": task.instruction}]
+                messages: list[dict[str, Any]] = [
+                    {"role": "system", "content": "policy"},
+                    {"role": "user", "content": task.instruction},
+                ]
                 for i, action in enumerate(task.actions):
                     args = dict(action.kwargs)
                     if trial == 1 and i == 0 and args:  # an invented value in the first call
@@ -183,12 +187,31 @@ def _tau_replays(root: Path) -> Path:
                             "role": "assistant",
                             "content": None,
                             "tool_calls": [
-                                {"id": call_id, "type": "function", "function": {"name": action.name, "arguments": json.dumps(args)}}
+                                {
+                                    "id": call_id,
+                                    "type": "function",
+                                    "function": {"name": action.name, "arguments": json.dumps(args)},
+                                }
                             ],
                         }
                     )
-                    messages.append({"role": "tool", "tool_call_id": call_id, "name": action.name, "content": sandbox.invoke(action.name, args)})
-                rollouts.append({"task_id": task.task_index, "trial": trial, "reward": 1.0 if trial == 0 else 0.0, "info": {}, "traj": messages})
+                    messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": call_id,
+                            "name": action.name,
+                            "content": sandbox.invoke(action.name, args),
+                        }
+                    )
+                rollouts.append(
+                    {
+                        "task_id": task.task_index,
+                        "trial": trial,
+                        "reward": 1.0 if trial == 0 else 0.0,
+                        "info": {},
+                        "traj": messages,
+                    }
+                )
         src = root / f"tau-{domain}.json"
         src.write_text(json.dumps(rollouts))
         part = root / f"tau-{domain}.jsonl"
@@ -272,7 +295,9 @@ class TestEngines:
 
     @pytest.mark.parametrize("engine", ENGINES)
     @pytest.mark.parametrize("name", ["demo", "synthetic", "tau", "bfcl"])
-    def test_equal_to_in_process(self, sets: dict[str, tuple[list[EpisodeRecord], Path]], spark: Any, engine: str, name: str) -> None:
+    def test_equal_to_in_process(
+        self, sets: dict[str, tuple[list[EpisodeRecord], Path]], spark: Any, engine: str, name: str
+    ) -> None:
         """Every cohort's N, tasks, TER, mean FED, AUC-PEC, RR and RR-eligible, success and its
         decomposition, completion, S/P/F, causes, PEC / PEC_elig / n_k curves, checkpoints and
         unstable tasks equal build_report's."""
@@ -306,7 +331,9 @@ class TestEngines:
 class TestPoissonBootstrap:
     """The SQL engines' intervals: paired Poisson bootstrap, identical across engines."""
 
-    def test_spark_equals_duckdb_and_close_to_in_process(self, sets: dict[str, tuple[list[EpisodeRecord], Path]], spark: Any) -> None:
+    def test_spark_equals_duckdb_and_close_to_in_process(
+        self, sets: dict[str, tuple[list[EpisodeRecord], Path]], spark: Any
+    ) -> None:
         """Both SQL engines hash the same strings, so their intervals are the same (to the last bits of
         the percentile interpolation); they estimate
         what the in-process multinomial bootstrap estimates (within 0.06 for cohorts of 30 or more
@@ -325,7 +352,10 @@ class TestPoissonBootstrap:
                 (lo, hi), (lo2, hi2) = cd[metric]["ci"], co[metric]["ci"]
                 assert lo <= cd[metric]["value"] <= hi
                 scale = 1.0 if metric != "mean_fed" else max(1.0, co[metric]["value"])
-                assert math.isclose(lo, lo2, abs_tol=0.06 * scale) and math.isclose(hi, hi2, abs_tol=0.06 * scale), (cd["key"], metric)
+                assert math.isclose(lo, lo2, abs_tol=0.06 * scale) and math.isclose(hi, hi2, abs_tol=0.06 * scale), (
+                    cd["key"],
+                    metric,
+                )
         assert compared >= 4
 
     def test_seeded(self, sets: dict[str, tuple[list[EpisodeRecord], Path]]) -> None:
@@ -340,7 +370,9 @@ class TestPoissonBootstrap:
 class TestCli:
     """``prefixmon report FILE.parquet --engine ...``."""
 
-    def test_default_engine_for_parquet(self, sets: dict[str, tuple[list[EpisodeRecord], Path]], capsys: pytest.CaptureFixture[str]) -> None:
+    def test_default_engine_for_parquet(
+        self, sets: dict[str, tuple[list[EpisodeRecord], Path]], capsys: pytest.CaptureFixture[str]
+    ) -> None:
         """Parquet input is reported by DuckDB by default, with the --format json schema of today."""
         records, parquet = sets["demo"]
         assert main(["report", str(parquet), "--format", "json", "--bootstrap", "0"]) == 0
@@ -349,13 +381,17 @@ class TestCli:
         assert main(["report", str(parquet), "--engine", "python", "--format", "json", "--bootstrap", "0"]) == 0
         assert_same(got, json.loads(capsys.readouterr().out))
 
-    def test_sql_engine_needs_parquet(self, sets: dict[str, tuple[list[EpisodeRecord], Path]], capsys: pytest.CaptureFixture[str]) -> None:
+    def test_sql_engine_needs_parquet(
+        self, sets: dict[str, tuple[list[EpisodeRecord], Path]], capsys: pytest.CaptureFixture[str]
+    ) -> None:
         """A JSON Lines input to --engine duckdb says how to convert it."""
         demo = sets["demo"][1].parent / "demo" / "records.jsonl"
         assert main(["report", str(demo), "--engine", "duckdb"]) == 1
         assert "prefixmon export" in capsys.readouterr().err
 
-    def test_in_process_only_options(self, sets: dict[str, tuple[list[EpisodeRecord], Path]], capsys: pytest.CaptureFixture[str]) -> None:
+    def test_in_process_only_options(
+        self, sets: dict[str, tuple[list[EpisodeRecord], Path]], capsys: pytest.CaptureFixture[str]
+    ) -> None:
         """--compare with a SQL engine is refused, naming the engine that does it."""
         parquet = sets["demo"][1]
         assert main(["report", str(parquet), "--engine", "duckdb", "--compare", "method=careful,method=sloppy"]) == 1

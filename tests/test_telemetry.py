@@ -50,7 +50,11 @@ class Otel:
         return list(self.spans.get_finished_spans())
 
     def tool_spans(self) -> list[ReadableSpan]:
-        return [s for s in self.finished() if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) in (sc.EXECUTE_TOOL, sc.APPLY_GUARDRAIL)]
+        return [
+            s
+            for s in self.finished()
+            if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) in (sc.EXECUTE_TOOL, sc.APPLY_GUARDRAIL)
+        ]
 
     def episode_spans(self) -> list[ReadableSpan]:
         return [s for s in self.finished() if s.name.startswith("invoke_agent")]
@@ -140,7 +144,12 @@ class TestCallSpans:
             "execute_tool remove_contact",
             "apply_guardrail prefixmon",
         ]
-        assert [attrs(s)[sc.GEN_AI_OPERATION_NAME] for s in spans] == ["execute_tool", "apply_guardrail", "execute_tool", "apply_guardrail"]
+        assert [attrs(s)[sc.GEN_AI_OPERATION_NAME] for s in spans] == [
+            "execute_tool",
+            "apply_guardrail",
+            "execute_tool",
+            "apply_guardrail",
+        ]
         assert attrs(spans[1])[sc.GEN_AI_TOOL_NAME] == "remove_contact"
         blocked = attrs(spans[1])
         assert blocked[sc.ERROR_TYPE] == "prefixmon.dependency"

@@ -76,7 +76,9 @@ class TestEnvironment:
         assert {"/v1/traces", "/v1/metrics", "/v1/logs"} <= paths
         assert all(h.get("x-api-key") == "s3cret" for _, h in seen)
 
-    def test_exporter_none(self, monkeypatch: pytest.MonkeyPatch, collector: tuple[str, list[tuple[str, dict[str, str]]]]) -> None:
+    def test_exporter_none(
+        self, monkeypatch: pytest.MonkeyPatch, collector: tuple[str, list[tuple[str, dict[str, str]]]]
+    ) -> None:
         """OTEL_TRACES_EXPORTER=none turns trace export off even with an endpoint in the environment."""
         url, seen = collector
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)

@@ -24,7 +24,9 @@ def _target(expr: str, legend: str = LEGEND, ref: str = "A", **extra: Any) -> di
     return {"refId": ref, "datasource": DATASOURCE, "expr": expr, "legendFormat": legend, **extra}
 
 
-def _panel(pid: int, title: str, kind: str, grid: tuple[int, int, int, int], targets: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+def _panel(
+    pid: int, title: str, kind: str, grid: tuple[int, int, int, int], targets: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
     x, y, w, h = grid
     return {
         "id": pid,
@@ -64,7 +66,9 @@ def dashboard() -> dict[str, Any]:
             description="Fixed cohort, no censoring (DESIGN §3). x: depth k (label depth), one series per cohort.",
             **unit,
         ),
-        _panel(2, "TER (fully executable episodes)", "stat", (16, 0, 8, 4), [_target(f"prefixmon:ter:ratio{{{SELECT}}}")], **unit),
+        _panel(
+            2, "TER (fully executable episodes)", "stat", (16, 0, 8, 4), [_target(f"prefixmon:ter:ratio{{{SELECT}}}")], **unit
+        ),
         _panel(3, "AUC-PEC", "stat", (16, 4, 8, 5), [_target(f"prefixmon:auc_pec:ratio{{{SELECT}}}")], **unit),
         _panel(
             4,
@@ -89,7 +93,7 @@ def dashboard() -> dict[str, Any]:
                     format="heatmap",
                 )
             ],
-            description="Buckets are depths (le=\"k.0\"); the last finite bucket is Telemetry(max_depth).",
+            description='Buckets are depths (le="k.0"); the last finite bucket is Telemetry(max_depth).',
         ),
         _panel(
             6,
@@ -103,7 +107,12 @@ def dashboard() -> dict[str, Any]:
             "Interventions (blocked, replanned, escalated) per second",
             "timeseries",
             (8, 17, 8, 8),
-            [_target(f"sum by (prefixmon_decision) (rate(prefixmon_interventions_total{{{SELECT}}}[$__rate_interval]))", "{{prefixmon_decision}}")],
+            [
+                _target(
+                    f"sum by (prefixmon_decision) (rate(prefixmon_interventions_total{{{SELECT}}}[$__rate_interval]))",
+                    "{{prefixmon_decision}}",
+                )
+            ],
         ),
         _panel(
             8,
@@ -117,7 +126,7 @@ def dashboard() -> dict[str, Any]:
     return {
         "uid": "prefixmon-pec",
         "title": "prefixmon: live prefix executability",
-        "description": "PEC, TER, AUC-PEC, RR, FED and causes from prefixmon's OpenTelemetry metrics (deploy/prometheus/prefixmon.rules.yml).",
+        "description": "PEC, TER, AUC-PEC, RR, FED and causes from prefixmon's OpenTelemetry metrics (deploy/prometheus/prefixmon.rules.yml).",  # noqa: E501
         "tags": ["prefixmon", "agents", "opentelemetry"],
         "editable": True,
         "graphTooltip": 1,

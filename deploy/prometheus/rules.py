@@ -58,7 +58,7 @@ def rules(max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
         },
         {
             "record": "prefixmon:auc_pec:ratio",
-            "expr": f"sum by ({c}) (prefixmon_episode_executable_fraction_sum) / sum by ({c}) (prefixmon_episode_executable_fraction_count)",
+            "expr": f"sum by ({c}) (prefixmon_episode_executable_fraction_sum) / sum by ({c}) (prefixmon_episode_executable_fraction_count)",  # noqa: E501
         },
         {
             "record": "prefixmon:rr_eligible:sum",
@@ -75,7 +75,7 @@ def rules(max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
         {
             "record": "prefixmon:calls_executable:ratio",
             "expr": (
-                f'(sum by ({c}) (prefixmon_calls_total{{prefixmon_executable="true"}}) or 0 * sum by ({c}) (prefixmon_calls_total)) '
+                f'(sum by ({c}) (prefixmon_calls_total{{prefixmon_executable="true"}}) or 0 * sum by ({c}) (prefixmon_calls_total)) '  # noqa: E501
                 f"/ sum by ({c}) (prefixmon_calls_total)"
             ),
         },
@@ -87,7 +87,7 @@ def rules(max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
         reach = (
             f"sum by ({c}) (prefixmon_episode_horizon_count)"
             if k == 1
-            else f'(sum by ({c}) (prefixmon_episode_horizon_count) - sum by ({c}) (prefixmon_episode_horizon_bucket{{le="{_depth(k - 1)}"}}))'
+            else f'(sum by ({c}) (prefixmon_episode_horizon_count) - sum by ({c}) (prefixmon_episode_horizon_bucket{{le="{_depth(k - 1)}"}}))'  # noqa: E501
         )
         out.append({"record": "prefixmon:pec:ratio", "expr": f"{survivors} / {n}", "labels": labels})
         out.append({"record": "prefixmon:n_k:sum", "expr": reach, "labels": labels})

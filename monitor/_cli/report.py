@@ -123,14 +123,19 @@ def _engine(args: argparse.Namespace) -> str:
         try:
             import duckdb  # noqa: F401
         except ImportError:
-            print('prefixmon report: duckdb is not installed (pip install "prefixmon[duckdb]"); reading the Parquet input in process', file=sys.stderr)
+            print(
+                'prefixmon report: duckdb is not installed (pip install "prefixmon[duckdb]"); reading the Parquet input in process',  # noqa: E501
+                file=sys.stderr,
+            )
             return "python"
         engine = "duckdb"
     if engine == "python":
         return engine
     if not parquet:
         others = ", ".join(p for p in args.records if not is_parquet(p))
-        raise ValueError(f"--engine {engine} reads Parquet files; convert {others} with `prefixmon export ... --out FILE.parquet`")
+        raise ValueError(
+            f"--engine {engine} reads Parquet files; convert {others} with `prefixmon export ... --out FILE.parquet`"
+        )
     unsupported = [
         flag
         for flag, used in (
@@ -219,7 +224,9 @@ def _run_sql_report(args: argparse.Namespace, engine: str) -> int:
         strata=None if args.strata.lower() == "none" else args.strata,
     )
     if args.bootstrap:
-        print(f"prefixmon report: {engine}: intervals from a Poisson bootstrap paired by task id (docs/fleet.md)", file=sys.stderr)
+        print(
+            f"prefixmon report: {engine}: intervals from a Poisson bootstrap paired by task id (docs/fleet.md)", file=sys.stderr
+        )
     _output(report, args)
     return 0
 

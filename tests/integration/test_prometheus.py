@@ -23,10 +23,6 @@ from typing import Annotated, Any
 import pytest
 
 pytest.importorskip("opentelemetry.exporter.prometheus", reason="the prometheus extra is not installed")
-PROMETHEUS = shutil.which("prometheus")
-if PROMETHEUS is None:  # CI installs it (.ci/run); a developer machine may not have it
-    pytest.skip("the prometheus binary is not installed (apt-get install prometheus)", allow_module_level=True)
-
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, start_http_server
@@ -36,6 +32,9 @@ from prefixmon.analytics import Report, build_report
 from prefixmon.testing import RecordCapture
 
 pytestmark = pytest.mark.integration
+PROMETHEUS = shutil.which("prometheus")
+if PROMETHEUS is None:  # CI installs it (.ci/run); a developer machine may not have it
+    pytest.skip("the prometheus binary is not installed (apt-get install prometheus)", allow_module_level=True)
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "prefixmon.rules.yml"
 COHORT = ("prefixmon_label_dataset", "prefixmon_label_model", "prefixmon_label_method")
@@ -220,7 +219,9 @@ class TestRules:
     def test_pec_curves(self, live: tuple[str, Report]) -> None:
         """PEC(k), n_k and PEC_elig(k) at every depth of every cohort's curve (and PEC 0 past it)."""
         base, report = live
-        curves = {name: _by_cohort(_query(base, f"prefixmon:{name}"), "depth") for name in ("pec:ratio", "n_k:sum", "pec_elig:ratio")}
+        curves = {
+            name: _by_cohort(_query(base, f"prefixmon:{name}"), "depth") for name in ("pec:ratio", "n_k:sum", "pec_elig:ratio")
+        }
         for c in report.cohorts:
             for k in range(1, 9):
                 key = (*_key(c), str(k))

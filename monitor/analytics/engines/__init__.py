@@ -69,7 +69,9 @@ def engine_report(
         check_parquet(p)
     backend = open_backend(paths, engine, spark_session=spark_session)
     try:
-        return sql_report(backend, by=by, bootstrap=bootstrap, seed=seed, confidence=confidence, checkpoints=checkpoints, strata=strata)
+        return sql_report(
+            backend, by=by, bootstrap=bootstrap, seed=seed, confidence=confidence, checkpoints=checkpoints, strata=strata
+        )
     finally:
         close = getattr(backend, "close", None)
         if close is not None:

@@ -80,4 +80,3 @@ def read_parquet_columns(path: str, on_error: OnError = "raise", errors: list[Ba
                 failure_reason=reason,
             )
     return builder.build()
-

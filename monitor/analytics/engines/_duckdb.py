@@ -24,7 +24,9 @@ class DuckDBBackend(Backend):
 
     dialect = DUCKDB
 
-    def __init__(self, paths: Sequence[str | os.PathLike[str]], *, threads: int | None = None, memory_limit: str | None = None) -> None:
+    def __init__(
+        self, paths: Sequence[str | os.PathLike[str]], *, threads: int | None = None, memory_limit: str | None = None
+    ) -> None:
         try:
             import duckdb
         except ImportError as e:

@@ -146,16 +146,16 @@ def sql_report(
         raise ValueError(f"bootstrap must be >= 0 resamples, got {bootstrap}")
 
     # Each episode id once: its first occurrence in input order (file, then row).
-    ranked = (
-        "SELECT *, ROW_NUMBER() OVER (PARTITION BY episode_id ORDER BY _file, _row) AS _rn FROM episodes"
-    )
+    ranked = "SELECT *, ROW_NUMBER() OVER (PARTITION BY episode_id ORDER BY _file, _row) AS _rn FROM episodes"
     backend.materialize("_ranked", ranked)
     again = backend.query("SELECT episode_id, _file, _row FROM _ranked WHERE _rn > 1")
     duplicates = tuple(str(r[0]) for r in sorted(again, key=lambda r: (int(r[1]), int(r[2]))))
     present = tuple(
         sorted(
             str(r[0])
-            for r in backend.query(f"SELECT DISTINCT k FROM (SELECT {d.explode('map_keys(labels)')} AS k FROM _ranked WHERE _rn = 1) t")
+            for r in backend.query(
+                f"SELECT DISTINCT k FROM (SELECT {d.explode('map_keys(labels)')} AS k FROM _ranked WHERE _rn = 1) t"
+            )
         )
     )
     keys = tuple(by) if by is not None else tuple(k for k in DEFAULT_BY if k in present)
@@ -195,7 +195,9 @@ def sql_report(
     )
     cohort_values = " UNION ALL ".join(
         "SELECT "
-        + ", ".join([f"{c} AS cid", *(f"{f'CAST(NULL AS {d.string})' if v is None else _quote(v)} AS k{i}" for i, v in enumerate(ck))])
+        + ", ".join(
+            [f"{c} AS cid", *(f"{f'CAST(NULL AS {d.string})' if v is None else _quote(v)} AS k{i}" for i, v in enumerate(ck))]
+        )
         for c, ck in enumerate(cohort_keys)
     )
     on = " AND ".join(f"b.k{i} IS NOT DISTINCT FROM c.k{i}" for i in range(len(keys))) or "1 = 1"
@@ -217,7 +219,7 @@ def sql_report(
     )[0]
     import numpy as np
 
-    horizons = np.array([int(r[0]) for r in backend.query("SELECT DISTINCT horizon FROM _e")], dtype=np.int64)
+    horizons = np.array([int(r[0]) for r in backend.query("SELECT DISTINCT horizon FROM _e")], dtype=np.int32)
     scale = auc_scale(horizons, int(n_units) * int(max_runs))
     auc_expr = f"(fed - 1) * CAST({scale} / horizon AS BIGINT)" if scale > 1 else "CAST(fed - 1 AS DOUBLE) / horizon"
 
@@ -264,7 +266,12 @@ def sql_report(
     # Tasks, reruns, unstable tasks: per (cohort, task) outcome counts and score sums.
     per_task = (
         "SELECT cid, ds, task_id, COUNT(*) AS runs, "
-        + ", ".join([*(count(f"outcome = {_quote(o.value)}") + f" AS o{j}" for j, o in enumerate(Outcome)), count("outcome IS NULL") + " AS o3"])
+        + ", ".join(
+            [
+                *(count(f"outcome = {_quote(o.value)}") + f" AS o{j}" for j, o in enumerate(Outcome)),
+                count("outcome IS NULL") + " AS o3",
+            ]
+        )
         + ", SUM(score) AS tot, SUM(score * score) AS sq FROM _e GROUP BY cid, ds, task_id"
     )
     tasks: dict[int, tuple[int, int]] = {
@@ -309,7 +316,13 @@ def sql_report(
     cohorts: list[CohortReport] = []
     for c, ck in enumerate(cohort_keys):
         row = sums[c]
-        n, exe, fed_sum, auc_sum, success, success_exe, recovered = (int(row[0]), int(row[1]), int(row[2]), row[3], *map(int, row[4:7]))
+        n, exe, fed_sum, auc_sum, success, success_exe, recovered = (
+            int(row[0]),
+            int(row[1]),
+            int(row[2]),
+            row[3],
+            *map(int, row[4:7]),
+        )
         o_s, o_p, o_f, o_none = map(int, row[7:11])
         causes = {name: int(v) for name, v in zip(CAUSES, row[11:16], strict=True)}
         k_len = int(row[16])
@@ -320,7 +333,7 @@ def sql_report(
         eligible = n - exe
         q = exe / n
         s = success_exe / exe if exe else None
-        r = recovered / eligible if eligible else None
+        rr = recovered / eligible if eligible else None
         auc_value = float(int(auc_sum) if scale > 1 else float(auc_sum)) / (scale * n)
         cohorts.append(
             CohortReport(
@@ -330,7 +343,9 @@ def sql_report(
                 ter=estimate("ter", c, q),
                 mean_fed=estimate("mean_fed", c, fed_sum / n),
                 auc_pec=estimate("auc_pec", c, auc_value),
-                rr=RecoveryRate(value=r, ci=wilson_interval(recovered, eligible, confidence), eligible=eligible, recovered=recovered),
+                rr=RecoveryRate(
+                    value=r, ci=wilson_interval(recovered, eligible, confidence), eligible=eligible, recovered=recovered
+                ),
                 success=estimate("success", c, success / n),
                 completion=estimate("completion", c, (o_s + 0.5 * o_p) / n),
                 pec=tuple(float(x) / n for x in survivors),
@@ -339,7 +354,7 @@ def sql_report(
                 checkpoints={k: estimate(f"pec@{k}", c, cp_counts[k] / n) for k in cps},
                 causes=causes,
                 outcomes={"success": o_s, "partial": o_p, "failure": o_f, "none": o_none},
-                decomposition=Decomposition(q=q, s=s, r=r, uninterrupted=success_exe / n, recovered=recovered / n),
+                decomposition=Decomposition(q=q, s=s, r=rr, uninterrupted=success_exe / n, recovered=recovered / n),
                 unstable=tuple(unstable[c]),
                 rerun_tasks=tasks[c][1],
             )
