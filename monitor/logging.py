@@ -20,6 +20,12 @@ level) through the same ``prefixmon`` logger, so this observer does not repeat t
 Reasons and error messages may quote argument values; they are logged only with
 ``include_reasons=True``. :func:`configure_json_logging` sets up fast JSON Lines output
 for applications and scripts (a library never configures logging).
+
+Where the events go: when the application has configured structlog
+(``structlog.is_configured()``), through structlog as configured; otherwise through the
+stdlib logger ``prefixmon`` (:func:`get_logger`), whose handlers the application owns —
+never to bare stdout (structlog's unconfigured default). The choice is made at each event,
+so configuring structlog after the monitor was built still takes effect.
 """
 
 from __future__ import annotations
@@ -40,7 +46,61 @@ if TYPE_CHECKING:
     from .records import ActionRecord, EpisodeRecord
     from .verdict import Verdict
 
-__all__ = ["LiveLog", "configure_json_logging"]
+__all__ = ["LiveLog", "configure_json_logging", "get_logger"]
+
+STDLIB_LOGGER = "prefixmon"
+"""The stdlib logger prefixmon's events go to when structlog is not configured."""
+
+
+class _Logger:
+    """structlog's ``prefixmon`` logger when structlog is configured, else stdlib ``logging``.
+
+    Events reach the stdlib logger as ``"event key=value ..."`` messages with the fields also
+    in ``extra={"prefixmon": {...}}`` for structured handlers.
+    """
+
+    __slots__ = ("_std",)
+
+    def __init__(self) -> None:
+        self._std = std_logging.getLogger(STDLIB_LOGGER)
+
+    def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
+        if structlog.is_configured():
+            getattr(structlog.get_logger(STDLIB_LOGGER), std_logging.getLevelName(level).lower())(event, **fields)
+            return
+        std = self._std
+        if std.isEnabledFor(level):
+            text = " ".join([event, *(f"{k}={v!r}" for k, v in fields.items())])
+            std.log(level, text, extra={"prefixmon": {"event": event, **fields}})
+
+    def debug(self, event: str, **fields: Any) -> None:
+        """Log at debug level."""
+        self._emit(std_logging.DEBUG, event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        """Log at info level."""
+        self._emit(std_logging.INFO, event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        """Log at warning level."""
+        self._emit(std_logging.WARNING, event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        """Log at error level."""
+        self._emit(std_logging.ERROR, event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """Log at error level with the current exception."""
+        if structlog.is_configured():
+            structlog.get_logger(STDLIB_LOGGER).exception(event, **fields)
+        elif self._std.isEnabledFor(std_logging.ERROR):
+            self._std.error(" ".join([event, *(f"{k}={v!r}" for k, v in fields.items())]), exc_info=True)
+
+
+def get_logger() -> Any:
+    """prefixmon's logger: structlog when the application configured it, else stdlib ``prefixmon``."""
+    return _Logger()
+
 
 _BLOCKED = frozenset({Decision.BLOCK, Decision.FAIL_CLOSED})
 _ESCALATED = frozenset({Decision.APPROVE, Decision.EDIT, Decision.DENY})
@@ -50,13 +110,14 @@ class LiveLog(Observer):
     """Logs first failures, interventions and episode ends through structlog.
 
     Args:
-        logger: a structlog logger; default ``structlog.get_logger("prefixmon")``.
+        logger: a structlog logger; default :func:`get_logger` (structlog when configured,
+            else the stdlib logger ``prefixmon``).
         log_calls: also log every other call at debug level.
         include_reasons: add the model-readable reason (may quote argument values).
     """
 
     def __init__(self, logger: Any = None, *, log_calls: bool = False, include_reasons: bool = False) -> None:
-        self._log = logger if logger is not None else structlog.get_logger("prefixmon")
+        self._log = logger if logger is not None else get_logger()
         self.log_calls = log_calls
         self.include_reasons = include_reasons
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
-import structlog
 
 from ._daemon_threads import DaemonThreads
 from .episode import Episode, PlanTracker
 from .exceptions import SpecError
+from .logging import get_logger
 from .observer import Observer
 from .policies import EscalateHook, Intervention, Policy, ReplanHook
 from .records import EpisodeRecord, JsonlSink, Status
@@ -103,7 +103,7 @@ class Monitor:
         self.observers: tuple[Observer, ...] = tuple(observers)
         self.labels: dict[str, str] = {str(k): str(v) for k, v in (labels or {}).items()}
         self.stats = MonitorStats()
-        self._log = structlog.get_logger("prefixmon")
+        self._log = get_logger()  # structlog when the application configured it, else stdlib logging
         self._threads = DaemonThreads()
         """Where plain-function sinks run: a sink that never returns cannot keep the process alive."""
 

@@ -14,6 +14,15 @@ the SDK needs nothing from here. For everything else::
 Exporters: the console (human-readable JSON per span), OTLP over HTTP/protobuf to a
 collector or backend (``pip install "prefixmon[otlp]"``), and an OTLP JSON Lines file in the
 format of the OpenTelemetry file exporter, which :mod:`prefixmon.otlp` reads back.
+
+The standard ``OTEL_*`` environment variables work as in any SDK setup, read by the SDK
+itself: ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` (the resource),
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_{TRACES,METRICS,LOGS}_ENDPOINT``,
+``..._HEADERS``, ``..._TIMEOUT``, ``..._COMPRESSION`` (the OTLP exporters, created without
+arguments so they read them), ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` /
+``OTEL_LOGS_EXPORTER`` (``otlp``, ``console``, ``none``; a comma-separated list),
+``OTEL_METRIC_EXPORT_INTERVAL`` and ``OTEL_BSP_*``. Keyword arguments win over the
+environment when given.
 """
 
 from __future__ import annotations
@@ -28,8 +37,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from opentelemetry import _logs as otel_logs
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, ConsoleLogRecordExporter, LogRecordExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
@@ -143,16 +155,22 @@ class OtelPipeline:
     tracer_provider: TracerProvider
     meter_provider: MeterProvider
     readers: list[MetricReader] = field(default_factory=list)
+    logger_provider: LoggerProvider | None = None
+    """Where log-based events (``gen_ai.guardrail.result``) go, when a logs exporter is configured."""
 
     def force_flush(self) -> None:
         """Export everything buffered now."""
         self.tracer_provider.force_flush()
         self.meter_provider.force_flush()
+        if self.logger_provider is not None:
+            self.logger_provider.force_flush()
 
     def shutdown(self) -> None:
         """Flush and stop exporting."""
         self.tracer_provider.shutdown()
         self.meter_provider.shutdown()
+        if self.logger_provider is not None:
+            self.logger_provider.shutdown()
 
     def __enter__(self) -> OtelPipeline:
         return self
@@ -166,9 +184,24 @@ def _otlp_url(endpoint: str, signal: str) -> str:
     return base if base.endswith(f"/v1/{signal}") else f"{base}/v1/{signal}"
 
 
+def _env_exporters(signal: str) -> set[str]:
+    """``OTEL_<SIGNAL>_EXPORTER`` as a set of names (empty when unset)."""
+    value = os.environ.get(f"OTEL_{signal}_EXPORTER", "")
+    return {v.strip().lower() for v in value.split(",") if v.strip()}
+
+
+def _env_otlp(signal: str) -> bool:
+    """Whether the environment asks for OTLP export of ``signal`` (an endpoint or the exporter name)."""
+    if "none" in _env_exporters(signal):
+        return False
+    return "otlp" in _env_exporters(signal) or bool(
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")
+    )
+
+
 def configure_otel(
     *,
-    service_name: str = "prefixmon",
+    service_name: str | None = None,
     resource_attributes: Mapping[str, str] | None = None,
     console: bool = False,
     otlp_endpoint: str | None = None,
@@ -176,59 +209,94 @@ def configure_otel(
     otlp_metrics: bool = True,
     otlp_file: str | os.PathLike[str] | None = None,
     metric_readers: Sequence[MetricReader] = (),
-    metric_interval_s: float = 10.0,
+    metric_interval_s: float | None = None,
     batch: bool = True,
     set_global: bool = False,
+    logs: bool | None = None,
 ) -> OtelPipeline:
     """Build tracer and meter providers with the chosen exporters.
 
     Args:
-        service_name: the ``service.name`` resource attribute.
+        service_name: the ``service.name`` resource attribute; default ``OTEL_SERVICE_NAME``,
+            else ``prefixmon``.
         resource_attributes: more resource attributes (e.g.
             ``{"openinference.project.name": "agents"}`` for Phoenix projects).
         console: print spans and metrics to stdout.
         otlp_endpoint: base URL of an OTLP/HTTP receiver (``http://host:4318``); spans go
-            to ``/v1/traces``, metrics to ``/v1/metrics``.
-        otlp_headers: extra HTTP headers (API keys).
+            to ``/v1/traces``, metrics to ``/v1/metrics``. Default: the ``OTEL_EXPORTER_OTLP_*``
+            environment, when it names an endpoint or ``OTEL_*_EXPORTER=otlp``.
+        otlp_headers: extra HTTP headers (API keys); default ``OTEL_EXPORTER_OTLP_HEADERS``.
         otlp_metrics: also send metrics to ``otlp_endpoint`` (turn off for trace-only
             backends).
         otlp_file: append spans to this OTLP JSON Lines file.
         metric_readers: additional metric readers (an in-memory reader in tests).
-        metric_interval_s: export interval of the periodic metric readers.
+        metric_interval_s: export interval of the periodic metric readers; default
+            ``OTEL_METRIC_EXPORT_INTERVAL``, else 60 s.
         batch: batch span exports (off: export each span as it ends, for short scripts).
         set_global: also install the providers as the global ones (only an application
             should; a library never does).
+        logs: build a logger provider for log-based events (OTLP with the traces, or the
+            console); default: when OTLP or console export is configured for logs.
 
     Raises:
         ImportError: OTLP/HTTP export was asked for without the ``otlp`` extra.
     """
-    resource = Resource.create({"service.name": service_name, **(resource_attributes or {})})
+    attributes = dict(resource_attributes or {})
+    name = service_name or os.environ.get("OTEL_SERVICE_NAME")
+    attributes.setdefault("service.name", name or "prefixmon")  # the SDK adds OTEL_RESOURCE_ATTRIBUTES
+    resource = Resource.create(attributes)
     tracer_provider = TracerProvider(resource=resource)
     exporters: list[SpanExporter] = []
     metric_exporters: list[MetricExporter] = []
-    if console:
+    log_exporters: list[LogRecordExporter] = []
+    if console or "console" in _env_exporters("TRACES"):
         exporters.append(ConsoleSpanExporter())
+    if console or "console" in _env_exporters("METRICS"):
         metric_exporters.append(ConsoleMetricExporter())
-    if otlp_endpoint is not None:
+    if (console and logs is not False) or "console" in _env_exporters("LOGS"):
+        log_exporters.append(ConsoleLogRecordExporter())
+    want_traces = otlp_endpoint is not None or _env_otlp("TRACES")
+    want_metrics = otlp_metrics and (otlp_endpoint is not None or _env_otlp("METRICS"))
+    want_logs = logs is not False and (
+        (otlp_endpoint is not None and logs is True)
+        or (otlp_endpoint is None and _env_otlp("LOGS") and "otlp" in _env_exporters("LOGS"))
+    )
+    if want_traces or want_metrics or want_logs:
         try:
+            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError as e:
             raise ImportError(_INSTALL_HINT) from e
-        headers = dict(otlp_headers or {})
-        exporters.append(OTLPSpanExporter(endpoint=_otlp_url(otlp_endpoint, "traces"), headers=headers))
-        if otlp_metrics:
-            metric_exporters.append(OTLPMetricExporter(endpoint=_otlp_url(otlp_endpoint, "metrics"), headers=headers))
+        headers = dict(otlp_headers) if otlp_headers is not None else None  # None: the SDK reads the environment
+
+        def where(signal: str) -> str | None:
+            return None if otlp_endpoint is None else _otlp_url(otlp_endpoint, signal)
+
+        if want_traces:
+            exporters.append(OTLPSpanExporter(endpoint=where("traces"), headers=headers))
+        if want_metrics:
+            metric_exporters.append(OTLPMetricExporter(endpoint=where("metrics"), headers=headers))
+        if want_logs:
+            log_exporters.append(OTLPLogExporter(endpoint=where("logs"), headers=headers))
     if otlp_file is not None:
         exporters.append(OtlpJsonFileSpanExporter(otlp_file))
     for exporter in exporters:
         tracer_provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
-    readers: list[MetricReader] = [
-        PeriodicExportingMetricReader(m, export_interval_millis=metric_interval_s * 1000) for m in metric_exporters
-    ]
+    interval = None if metric_interval_s is None else metric_interval_s * 1000  # None: OTEL_METRIC_EXPORT_INTERVAL
+    readers: list[MetricReader] = [PeriodicExportingMetricReader(m, export_interval_millis=interval) for m in metric_exporters]
     readers.extend(metric_readers)
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    logger_provider: LoggerProvider | None = None
+    if log_exporters:
+        logger_provider = LoggerProvider(resource=resource)
+        for log_exporter in log_exporters:
+            logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         otel_metrics.set_meter_provider(meter_provider)
-    return OtelPipeline(tracer_provider=tracer_provider, meter_provider=meter_provider, readers=readers)
+        if logger_provider is not None:
+            otel_logs.set_logger_provider(logger_provider)
+    return OtelPipeline(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, readers=readers, logger_provider=logger_provider
+    )

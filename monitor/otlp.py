@@ -367,7 +367,7 @@ def records_from_spans(
             continue
         if sc.PREFIXMON_HORIZON in a:
             roots[str(episode_id)] = span
-        elif sc.PREFIXMON_DEPTH in a and a.get(sc.GEN_AI_OPERATION_NAME) == sc.EXECUTE_TOOL:
+        elif sc.PREFIXMON_DEPTH in a and a.get(sc.GEN_AI_OPERATION_NAME) in (sc.EXECUTE_TOOL, sc.APPLY_GUARDRAIL):
             calls.setdefault(str(episode_id), []).append(span)
     out: list[EpisodeRecord] = []
     for episode_id, root in sorted(roots.items(), key=lambda kv: (kv[1].start_time_unix_nano, kv[0])):

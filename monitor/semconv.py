@@ -1,9 +1,11 @@
 """Names prefixmon uses in OpenTelemetry: span and event names, attribute keys, metrics.
 
 The GenAI keys follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``,
-``error.type``); project keys live under ``prefixmon.*``. Query backends with these
-constants instead of string literals. Keys marked *content* are only written when content
-capture is enabled (they may quote argument values).
+``error.type``): where the ``opentelemetry-semantic-conventions`` package has a constant it
+is used here; the guardrail keys (GenAI guardrail conventions, development status) are not in
+the package yet and are spelled as published. Project keys live under ``prefixmon.*``. Query
+backends with these constants instead of string literals. Keys marked *content* are only
+written when content capture is enabled (they may quote argument values).
 """
 
 from __future__ import annotations
@@ -11,28 +13,37 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import Final
 
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
+from opentelemetry.semconv.attributes import error_attributes as _error
+
 __all__ = (
+    "APPLY_GUARDRAIL",
     "ERROR_TYPE",
     "EXECUTE_TOOL",
     "GEN_AI_AGENT_NAME",
     "GEN_AI_GUARDRAIL_COMPONENT_NAME",
+    "GEN_AI_GUARDRAIL_POLICY_RULE_ID",
     "GEN_AI_GUARDRAIL_RESULT",
     "GEN_AI_GUARDRAIL_RESULT_REASON",
     "GEN_AI_GUARDRAIL_RESULT_TYPE",
     "GEN_AI_GUARDRAIL_RESULT_VALUE",
     "GEN_AI_GUARDRAIL_SOURCE",
     "GEN_AI_OPERATION_NAME",
+    "GEN_AI_PROVIDER_NAME",
     "GEN_AI_TOOL_CALL_ARGUMENTS",
     "GEN_AI_TOOL_CALL_ID",
     "GEN_AI_TOOL_CALL_RESULT",
+    "GEN_AI_TOOL_DESCRIPTION",
     "GEN_AI_TOOL_NAME",
     "GEN_AI_TOOL_TYPE",
     "GUARDRAIL_COMPONENT",
+    "GUARDRAIL_RESULT_DECISION",
     "GUARDRAIL_SOURCE_TOOL_INPUT",
     "INVOKE_AGENT",
     "MAX_UNKNOWN_TOOL_NAME",
     "METRIC_CALLS",
     "METRIC_EPISODES",
+    "METRIC_EXECUTABLE_FRACTION",
     "METRIC_FED",
     "METRIC_FIRST_FAILURES",
     "METRIC_HORIZON",
@@ -68,6 +79,8 @@ __all__ = (
     "PREFIXMON_TASK_ID",
     "PREFIXMON_TURN",
     "PREFIXMON_WHERE",
+    "PROVIDER_UNKNOWN",
+    "TOOL_TYPE_FUNCTION",
     "UNKNOWN_TOOL",
     "tool_label",
 )
@@ -93,39 +106,57 @@ def tool_label(name: str, declared: Container[str]) -> str:
 
 INVOKE_AGENT: Final = "invoke_agent"
 """``gen_ai.operation.name`` of the episode span (span name ``invoke_agent {agent}``)."""
+APPLY_GUARDRAIL: Final = "apply_guardrail"
+"""``gen_ai.operation.name`` of the span of a call the monitor did not let run (blocked,
+denied, failed closed): nothing executed, so it is not an ``execute_tool`` span; its span
+name is ``apply_guardrail prefixmon``."""
 
 # --- GenAI semantic-convention keys ---------------------------------------------------
 
-GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
-GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
-GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
-GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
-GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
-GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_OPERATION_NAME: Final = _gen_ai.GEN_AI_OPERATION_NAME
+GEN_AI_PROVIDER_NAME: Final = _gen_ai.GEN_AI_PROVIDER_NAME
+"""On the episode span: the model provider (``Telemetry(provider_name=...)`` or the episode's
+``provider`` label; ``_OTHER`` when unknown)."""
+GEN_AI_AGENT_NAME: Final = _gen_ai.GEN_AI_AGENT_NAME
+GEN_AI_TOOL_NAME: Final = _gen_ai.GEN_AI_TOOL_NAME
+GEN_AI_TOOL_CALL_ID: Final = _gen_ai.GEN_AI_TOOL_CALL_ID
+GEN_AI_TOOL_TYPE: Final = _gen_ai.GEN_AI_TOOL_TYPE
+"""``function`` for every declared tool: the application runs it when the model asks."""
+GEN_AI_TOOL_DESCRIPTION: Final = _gen_ai.GEN_AI_TOOL_DESCRIPTION
+"""The declared tool's description, when it has one."""
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = _gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
 """*Content*: the call's arguments as JSON, redacted and size-capped."""
-GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+GEN_AI_TOOL_CALL_RESULT: Final = _gen_ai.GEN_AI_TOOL_CALL_RESULT
 """*Content*: the tool's result as JSON, redacted and size-capped."""
-ERROR_TYPE: Final = "error.type"
+ERROR_TYPE: Final = _error.ERROR_TYPE
 """``prefixmon.<cause>`` on a non-executable call; the exception class on a monitor error."""
+TOOL_TYPE_FUNCTION: Final = "function"
+PROVIDER_UNKNOWN: Final = "_OTHER"
 
 # --- the verdict as a guardrail event --------------------------------------------------
 
 GEN_AI_GUARDRAIL_RESULT: Final = "gen_ai.guardrail.result"
-"""Event name: the monitor's verdict on one call, on that call's span."""
+"""Event name: the monitor's verdict on one call: a span event on that call's span, and a
+log-based event (a log record with this event name) for every call that was not simply
+executable and allowed."""
 GEN_AI_GUARDRAIL_COMPONENT_NAME: Final = "gen_ai.guardrail.component.name"
 """Always ``"prefixmon"``."""
 GEN_AI_GUARDRAIL_SOURCE: Final = "gen_ai.guardrail.source"
 """Always ``"tool_input"``: the check runs on the call before it executes."""
 GEN_AI_GUARDRAIL_RESULT_TYPE: Final = "gen_ai.guardrail.result.type"
-"""What the guardrail did: ``pass`` (executable), ``observe`` (not executable, ran anyway),
-``block`` (not run), ``modify`` (replaced or edited), ``escalate`` (a human approved)."""
+"""The provider-native name of the result field, as the convention asks (no generalized
+allow/deny): always ``"decision"``, prefixmon's own result field."""
 GEN_AI_GUARDRAIL_RESULT_VALUE: Final = "gen_ai.guardrail.result.value"
-"""Boolean: whether the call was executable."""
+"""The native result value as a string: the decision (``allow``, ``observe``, ``block``,
+``replan``, ``approve``, ``edit``, ``deny``, ``fail_closed``)."""
 GEN_AI_GUARDRAIL_RESULT_REASON: Final = "gen_ai.guardrail.result.reason"
-"""Low-cardinality reason: the failure code (``stale_reference``, ``precondition:x``) or
-``executable``."""
+"""Low-cardinality reason, never content: the failure code (``unbound_reference``,
+``precondition:x``) or ``executable``."""
+GEN_AI_GUARDRAIL_POLICY_RULE_ID: Final = "gen_ai.guardrail.policy.rule.id"
+"""The check that produced a non-executable verdict: the primary cause (``dependency``, ...)."""
 GUARDRAIL_COMPONENT: Final = "prefixmon"
 GUARDRAIL_SOURCE_TOOL_INPUT: Final = "tool_input"
+GUARDRAIL_RESULT_DECISION: Final = "decision"
 
 # --- prefixmon keys ---------------------------------------------------------------------
 
@@ -190,13 +221,17 @@ METRIC_FED: Final = "prefixmon.episode.fed"
 PEC(k) = share of observations above bucket k."""
 METRIC_HORIZON: Final = "prefixmon.episode.horizon"
 """Histogram of horizons T, same buckets; n_k = observations at or above k."""
+METRIC_EXECUTABLE_FRACTION: Final = "prefixmon.episode.executable_fraction"
+"""Histogram of (FED - 1) / T per episode, the executable share of its horizon;
+AUC-PEC = its sum / its count (the FED and horizon histograms cannot give it: it needs each
+episode's FED and T together)."""
 METRIC_CALLS: Final = "prefixmon.calls"
-"""Counter of checked calls by executable, cause and decision."""
+"""Counter of checked calls by executable, cause, decision and the chosen labels."""
 METRIC_FIRST_FAILURES: Final = "prefixmon.first_failures"
 """Counter of episodes' primary causes (the cause at FED)."""
 METRIC_INTERVENTIONS: Final = "prefixmon.interventions"
 """Counter of calls the monitor did not simply let through: block, replan, approve, edit,
-deny, fail_closed (attribute ``prefixmon.decision``)."""
+deny, fail_closed (attribute ``prefixmon.decision``, and the chosen labels)."""
 METRIC_INTERNAL_ERRORS: Final = "prefixmon.internal_errors"
 """Counter of errors caught inside the monitor (attributes ``prefixmon.where``,
 ``error.type``)."""

@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from time import time_ns
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from opentelemetry import _logs as otel_logs
 from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from .records import ActionRecord, EpisodeRecord
     from .verdict import ToolCall, Verdict
 
-__all__ = ["ContentKind", "GuardrailEvents", "Redactor", "Telemetry", "redact_keys"]
+__all__ = ["ContentKind", "GuardrailEvents", "Redactor", "Telemetry", "ToolSpans", "redact_keys"]
 
 
 ContentKind = Literal["arguments", "result", "reason", "error"]
@@ -70,16 +71,9 @@ Redactor = Callable[[ContentKind, Any], Any]
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-_RESULT_TYPE: Final[Mapping[Decision, str]] = {
-    Decision.ALLOW: "pass",
-    Decision.OBSERVE: "observe",
-    Decision.BLOCK: "block",
-    Decision.DENY: "block",
-    Decision.FAIL_CLOSED: "block",
-    Decision.REPLAN: "modify",
-    Decision.EDIT: "modify",
-    Decision.APPROVE: "escalate",
-}
+_NOT_RUN: Final = frozenset({Decision.BLOCK, Decision.DENY, Decision.FAIL_CLOSED})
+"""Decisions after which nothing ran: the call's span is ``apply_guardrail``, not ``execute_tool``."""
+_GUARDRAIL_SPAN: Final = f"{sc.APPLY_GUARDRAIL} {sc.GUARDRAIL_COMPONENT}"
 _INTERVENTIONS: Final = frozenset(
     {Decision.BLOCK, Decision.REPLAN, Decision.APPROVE, Decision.EDIT, Decision.DENY, Decision.FAIL_CLOSED}
 )
@@ -137,11 +131,16 @@ _PASS_ATTRS: Final[Mapping[str, Any]] = {
 _PASS_EVENT: Final[Mapping[str, Any]] = {
     sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: sc.GUARDRAIL_COMPONENT,
     sc.GEN_AI_GUARDRAIL_SOURCE: sc.GUARDRAIL_SOURCE_TOOL_INPUT,
-    sc.GEN_AI_GUARDRAIL_RESULT_TYPE: "pass",
-    sc.GEN_AI_GUARDRAIL_RESULT_VALUE: True,
+    sc.GEN_AI_GUARDRAIL_RESULT_TYPE: sc.GUARDRAIL_RESULT_DECISION,
+    sc.GEN_AI_GUARDRAIL_RESULT_VALUE: Decision.ALLOW.value,
     sc.GEN_AI_GUARDRAIL_RESULT_REASON: "executable",
+    sc.PREFIXMON_EXECUTABLE: True,
 }
 GuardrailEvents = Literal["all", "non_pass"]
+ToolSpans = Literal["own", "enrich"]
+"""``own``: an ``execute_tool`` span per call; ``enrich``: the call's attributes go on the span
+current when the call starts (a framework's own tool span, e.g. the MCP SDK's ``tools/call``
+server span), so there is no second span for one execution."""
 _NO_CAPTURE_IDLE: Final = frozenset({"call_result"})
 _CallKey = tuple[bool, Decision, "Cause | None"]
 """``(executable, decision, cause)``: one distinct attribute set of the per-call counters."""
@@ -176,7 +175,7 @@ class _Call:
     manager that makes the span current.
     """
 
-    __slots__ = ("attrs", "detach", "fed", "name", "parent", "passed", "span", "start", "state", "tracer", "turn")
+    __slots__ = ("adopted", "attrs", "detach", "fed", "name", "parent", "passed", "span", "start", "state", "tracer", "turn")
 
     def __init__(
         self,
@@ -201,6 +200,8 @@ class _Call:
         """The span started with the common case's final attributes: nothing to add at the end."""
         self.turn = -1
         self.detach: object = None
+        self.adopted = False
+        """The span is the framework's (``tool_spans="enrich"``): attributes go on it, it is never ended here."""
 
     def open(self) -> Span:
         """Start the span (once)."""
@@ -251,7 +252,18 @@ class Telemetry(Observer):
             ``prefixmon.decision``), which saves about a fifth of a call span's cost.
         tracing: emit spans and events.
         metrics: record metrics. Per-call counts (``prefixmon.calls``,
-            ``prefixmon.interventions``) are summed per episode and added when it ends.
+            ``prefixmon.interventions``, with the ``metric_labels``) are summed per episode
+            and added when it ends.
+        provider_name: ``gen_ai.provider.name`` of the episode span (the model provider,
+            e.g. ``openai``); default: the episode's ``provider`` label, else ``_OTHER``.
+        tool_spans: ``"own"`` (an ``execute_tool`` span per call) or ``"enrich"`` (put the
+            call's attributes on the framework's own tool span, current when the call
+            starts; use it with the MCP server guard, under the MCP SDK's span).
+        logger_provider: where the log-based ``gen_ai.guardrail.result`` events go;
+            default: the global one (a no-op until the application configures logs).
+        log_events: emit the log-based guardrail event for every call that was not simply
+            executable and allowed (the pass verdict stays in span attributes, so the
+            common path does no log work).
     """
 
     def __init__(
@@ -269,6 +281,10 @@ class Telemetry(Observer):
         guardrail_events: GuardrailEvents = "all",
         tracing: bool = True,
         metrics: bool = True,
+        provider_name: str | None = None,
+        tool_spans: ToolSpans = "own",
+        logger_provider: otel_logs.LoggerProvider | None = None,
+        log_events: bool = True,
     ) -> None:
         if max_depth < 1:
             raise ValueError(f"max_depth must be >= 1, got {max_depth}")
@@ -286,7 +302,15 @@ class Telemetry(Observer):
         self.guardrail_events: GuardrailEvents = guardrail_events
         self.tracing = tracing
         self.metrics = metrics
+        if tool_spans not in ("own", "enrich"):
+            raise ValueError(f"tool_spans must be 'own' or 'enrich', got {tool_spans!r}")
+        self.provider_name = provider_name
+        self.tool_spans: ToolSpans = tool_spans
+        self.log_events = log_events
         self._tracer = trace.get_tracer("prefixmon", _VERSION, tracer_provider)
+        self._logger = otel_logs.get_logger("prefixmon", _VERSION, logger_provider=logger_provider)
+        self._static: dict[int, tuple[Any, str, dict[str, Any]]] = {}
+        """Per declared tool (by spec identity): its span name and the attributes every call span of it starts with."""
         self._episodes: dict[int, _EpisodeSpan] = {}
         self._counts: dict[int, dict[_CallKey, int]] = {}
         """Per-call counts of each open episode, added to the counters when it ends."""
@@ -301,6 +325,12 @@ class Telemetry(Observer):
         )
         self._m_horizon = meter.create_histogram(
             sc.METRIC_HORIZON, "{action}", "Episode horizon T", explicit_bucket_boundaries_advisory=buckets
+        )
+        self._m_fraction = meter.create_histogram(
+            sc.METRIC_EXECUTABLE_FRACTION,
+            "1",
+            "Executable share of the horizon, (FED - 1) / T; AUC-PEC = sum / count",
+            explicit_bucket_boundaries_advisory=[0.0, 0.25, 0.5, 0.75, 1.0],
         )
         self._m_calls = meter.create_counter(sc.METRIC_CALLS, "{call}", "Checked tool calls")
         self._m_first = meter.create_counter(sc.METRIC_FIRST_FAILURES, "{episode}", "Primary cause at FED")
@@ -371,6 +401,7 @@ class Telemetry(Observer):
     def _episode_start_attributes(self, episode: Episode) -> dict[str, Any]:
         attrs: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.INVOKE_AGENT,
+            sc.GEN_AI_PROVIDER_NAME: self.provider_name or episode.labels.get("provider") or sc.PROVIDER_UNKNOWN,
             sc.PREFIXMON_EPISODE_ID: episode.id,
             sc.PREFIXMON_TASK_ID: episode.task_id,
             sc.PREFIXMON_ALLOWS_NO_TOOL: episode.allows_no_tool,
@@ -402,7 +433,7 @@ class Telemetry(Observer):
                 if st is not None and st.passes and counts is not None:
                     counts[_PASS_KEY] = counts.get(_PASS_KEY, 0) + st.passes
                 if counts:
-                    self._add_call_counts(counts)
+                    self._add_call_counts(counts, self._metric_base(record.labels))
                 self._record_episode(record)
 
     def _record_episode(self, record: EpisodeRecord) -> None:
@@ -413,13 +444,14 @@ class Telemetry(Observer):
         self._m_episodes.add(1, attrs)
         self._m_fed.record(record.fed, base)
         self._m_horizon.record(record.horizon, base)
+        self._m_fraction.record((record.fed - 1) / record.horizon, base)
         if record.first_failure is not None:
             self._m_first.add(1, {**base, sc.PREFIXMON_CAUSE: record.first_failure.cause.value})
 
-    def _add_call_counts(self, counts: Mapping[_CallKey, int]) -> None:
-        """Add per-call counts, once per distinct attribute set."""
+    def _add_call_counts(self, counts: Mapping[_CallKey, int], base: Mapping[str, Any]) -> None:
+        """Add per-call counts (with the episode's metric labels), once per distinct attribute set."""
         for (executable, decision, cause), n in counts.items():
-            attrs: dict[str, Any] = {sc.PREFIXMON_EXECUTABLE: executable, sc.PREFIXMON_DECISION: decision.value}
+            attrs: dict[str, Any] = {**base, sc.PREFIXMON_EXECUTABLE: executable, sc.PREFIXMON_DECISION: decision.value}
             if cause is not None:
                 attrs[sc.PREFIXMON_CAUSE] = cause.value
             self._m_calls.add(n, attrs)
@@ -459,17 +491,21 @@ class Telemetry(Observer):
         st = self._episodes.get(id(episode))
         if st is None:
             return None
-        if tool not in episode.monitor.toolset:  # a name the model made up: keep span names low-cardinality
-            tool = sc.tool_label(tool, ())
+        spec = episode.monitor.toolset.get(tool)
+        if spec is None:  # a name the model made up: keep span names low-cardinality
             name = sc.EXECUTE_TOOL
+            attrs: dict[str, Any] = {
+                sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
+                sc.GEN_AI_TOOL_NAME: sc.tool_label(tool, ()),
+            }
         else:
-            name = f"{sc.EXECUTE_TOOL} {tool}"
-        attrs: dict[str, Any] = {
-            sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
-            sc.GEN_AI_TOOL_NAME: tool,
-            sc.PREFIXMON_EPISODE_ID: episode.id,
-            sc.PREFIXMON_DEPTH: depth,
-        }
+            static = self._static.get(id(spec))
+            if static is None or static[0] is not spec:
+                static = self._static[id(spec)] = (spec, f"{sc.EXECUTE_TOOL} {tool}", _tool_attributes(spec))
+            name = static[1]
+            attrs = static[2].copy()
+        attrs[sc.PREFIXMON_EPISODE_ID] = episode.id
+        attrs[sc.PREFIXMON_DEPTH] = depth
         if call_id is not None:
             attrs[sc.GEN_AI_TOOL_CALL_ID] = call_id
         fed = episode.fed
@@ -479,13 +515,23 @@ class Telemetry(Observer):
         # episode (the episode is active here, same trace); called from elsewhere (another task,
         # under an ancestor of the episode span), nest under the episode span anyway.
         current = trace.get_current_span()
+        if self.tool_spans == "enrich" and current is not st.span and current.is_recording():
+            call = _Call(self._tracer, st, name, attrs, None, fed)
+            call.span = current
+            call.adopted = True
+            return call
         inside = current is st.span or (current_episode() is episode and current.get_span_context().trace_id == st.trace_id)
         parent = None if inside else st.parent
         return _Call(self._tracer, st, name, attrs, parent, fed)
 
     def call_checked(self, episode: Episode, verdict: Verdict, decision: Decision, token: Any) -> None:
         """Start the call's span with the verdict's attributes, before the tool runs."""
-        if type(token) is not _Call or token.span is not None:
+        if type(token) is not _Call:
+            return
+        if token.span is not None:
+            if token.adopted:  # the framework's span: our start attributes go onto it now
+                token.turn = episode.state.turn
+                token.span.set_attributes({**token.attrs, sc.PREFIXMON_TURN: token.turn})
             return
         attrs = token.attrs
         turn = token.turn = episode.state.turn
@@ -495,6 +541,9 @@ class Telemetry(Observer):
         else:
             attrs[sc.PREFIXMON_EXECUTABLE] = verdict.executable
             attrs[sc.PREFIXMON_DECISION] = decision.value
+            if decision in _NOT_RUN:  # nothing executes: the guardrail's span, not a tool execution's
+                token.name = _GUARDRAIL_SPAN
+                attrs[sc.GEN_AI_OPERATION_NAME] = sc.APPLY_GUARDRAIL
         attrs[sc.PREFIXMON_TURN] = turn
         if not self.capture_content:
             token.span = self._tracer.start_span(
@@ -512,7 +561,7 @@ class Telemetry(Observer):
 
     def execution_context(self, episode: Episode, call: ToolCall, token: Any) -> AbstractContextManager[Any] | None:
         """Make the call's span current while the tool runs, so the tool's own spans nest."""
-        if type(token) is _Call and (token.span or token.open()).is_recording():
+        if type(token) is _Call and not token.adopted and (token.span or token.open()).is_recording():
             return token
         return None
 
@@ -553,7 +602,7 @@ class Telemetry(Observer):
         if counts is not None:
             counts[key] = counts.get(key, 0) + 1
         elif self.metrics:  # an episode this observer never saw start
-            self._add_call_counts({key: 1})
+            self._add_call_counts({key: 1}, self._metric_base(episode.labels))
         if call is not None:
             self._finish_call_span(episode, call, action, verdict)
 
@@ -565,6 +614,9 @@ class Telemetry(Observer):
             code = verdict.code if not verdict.executable else None
             attrs = self._call_end_attributes(action, code, fed)
             if span is None:
+                if not action.reached_environment and action.decision in _NOT_RUN:
+                    call.name = _GUARDRAIL_SPAN
+                    call.attrs[sc.GEN_AI_OPERATION_NAME] = sc.APPLY_GUARDRAIL
                 span = call.span = self._tracer.start_span(
                     call.name,
                     context=call.parent,
@@ -579,16 +631,30 @@ class Telemetry(Observer):
             if sc.ERROR_TYPE in attrs:
                 span.set_status(Status(StatusCode.ERROR, code or attrs[sc.ERROR_TYPE]))
             if not passed or self.guardrail_events == "all":
-                span.add_event(
-                    sc.GEN_AI_GUARDRAIL_RESULT,
-                    {
-                        sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: sc.GUARDRAIL_COMPONENT,
-                        sc.GEN_AI_GUARDRAIL_SOURCE: sc.GUARDRAIL_SOURCE_TOOL_INPUT,
-                        sc.GEN_AI_GUARDRAIL_RESULT_TYPE: _RESULT_TYPE.get(action.decision, action.decision.value),
-                        sc.GEN_AI_GUARDRAIL_RESULT_VALUE: action.executable,
-                        sc.GEN_AI_GUARDRAIL_RESULT_REASON: code or "executable",
-                    },
-                )
+                result: dict[str, Any] = {
+                    sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: sc.GUARDRAIL_COMPONENT,
+                    sc.GEN_AI_GUARDRAIL_SOURCE: sc.GUARDRAIL_SOURCE_TOOL_INPUT,
+                    sc.GEN_AI_GUARDRAIL_RESULT_TYPE: sc.GUARDRAIL_RESULT_DECISION,
+                    sc.GEN_AI_GUARDRAIL_RESULT_VALUE: action.decision.value,
+                    sc.GEN_AI_GUARDRAIL_RESULT_REASON: code or "executable",
+                    sc.PREFIXMON_EXECUTABLE: action.executable,
+                }
+                if action.cause is not None:
+                    result[sc.GEN_AI_GUARDRAIL_POLICY_RULE_ID] = action.cause.value
+                span.add_event(sc.GEN_AI_GUARDRAIL_RESULT, result)
+                if not passed and self.log_events:
+                    self._logger.emit(
+                        otel_logs.LogRecord(
+                            event_name=sc.GEN_AI_GUARDRAIL_RESULT,
+                            context=trace.set_span_in_context(span),
+                            severity_number=otel_logs.SeverityNumber.INFO,
+                            attributes={
+                                **result,
+                                sc.GEN_AI_TOOL_NAME: call.attrs.get(sc.GEN_AI_TOOL_NAME, ""),
+                                sc.PREFIXMON_DEPTH: action.depth,
+                            },
+                        )
+                    )
             st = call.state
             if not action.executable and fed == action.depth and st.first_failure != fed:
                 st.first_failure = fed
@@ -608,7 +674,7 @@ class Telemetry(Observer):
                 if content:
                     span.set_attributes(content)
         finally:
-            if span is not None and span.is_recording():
+            if span is not None and span.is_recording() and not call.adopted:
                 span.end()
 
     def _call_end_attributes(self, action: ActionRecord, code: str | None, fed: int | None) -> dict[str, Any]:
@@ -660,6 +726,18 @@ class Telemetry(Observer):
         st = self._episodes.get(id(episode)) if episode is not None else None
         if st is not None and st.span.is_recording():
             st.span.add_event("prefixmon.internal_error", {sc.PREFIXMON_WHERE: where, sc.ERROR_TYPE: type(error).__name__})
+
+
+def _tool_attributes(spec: Any) -> dict[str, Any]:
+    """The attributes every call span of a declared tool starts with."""
+    attrs: dict[str, Any] = {
+        sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
+        sc.GEN_AI_TOOL_NAME: spec.name,
+        sc.GEN_AI_TOOL_TYPE: sc.TOOL_TYPE_FUNCTION,
+    }
+    if spec.description:
+        attrs[sc.GEN_AI_TOOL_DESCRIPTION] = spec.description
+    return attrs
 
 
 def _get_meter(provider: MeterProvider | None) -> Meter:

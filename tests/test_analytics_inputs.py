@@ -223,7 +223,7 @@ class TestRegistry:
         register_reader("episode-csv", sniff=lambda p, head: p.endswith(".csv"), read=read_episode_csv)
         report = build_report(load_columns(path), bootstrap=0)
         assert report.cohorts[0].ter.value == 0.5
-        assert inputs_module.input_formats() == ("episode-csv", "otlp", "records")
+        assert inputs_module.input_formats() == ("episode-csv", "parquet", "otlp", "records")
 
     def test_otlp_without_reader_is_a_clear_error(self, tmp_path: Path, clean_registry: None) -> None:
         """OTLP JSON traces are recognised and refused with a message until their reader is registered."""

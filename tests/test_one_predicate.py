@@ -115,7 +115,7 @@ class TestOnePredicate:
             runtime.reason,
         )
         assert [f.code for f in planned.failures] == [f.code for f in runtime.failures]
-        assert planned.undetermined[: len(runtime.undetermined)] == runtime.undetermined
+        assert set(runtime.undetermined) <= set(planned.undetermined)  # a plan also counts a raising rule as undecided
 
     def test_truthy_results_hold_and_long_messages_are_capped_in_both(self) -> None:
         """The two divergences of old: ``1`` / ``[1]`` hold in both, and a 5,000-character message is capped in both."""

@@ -51,7 +51,11 @@ class Otel:
         return list(self.spans.get_finished_spans())
 
     def tool_spans(self) -> list[ReadableSpan]:
-        return [s for s in self.finished() if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) == sc.EXECUTE_TOOL]
+        return [
+            s
+            for s in self.finished()
+            if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) in (sc.EXECUTE_TOOL, sc.APPLY_GUARDRAIL)
+        ]
 
     def episode_spans(self) -> list[ReadableSpan]:
         return [s for s in self.finished() if s.name.startswith("invoke_agent")]
@@ -131,15 +135,23 @@ class TestCallSpans:
         assert first.status.status_code is StatusCode.UNSET
 
     async def test_blocked_call_has_a_span_with_error_type(self, otel: Otel, tools: Toolset) -> None:
-        """A blocked call still gets its span: error.type=prefixmon.<cause>, code, decision, status ERROR."""
+        """A blocked call gets a span that does not claim an execution: ``apply_guardrail prefixmon``
+        (operation apply_guardrail), with error.type=prefixmon.<cause>, code, decision, status ERROR."""
         await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
         spans = otel.tool_spans()
         assert [s.name for s in spans] == [
             "execute_tool search_contacts",
+            "apply_guardrail prefixmon",
             "execute_tool remove_contact",
-            "execute_tool remove_contact",
-            "execute_tool send_message",
+            "apply_guardrail prefixmon",
         ]
+        assert [attrs(s)[sc.GEN_AI_OPERATION_NAME] for s in spans] == [
+            "execute_tool",
+            "apply_guardrail",
+            "execute_tool",
+            "apply_guardrail",
+        ]
+        assert attrs(spans[1])[sc.GEN_AI_TOOL_NAME] == "remove_contact"
         blocked = attrs(spans[1])
         assert blocked[sc.ERROR_TYPE] == "prefixmon.dependency"
         assert blocked[sc.PREFIXMON_CAUSE] == "dependency"
@@ -203,15 +215,20 @@ class TestEvents:
         got = [events(s, sc.GEN_AI_GUARDRAIL_RESULT) for s in otel.tool_spans()]
         assert all(len(e) == 1 for e in got)
         ok, blocked = got[0][0], got[1][0]
+        # the convention: result.type names the guardrail's own result field, result.value is its
+        # native value as a string (no generalised pass/deny), reason is low-cardinality
         assert ok == {
             sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: "prefixmon",
             sc.GEN_AI_GUARDRAIL_SOURCE: "tool_input",
-            sc.GEN_AI_GUARDRAIL_RESULT_TYPE: "pass",
-            sc.GEN_AI_GUARDRAIL_RESULT_VALUE: True,
+            sc.GEN_AI_GUARDRAIL_RESULT_TYPE: "decision",
+            sc.GEN_AI_GUARDRAIL_RESULT_VALUE: "allow",
             sc.GEN_AI_GUARDRAIL_RESULT_REASON: "executable",
+            sc.PREFIXMON_EXECUTABLE: True,
         }
-        assert blocked[sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == "block"
-        assert blocked[sc.GEN_AI_GUARDRAIL_RESULT_VALUE] is False
+        assert blocked[sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == "decision"
+        assert blocked[sc.GEN_AI_GUARDRAIL_RESULT_VALUE] == "block"
+        assert blocked[sc.PREFIXMON_EXECUTABLE] is False
+        assert blocked[sc.GEN_AI_GUARDRAIL_POLICY_RULE_ID] == "dependency"
         assert blocked[sc.GEN_AI_GUARDRAIL_RESULT_REASON] == "unbound_reference"
         assert got[3][0][sc.GEN_AI_GUARDRAIL_RESULT_REASON] == "precondition:cellular_on"
 
@@ -230,17 +247,18 @@ class TestEvents:
         assert events(otel.episode_spans()[0], sc.PREFIXMON_FIRST_FAILURE) == [expected]
 
     @pytest.mark.parametrize(
-        ("answer", "result_type", "decision"),
+        ("answer", "operation", "decision"),
         [
-            (Approve(), "escalate", "approve"),
-            (Deny(), "block", "deny"),
-            (Edit(args={"phone_number": "+1 555 0100", "amount": 5}), "modify", "edit"),
+            (Approve(), "execute_tool", "approve"),
+            (Deny(), "apply_guardrail", "deny"),
+            (Edit(args={"phone_number": "+1 555 0100", "amount": 5}), "execute_tool", "edit"),
         ],
     )
     async def test_escalation_result_types(
-        self, otel: Otel, tools: Toolset, answer: Approve | Deny | Edit, result_type: str, decision: str
+        self, otel: Otel, tools: Toolset, answer: Approve | Deny | Edit, operation: str, decision: str
     ) -> None:
-        """Escalated calls report the human's answer as guardrail result type and decision."""
+        """Escalated calls report the human's answer as the guardrail result value and decision; a denied
+        call never ran, so its span is the guardrail's, not a tool execution's."""
 
         async def human(verdict: Verdict, call: ToolCall) -> Approve | Deny | Edit:
             return answer
@@ -251,8 +269,11 @@ class TestEvents:
             with contextlib.suppress(ToolBlocked):
                 await ep.call("send_money", {"phone_number": "+1 555 9999", "amount": 5})
         span = otel.tool_spans()[0]
-        assert events(span, sc.GEN_AI_GUARDRAIL_RESULT)[0][sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == result_type
+        result = events(span, sc.GEN_AI_GUARDRAIL_RESULT)[0]
+        assert result[sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == "decision"
+        assert result[sc.GEN_AI_GUARDRAIL_RESULT_VALUE] == decision
         assert attrs(span)[sc.PREFIXMON_DECISION] == decision
+        assert attrs(span)[sc.GEN_AI_OPERATION_NAME] == operation
 
 
 class TestEpisodeSpan:
@@ -426,7 +447,8 @@ class TestMetrics:
         assert list(fed.explicit_bounds) == [float(d) for d in range(1, 33)]
 
     async def test_first_failure_causes_calls_and_interventions(self, otel: Otel, tools: Toolset) -> None:
-        """Per-cause counts of primary causes, calls by decision, and blocked calls as interventions."""
+        """Per-cause counts of primary causes, calls by decision, and blocked calls as interventions;
+        the call-level counters carry the cohort labels too."""
         await self._fleet(otel, tools)
         base = {("prefixmon.label.model", "m1"), ("prefixmon.label.dataset", "d")}
         assert otel.counts(sc.METRIC_FIRST_FAILURES) == {
@@ -435,12 +457,12 @@ class TestMetrics:
             frozenset(base | {(sc.PREFIXMON_CAUSE, "schema")}): 1,
         }
         calls = otel.counts(sc.METRIC_CALLS)
-        ok = frozenset({(sc.PREFIXMON_EXECUTABLE, True), (sc.PREFIXMON_DECISION, "allow")})
+        ok = frozenset(base | {(sc.PREFIXMON_EXECUTABLE, True), (sc.PREFIXMON_DECISION, "allow")})
         assert calls[ok] == 5
         assert sum(calls.values()) == 8
         interventions = otel.counts(sc.METRIC_INTERVENTIONS)
         assert sum(interventions.values()) == 3
-        assert all((sc.PREFIXMON_DECISION, "block") in k for k in interventions)
+        assert all((sc.PREFIXMON_DECISION, "block") in k and base <= k for k in interventions)
 
     async def test_internal_errors_counted(self, otel: Otel, tools: Toolset) -> None:
         """A precondition that raises is counted as a monitor-internal error and noted on the episode span."""
@@ -763,7 +785,7 @@ class TestHotPathShape:
         spans = otel.tool_spans()
         assert [len(events(s, sc.GEN_AI_GUARDRAIL_RESULT)) for s in spans] == [0, 1, 0, 1]
         assert all(attrs(s)[sc.PREFIXMON_DECISION] == "allow" for s in (spans[0], spans[2]))
-        assert events(spans[1], sc.GEN_AI_GUARDRAIL_RESULT)[0][sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == "block"
+        assert events(spans[1], sc.GEN_AI_GUARDRAIL_RESULT)[0][sc.GEN_AI_GUARDRAIL_RESULT_VALUE] == "block"
         with pytest.raises(ValueError, match="guardrail_events"):
             Telemetry(guardrail_events="some")  # type: ignore[arg-type]
 

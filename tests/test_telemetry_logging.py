@@ -146,3 +146,38 @@ class TestJsonLogging:
         """An unknown level name is a clear error."""
         with pytest.raises(ValueError, match="unknown log level 'loud'"):
             configure_json_logging(level="loud")
+
+
+class TestStdlibFallback:
+    """Without a structlog configuration, prefixmon logs through stdlib ``logging`` (logger ``prefixmon``)."""
+
+    async def test_unconfigured_structlog_goes_to_stdlib_not_stdout(
+        self, tools: Toolset, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A first failure is a warning record of the ``prefixmon`` logger, with its fields; stdout stays empty."""
+        structlog.reset_defaults()
+        assert not structlog.is_configured()
+        caplog.set_level("INFO", logger="prefixmon")
+        monitor = Monitor(tools, policy="block", observers=[LiveLog()])
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked):
+                await ep.call("remove_contact", {"person_id": "p-1"})
+        records = [r for r in caplog.records if r.name == "prefixmon"]
+        first = next(r for r in records if r.getMessage().startswith("first_failure"))
+        assert first.levelname == "WARNING"
+        assert first.prefixmon["event"] == "first_failure" and first.prefixmon["depth"] == 1  # type: ignore[attr-defined]
+        assert any(r.getMessage().startswith("episode_finished") for r in records)
+        assert capsys.readouterr().out == ""
+
+    async def test_configured_structlog_is_used(self, tools: Toolset) -> None:
+        """Once the application configures structlog, the same events go through it."""
+        structlog.configure(processors=[structlog.processors.KeyValueRenderer()])
+        try:
+            with capture_logs() as logs:
+                monitor = Monitor(tools, policy="block", observers=[LiveLog()])
+                async with monitor.episode(task_id="t") as ep:
+                    with pytest.raises(ToolBlocked):
+                        await ep.call("remove_contact", {"person_id": "p-1"})
+            assert any(e["event"] == "first_failure" for e in logs)
+        finally:
+            structlog.reset_defaults()

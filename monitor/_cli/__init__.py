@@ -24,6 +24,7 @@ from ..commands import BENCH_GROUP, COMMANDS_GROUP, Command
 from ..exceptions import PrefixmonError
 from . import plugins
 from .demo import DemoCommand
+from .export import ExportCommand
 from .replay import ReplayCommand
 from .report import ReportCommand
 
@@ -48,7 +49,13 @@ class BenchCommand:
 
 def core_commands() -> dict[str, Command]:
     """The verbs the core provides, in help order."""
-    return {"demo": DemoCommand(), "report": ReportCommand(), "replay": ReplayCommand(), "bench": BenchCommand()}
+    return {
+        "demo": DemoCommand(),
+        "report": ReportCommand(),
+        "replay": ReplayCommand(),
+        "export": ExportCommand(),
+        "bench": BenchCommand(),
+    }
 
 
 def _add(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str, command: Any) -> None:

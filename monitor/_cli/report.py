@@ -12,6 +12,7 @@ from .args import csv_list, int_list
 
 if TYPE_CHECKING:
     from ..analytics.bootstrap import ProgressFn
+    from ..analytics.report import Report
 
 PROGRESS_MIN_WORK: Final = 5_000_000
 """Resampled tasks (resamples x tasks) above which a TTY gets a progress bar."""
@@ -31,7 +32,17 @@ class ReportCommand:
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """The verb's arguments."""
         parser.add_argument(
-            "records", nargs="+", metavar="RECORDS", help="episode record files (JSON Lines) or OTLP JSON trace files"
+            "records",
+            nargs="+",
+            metavar="RECORDS",
+            help="episode record files (JSON Lines or Parquet, see `prefixmon export`) or OTLP JSON trace files",
+        )
+        parser.add_argument(
+            "--engine",
+            choices=("python", "duckdb", "spark"),
+            default=None,
+            help="who computes the report: python (in process), duckdb or spark (SQL over Parquet inputs; "
+            "Poisson bootstrap paired by task id). Default: duckdb when every input is Parquet, else python",
         )
         parser.add_argument(
             "--by",
@@ -96,9 +107,57 @@ class ReportCommand:
         return run_report(args)
 
 
+def _engine(args: argparse.Namespace) -> str:
+    """The engine to use; SQL engines read Parquet only and do not do everything the in-process one does.
+
+    Raises:
+        ValueError: an input or an option the chosen SQL engine cannot take.
+    """
+    from ..parquet import is_parquet
+
+    parquet = all(is_parquet(p) for p in args.records)
+    engine: str | None = args.engine
+    if engine is None:
+        if not parquet:
+            return "python"
+        try:
+            import duckdb  # noqa: F401
+        except ImportError:
+            print(
+                'prefixmon report: duckdb is not installed (pip install "prefixmon[duckdb]"); reading the Parquet input in process',  # noqa: E501
+                file=sys.stderr,
+            )
+            return "python"
+        engine = "duckdb"
+    if engine == "python":
+        return engine
+    if not parquet:
+        others = ", ".join(p for p in args.records if not is_parquet(p))
+        raise ValueError(
+            f"--engine {engine} reads Parquet files; convert {others} with `prefixmon export ... --out FILE.parquet`"
+        )
+    unsupported = [
+        flag
+        for flag, used in (
+            ("--compare", bool(args.compare)),
+            ("--annotations", bool(args.annotations)),
+            ("--review-sheet", bool(args.review_sheet)),
+            ("--validate", bool(args.validate)),
+            ("--on-error skip", args.on_error == "skip"),
+        )
+        if used
+    ]
+    if unsupported:
+        raise ValueError(f"{', '.join(unsupported)}: computed by the in-process engine only; use --engine python")
+    return engine
+
+
 def run_report(args: argparse.Namespace) -> int:
     """Handler of ``prefixmon report``."""
-    from ..analytics import build_report, load_columns, plot_pec, render, render_table, review_sample, write_review_sheet
+    engine = _engine(args)
+    if engine != "python":
+        return _run_sql_report(args, engine)
+    from ..analytics import build_report, load_columns, review_sample, write_review_sheet
     from ..analytics.columns import columns_from_records, distinct_episodes
     from ..analytics.metrics import group
     from ..analytics.report import DEFAULT_CHECKPOINTS
@@ -106,7 +165,13 @@ def run_report(args: argparse.Namespace) -> int:
 
     skipped: list[BadLine] = []
     if args.validate:
-        columns = columns_from_records(read_records(*args.records, on_error=args.on_error, errors=skipped))
+        from ..parquet import is_parquet, iter_parquet_records
+
+        columns = columns_from_records(
+            r
+            for p in args.records
+            for r in (iter_parquet_records(p) if is_parquet(p) else read_records(p, on_error=args.on_error, errors=skipped))
+        )
     else:
         columns = load_columns(*args.records, on_error=args.on_error, errors=skipped)
     for bad in skipped[:5]:
@@ -128,6 +193,48 @@ def run_report(args: argparse.Namespace) -> int:
             skipped=skipped,
             progress=progress,
         )
+    _output(report, args)
+    if args.review_sheet:
+        columns, _ = distinct_episodes(columns)
+        grouping = group(columns, report.by, None)
+        items = review_sample(columns, fraction=args.review_fraction, seed=args.seed, cohort=grouping.cohort)
+        n = write_review_sheet(args.review_sheet, items)
+        print(
+            f"prefixmon report: review sheet with {n} episodes written to {args.review_sheet} "
+            "(fill the five checklist columns with yes/no and 'attribution' with model/tool/environment/task; "
+            "then pass it back with --annotations)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _run_sql_report(args: argparse.Namespace, engine: str) -> int:
+    """``prefixmon report FILE.parquet --engine duckdb|spark``."""
+    from ..analytics.engines import engine_report
+    from ..analytics.report import DEFAULT_CHECKPOINTS
+
+    report = engine_report(
+        args.records,
+        engine="spark" if engine == "spark" else "duckdb",
+        by=args.by,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        confidence=args.confidence,
+        checkpoints=args.checkpoints or DEFAULT_CHECKPOINTS,
+        strata=None if args.strata.lower() == "none" else args.strata,
+    )
+    if args.bootstrap:
+        print(
+            f"prefixmon report: {engine}: intervals from a Poisson bootstrap paired by task id (docs/fleet.md)", file=sys.stderr
+        )
+    _output(report, args)
+    return 0
+
+
+def _output(report: Report, args: argparse.Namespace) -> None:
+    """Print or write the report, and the plot."""
+    from ..analytics import plot_pec, render, render_table
+
     if report.duplicates:  # build_report counted each episode id once
         print(
             f"prefixmon report: {len(report.duplicates)} episode(s) read more than once, each counted once "
@@ -146,18 +253,6 @@ def run_report(args: argparse.Namespace) -> int:
     if args.plot:
         plot_pec(report, args.plot, max_depth=args.max_depth)
         print(f"prefixmon report: PEC plot written to {args.plot}", file=sys.stderr)
-    if args.review_sheet:
-        columns, _ = distinct_episodes(columns)
-        grouping = group(columns, report.by, None)
-        items = review_sample(columns, fraction=args.review_fraction, seed=args.seed, cohort=grouping.cohort)
-        n = write_review_sheet(args.review_sheet, items)
-        print(
-            f"prefixmon report: review sheet with {n} episodes written to {args.review_sheet} "
-            "(fill the five checklist columns with yes/no and 'attribution' with model/tool/environment/task; "
-            "then pass it back with --annotations)",
-            file=sys.stderr,
-        )
-    return 0
 
 
 @contextlib.contextmanager

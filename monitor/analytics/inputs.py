@@ -272,6 +272,16 @@ def read_otlp_columns(path: str, on_error: OnError = "raise", errors: list[BadLi
 register_reader("otlp", sniff=_sniff_otlp, read=read_otlp_columns)
 
 
+def _read_parquet_columns(path: str, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
+    """``prefixmon.parquet/1`` files (pyarrow imported only when one is read)."""
+    from .engines._columns import read_parquet_columns
+
+    return read_parquet_columns(path, on_error, errors)
+
+
+register_reader("parquet", sniff=lambda path, head: head[:4] == b"PAR1", read=_read_parquet_columns)
+
+
 def input_formats() -> Sequence[str]:
     """Names of the formats :func:`load_columns` understands."""
     return (*(r.name for r in _READERS), _RECORDS.name)
