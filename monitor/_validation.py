@@ -1,31 +1,126 @@
 """Argument validators: pydantic models for Python tools, JSON Schema for schema-declared tools.
 
-A validator is ``(args) -> args``: it returns the validated (possibly normalised) arguments
-or raises :class:`~prefixmon.exceptions.ArgumentError` with every problem it found, located,
-so that callers (the predicate, plan verification) read structure, never message text.
+A validator is ``(args) -> args``: it returns the validated arguments or raises
+:class:`~prefixmon.exceptions.ArgumentError` with every problem it found, located, so that
+callers (the predicate, plan verification) read structure, never message text.
+
+A JSON Schema validator models the *server's* validation, because under ``block`` a schema
+verdict must refuse only what the server would refuse:
+
+- the dialect is the schema's ``$schema`` (draft-04, -06, -07, 2019-09, 2020-12), 2020-12
+  when absent (the MCP default);
+- ``additionalProperties`` / ``unevaluatedProperties`` apply exactly as written; arguments
+  the schema does not mention are accepted (``unknown="forbid"`` refuses them,
+  ``unknown="allow"`` strips them first as zod does);
+- ``format`` is an annotation unless ``assert_formats=True``;
+- ``coercion="lax"`` accepts what pydantic's lax mode accepts (``"3"`` for an integer, ``1``
+  for a boolean, JSON text for a list argument as the Python MCP SDK pre-parses it, a naive
+  ISO datetime for ``date-time``); ``"strict"`` accepts JSON types as they are (zod, ajv);
+- only local ``$ref`` s (``#/...``, and ids inside the schema) are resolved. A remote or file
+  reference is never fetched: the part it names accepts any value (the monitor cannot know
+  what it says, so it refuses nothing because of it) and the reference is listed in
+  :attr:`JsonSchemaValidator.ignored_refs` and logged once at declaration.
+
+The arguments are passed on unchanged (a lax coercion only decides whether the server would
+accept them; the server does its own coercion).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+import datetime as dt
+import json
+import math
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Final, Literal, TypeAlias, get_args
 
-import fastjsonschema
-from pydantic import BaseModel, ValidationError
-from pydantic_core import SchemaValidator
+import jsonschema_rs
+import structlog
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError, SchemaValidator, to_jsonable_python
 
 from .exceptions import ArgumentError, SpecError
 from .verdict import ArgumentProblem, Location
 
-__all__ = ("MAX_PROBLEMS", "Validator", "model_validator", "schema_validator")
+__all__ = (
+    "MAX_PROBLEMS",
+    "Coercion",
+    "JsonSchemaValidator",
+    "UnknownArguments",
+    "Validator",
+    "model_validator",
+    "schema_validator",
+)
 
 Validator = Callable[[dict[str, Any]], dict[str, Any]]
 """Validates and normalises a dict of arguments; raises :class:`ArgumentError`."""
 
+Coercion: TypeAlias = Literal["lax", "strict"]
+"""``lax``: what pydantic's lax mode accepts (Python MCP SDK / FastMCP servers); ``strict``:
+JSON types as they are (zod, ajv: TypeScript servers)."""
+
+UnknownArguments: TypeAlias = Literal["schema", "forbid", "allow"]
+"""Arguments the schema's ``properties`` do not name: ``schema`` as the schema says
+(``additionalProperties`` / ``unevaluatedProperties``; allowed when it says nothing);
+``forbid`` refused unless the schema itself allows extra properties; ``allow`` stripped
+before validation, even where the schema forbids them (zod's default ``strip``)."""
+
 MAX_PROBLEMS: Final = 20
 """Problems kept per failed validation (the rest are counted in ``ArgumentError.more``)."""
 
+_MAX_COUNTED: Final = 10_000
+"""Errors read from the validator at most per failed call (``more`` is counted up to it)."""
 
+_MAX_DEPTH: Final = 64
+"""Schema/instance nesting followed by lax coercion (deeper values are left as they are)."""
+
+_DIALECTS: Final[tuple[tuple[str, type[jsonschema_rs.Validator], str], ...]] = (
+    ("draft-04", jsonschema_rs.Draft4Validator, "draft-04"),
+    ("draft-06", jsonschema_rs.Draft6Validator, "draft-06"),
+    ("draft-07", jsonschema_rs.Draft7Validator, "draft-07"),
+    ("2019-09", jsonschema_rs.Draft201909Validator, "2019-09"),
+    ("2020-12", jsonschema_rs.Draft202012Validator, "2020-12"),
+)
+
+_INT: Final = TypeAdapter(int)
+_FLOAT: Final = TypeAdapter(float)
+_BOOL: Final = TypeAdapter(bool)
+_DATETIME: Final = TypeAdapter(dt.datetime)
+_DATE: Final = TypeAdapter(dt.date)
+_TIME: Final = TypeAdapter(dt.time)
+_DURATION: Final = TypeAdapter(dt.timedelta)
+_UUID: Final = TypeAdapter(uuid.UUID)
+
+_TEMPORAL: Final[Mapping[str, TypeAdapter[Any]]] = {
+    "date-time": _DATETIME,
+    "date": _DATE,
+    "time": _TIME,
+    "duration": _DURATION,
+}
+"""Formats whose pydantic type also accepts numbers (unix timestamps, seconds) in lax mode."""
+
+
+def _lax_format(adapter: TypeAdapter[Any]) -> Callable[[str], bool]:
+    def check(value: str) -> bool:
+        try:
+            adapter.validate_python(value)
+        except ValidationError:
+            return False
+        return True
+
+    return check
+
+
+_LAX_FORMATS: Final[Mapping[str, Callable[[str], bool]]] = {
+    **{name: _lax_format(adapter) for name, adapter in _TEMPORAL.items()},
+    "uuid": _lax_format(_UUID),
+}
+"""Asserted formats in lax mode: what pydantic's parser of the type accepts (a naive datetime,
+a date-only ``date-time``, a UUID without hyphens); other formats as JSON Schema defines them."""
+
+
+# -- pydantic models (Python tools) ---------------------------------------------------------
 def _pydantic_problems(e: ValidationError) -> ArgumentError:
     problems = []
     for err in e.errors(include_url=False)[:MAX_PROBLEMS]:
@@ -55,62 +150,685 @@ def model_validator(model: type[BaseModel]) -> Validator:
     return run
 
 
-def _schema_problem(e: fastjsonschema.JsonSchemaValueException) -> ArgumentProblem:
-    loc: Location = tuple(p if isinstance(p, int) else str(p) for p in (e.path or [])[1:])
-    msg = e.message
-    if msg.startswith("data."):
-        msg = msg[len("data.") :]
-    elif msg.startswith("data "):
-        msg = "arguments " + msg[len("data ") :]
-    if e.rule == "required" and isinstance(e.rule_definition, list):
-        missing = next((m for m in e.rule_definition if f"{m}" in msg), None)
-        if missing is not None:
-            return ArgumentProblem(kind="missing", location=(*loc, str(missing)), message=msg)
-    if e.rule == "additionalProperties":
-        return ArgumentProblem(kind="unknown", location=loc, message=msg)
-    if not loc:
-        return ArgumentProblem(kind="root", location=(), message=msg)
-    dotted = ".".join(str(p) for p in loc)
-    if msg.startswith(dotted + " "):
-        msg = msg[len(dotted) + 1 :]
-    return ArgumentProblem(kind="value", location=loc, message=msg)
+# -- JSON Schema (schema-declared tools) ----------------------------------------------------
+def _dialect(name: str, schema: Mapping[str, Any]) -> tuple[type[jsonschema_rs.Validator], str]:
+    """The validator class and dialect name the schema's ``$schema`` declares (2020-12 when absent)."""
+    declared = schema.get("$schema")
+    if declared is None:
+        return jsonschema_rs.Draft202012Validator, "2020-12"
+    if not isinstance(declared, str):
+        raise SpecError(f"tool {name!r}: $schema must be a string, got {type(declared).__name__}")
+    for marker, cls, dialect in _DIALECTS:
+        if marker in declared:
+            return cls, dialect
+    if "draft-03" in declared or "draft-02" in declared or "draft-01" in declared:
+        raise SpecError(f"tool {name!r}: JSON Schema {declared!r} is not supported (draft-04 or later)")
+    # A dialect we do not know (a custom meta-schema): its URL is never fetched.
+    return jsonschema_rs.Draft202012Validator, "2020-12"
 
 
-def schema_validator(name: str, schema: Mapping[str, Any], *, forbid_unknown: bool) -> Validator:
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def _preview(value: Any, limit: int = 40) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _got(value: Any) -> str:
+    kind = _json_type(value)
+    if kind in ("array", "object"):
+        return f"got an {kind}"
+    return f"got {kind} {_preview(value)}"
+
+
+def _options(values: Iterable[Any], limit: int = 8) -> str:
+    values = list(values)
+    shown = ", ".join(_preview(v, 30) for v in values[:limit])
+    return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
+
+
+_MAX_LOCATION: Final = 16
+"""Location parts kept in a problem: a problem deeper down is reported at its ancestor."""
+
+
+def _loc(path: Iterable[str | int]) -> Location:
+    return tuple(p if isinstance(p, int) else str(p) for p in path)
+
+
+def _closest(context: list[list[jsonschema_rs.ValidationError]], here: Location) -> str:
+    """What the allowed forms of an ``anyOf``/``oneOf`` need, in one short clause."""
+    branches = [errors for errors in context if errors]
+    if not branches:
+        return "matches none of the allowed forms"
+    types: list[str] = []
+    for errors in branches:
+        if len(errors) != 1 or not isinstance(errors[0].kind, jsonschema_rs.ValidationErrorKind.Type):
+            types = []
+            break
+        types.extend(t for t in errors[0].kind.types if t not in types)
+    if types:
+        return f"expected {' or '.join(types)}, {_got(branches[0][0].instance)}"
+    best = min(branches, key=len)[0]
+    inner = _describe(best)
+    where = _loc(best.instance_path)
+    if len(where) > len(here):
+        inner = f"{ArgumentProblem(kind='value', location=where[len(here) :], message=inner)}"
+    return f"matches none of the allowed forms (closest: {inner})"
+
+
+def _describe(e: jsonschema_rs.ValidationError) -> str:
+    """A short, model-readable description of one validation error (values are previewed, never dumped)."""
+    k = e.kind
+    K = jsonschema_rs.ValidationErrorKind
+    v = e.instance
+    if isinstance(k, K.Type):
+        return f"expected {' or '.join(k.types)}, {_got(v)}"
+    if isinstance(k, K.Enum):
+        return f"must be one of {_options(k.options)}, {_got(v)}"
+    if isinstance(k, K.Constant):
+        return f"must be {_preview(k.expected_value)}, {_got(v)}"
+    if isinstance(k, K.Minimum):
+        return f"must be >= {k.limit}, got {_preview(v)}"
+    if isinstance(k, K.Maximum):
+        return f"must be <= {k.limit}, got {_preview(v)}"
+    if isinstance(k, K.ExclusiveMinimum):
+        return f"must be > {k.limit}, got {_preview(v)}"
+    if isinstance(k, K.ExclusiveMaximum):
+        return f"must be < {k.limit}, got {_preview(v)}"
+    if isinstance(k, K.MultipleOf):
+        return f"must be a multiple of {k.multiple_of}, got {_preview(v)}"
+    if isinstance(k, K.MinLength):
+        return f"must be at least {k.limit} characters long"
+    if isinstance(k, K.MaxLength):
+        return f"must be at most {k.limit} characters long"
+    if isinstance(k, K.MinItems):
+        return f"must have at least {k.limit} items"
+    if isinstance(k, K.MaxItems):
+        return f"must have at most {k.limit} items"
+    if isinstance(k, K.MinProperties):
+        return f"must have at least {k.limit} entries"
+    if isinstance(k, K.MaxProperties):
+        return f"must have at most {k.limit} entries"
+    if isinstance(k, K.AdditionalItems):
+        return f"must have at most {k.limit} items"
+    if isinstance(k, K.UnevaluatedItems):
+        return f"items at positions {', '.join(str(i) for i in k.unexpected[:8])} are not allowed"
+    if isinstance(k, K.Pattern):
+        return f"must match the pattern {_preview(k.pattern, 60)}, got {_preview(v)}"
+    if isinstance(k, K.Format):
+        return f"must be a valid {k.format}, got {_preview(v)}"
+    if isinstance(k, K.UniqueItems):
+        return "must not contain duplicate items"
+    if isinstance(k, K.Contains):
+        return "must contain a matching item"
+    if isinstance(k, K.Not):
+        return f"must not match {_preview(k.schema, 60)}"
+    if isinstance(k, (K.AnyOf, K.OneOfNotValid)):
+        return _closest(k.context, _loc(e.instance_path))
+    if isinstance(k, K.OneOfMultipleValid):
+        return "matches more than one of the allowed forms (exactly one is required)"
+    if isinstance(k, K.FalseSchema):
+        at_item = e.schema_path[-1:] in (["items"], ["additionalItems"])
+        return "no item is allowed at this position" if at_item else "no value is allowed here"
+    if isinstance(k, K.PropertyNames):
+        return f"has an invalid key: {_describe(k.error)}"
+    if isinstance(k, K.ContentEncoding):
+        return f"must be {k.content_encoding}-encoded"
+    if isinstance(k, K.ContentMediaType):
+        return f"must be {k.content_media_type} content"
+    if isinstance(k, K.Custom):
+        return k.message
+    message = e.message
+    return message if len(message) <= 120 else message[:117] + "..."
+
+
+def _problems(e: jsonschema_rs.ValidationError) -> Iterator[ArgumentProblem]:
+    """The located problems one validation error stands for (an ``additionalProperties``
+    error names every unexpected key: one ``unknown`` problem each)."""
+    K = jsonschema_rs.ValidationErrorKind
+    k = e.kind
+    loc = _loc(e.instance_path)
+    if len(loc) >= _MAX_LOCATION:
+        yield ArgumentProblem(
+            kind="value", location=loc[:_MAX_LOCATION], message=f"{len(loc) - _MAX_LOCATION} levels down: {_describe(e)}"
+        )
+        return
+    if isinstance(k, K.Required):
+        yield ArgumentProblem(kind="missing", location=(*loc, k.property), message="is required")
+    elif isinstance(k, (K.AdditionalProperties, K.UnevaluatedProperties)):
+        for key in k.unexpected:
+            yield ArgumentProblem(kind="unknown", location=(*loc, key), message="is not allowed")
+    elif isinstance(k, K.FalseSchema) and len(e.schema_path) >= 2 and e.schema_path[-2] == "properties" and loc:
+        yield ArgumentProblem(kind="unknown", location=loc, message="is not allowed")
+    elif not loc:
+        yield ArgumentProblem(kind="root", location=(), message=f"arguments {_describe(e)}")
+    else:
+        yield ArgumentProblem(kind="value", location=loc, message=_describe(e))
+
+
+def _ignoring_remote(seen: list[str]) -> Callable[[str], Any]:
+    """A retriever that fetches nothing: every external resource is the schema ``true``."""
+
+    def retrieve(uri: str) -> Any:
+        seen.append(uri)
+        return True
+
+    return retrieve
+
+
+class JsonSchemaValidator:
+    """A compiled JSON Schema validator of a tool's arguments (see the module docstring).
+
+    Call it with the arguments; it returns them unchanged or raises :class:`ArgumentError`.
+
+    Attributes:
+        dialect: ``"2020-12"``, ``"2019-09"``, ``"draft-07"``, ``"draft-06"`` or ``"draft-04"``.
+        coercion: the coercion mode.
+        unknown: how arguments the schema does not name are treated.
+        assert_formats: whether ``format`` is asserted.
+        ignored_refs: remote or file references the schema makes, which were not fetched.
+    """
+
+    __slots__ = (
+        "_is_valid",
+        "_iter_errors",
+        "_known",
+        "_patterns",
+        "_root",
+        "assert_formats",
+        "coercion",
+        "dialect",
+        "ignored_refs",
+        "name",
+        "unknown",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        schema: Mapping[str, Any],
+        *,
+        coercion: Coercion = "lax",
+        unknown: UnknownArguments = "schema",
+        assert_formats: bool = False,
+    ) -> None:
+        if coercion not in get_args(Coercion):
+            raise SpecError(f"tool {name!r}: coercion must be 'lax' or 'strict', got {coercion!r}")
+        if unknown not in get_args(UnknownArguments):
+            raise SpecError(f"tool {name!r}: unknown must be 'schema', 'forbid' or 'allow', got {unknown!r}")
+        self.name = name
+        self.coercion: Coercion = coercion
+        self.unknown: UnknownArguments = unknown
+        self.assert_formats = assert_formats
+        cls, self.dialect = _dialect(name, schema)
+        # The root $schema picked the class; removing it keeps the validator from retrieving a
+        # meta-schema it does not know.
+        prepared = {k: v for k, v in schema.items() if k != "$schema"}
+        self._root: Mapping[str, Any] = prepared
+        seen: list[str] = []
+        try:
+            compiled = cls(
+                prepared,
+                formats=dict(_LAX_FORMATS) if coercion == "lax" and assert_formats else None,
+                validate_formats=assert_formats,
+                ignore_unknown_formats=True,
+                retriever=_ignoring_remote(seen),
+            )
+        except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError, TypeError, RecursionError) as e:
+            what = "nested too deeply" if isinstance(e, RecursionError) else str(e).split("\n", 1)[0]
+            raise SpecError(f"tool {name!r}: its JSON Schema cannot be compiled ({what})") from e
+        self.ignored_refs: tuple[str, ...] = tuple(dict.fromkeys(seen))
+        if self.ignored_refs:
+            structlog.get_logger("prefixmon").warning(
+                "schema_remote_ref_ignored", tool=name, refs=list(self.ignored_refs[:5]), count=len(self.ignored_refs)
+            )
+        self._is_valid = compiled.is_valid
+        self._iter_errors = compiled.iter_errors
+        self._known: frozenset[str] | None = None
+        self._patterns: tuple[re.Pattern[str], ...] = ()
+        if unknown == "forbid" and not _says_extra(prepared):
+            self._known, self._patterns = _known_names(prepared)
+
+    def __repr__(self) -> str:
+        options = f"dialect={self.dialect!r}, coercion={self.coercion!r}, unknown={self.unknown!r}"
+        return f"JsonSchemaValidator({self.name!r}, {options})"
+
+    def __call__(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self._known is not None:
+            self._forbid_unknown(args)
+        try:
+            if self._is_valid(args):
+                return args
+            instance: Any = args
+        except ValueError:  # a value JSON cannot carry (a datetime object): judge it as it is sent
+            instance = self._as_json(args)
+            if self._is_valid(instance):
+                return args
+        # NaN and infinity reach the validator as null: judge them as the numbers they are.
+        finite = _finite(instance, 0)
+        if finite is not instance:
+            instance = finite
+            if self._is_valid(instance):
+                return args
+        errors = self._errors(instance)
+        changed = False
+        if self.unknown == "allow":
+            instance, stripped = _strip_unexpected(instance, errors)
+            changed = changed or stripped
+        if self.coercion == "lax":
+            coerced = _coerce_top(instance, self._root)
+            changed = changed or coerced is not instance
+            instance = coerced
+        if changed:
+            if self._is_valid(instance):
+                return args
+            errors = self._errors(instance)
+        raise _error(errors)
+
+    def _errors(self, instance: Any) -> list[jsonschema_rs.ValidationError]:
+        out: list[jsonschema_rs.ValidationError] = []
+        try:
+            for e in self._iter_errors(instance):
+                out.append(e)
+                if len(out) >= _MAX_COUNTED:
+                    break
+        except (ValueError, RecursionError):  # the validator cannot describe a value this deep
+            if not out:
+                message = "arguments do not fit the schema (nested too deeply to say where)"
+                raise ArgumentError([ArgumentProblem(kind="root", location=(), message=message)]) from None
+        return out
+
+    def _as_json(self, args: dict[str, Any]) -> Any:
+        try:
+            return to_jsonable_python(args)
+        except (PydanticSerializationError, ValueError, TypeError, RecursionError) as e:
+            raise ArgumentError(
+                [ArgumentProblem(kind="root", location=(), message=f"arguments cannot be sent as JSON ({e})")]
+            ) from None
+
+    def _forbid_unknown(self, args: Mapping[str, Any]) -> None:
+        known = self._known
+        assert known is not None
+        extra = [k for k in args if k not in known and not any(p.search(k) for p in self._patterns)]
+        if extra:
+            raise ArgumentError(
+                [ArgumentProblem(kind="unknown", location=(k,), message="is not allowed") for k in extra[:MAX_PROBLEMS]],
+                more=max(0, len(extra) - MAX_PROBLEMS),
+            )
+
+
+def _error(errors: list[jsonschema_rs.ValidationError]) -> ArgumentError:
+    problems: list[ArgumentProblem] = []
+    total = 0
+    for e in errors:
+        for p in _problems(e):
+            total += 1
+            if len(problems) < MAX_PROBLEMS:
+                problems.append(p)
+    if not problems:  # the validator refused without saying why (should not happen)
+        problems.append(ArgumentProblem(kind="root", location=(), message="arguments do not fit the schema"))
+        total = 1
+    return ArgumentError(problems, more=total - len(problems))
+
+
+def _says_extra(schema: Mapping[str, Any]) -> bool:
+    """Whether the schema itself decides about properties it does not name."""
+    return any(k in schema for k in ("additionalProperties", "unevaluatedProperties"))
+
+
+def _known_names(schema: Mapping[str, Any]) -> tuple[frozenset[str], tuple[re.Pattern[str], ...]]:
+    """Top-level argument names the schema declares (its own ``properties`` and those of its
+    ``allOf``/``anyOf``/``oneOf`` members and local ``$ref``), and its property-name patterns."""
+    names: set[str] = set()
+    patterns: list[re.Pattern[str]] = []
+    for node in _object_nodes(schema, schema):
+        props = node.get("properties")
+        if isinstance(props, Mapping):
+            names.update(str(k) for k in props)
+        pattern_props = node.get("patternProperties")
+        if isinstance(pattern_props, Mapping):
+            for p in pattern_props:
+                try:
+                    patterns.append(re.compile(str(p)))
+                except re.error:
+                    patterns.append(re.compile(""))  # a pattern Python cannot read: allow every name
+    return frozenset(names), tuple(patterns)
+
+
+def _strip_unexpected(instance: Any, errors: list[jsonschema_rs.ValidationError]) -> tuple[Any, bool]:
+    """``instance`` without the keys ``additionalProperties``/``unevaluatedProperties`` refused (zod's strip)."""
+    K = jsonschema_rs.ValidationErrorKind
+    drops = [
+        (tuple(e.instance_path), e.kind.unexpected)
+        for e in errors
+        if isinstance(e.kind, (K.AdditionalProperties, K.UnevaluatedProperties))
+    ]
+    if not drops:
+        return instance, False
+    root: Any = _shallow(instance)
+    copied = {id(root)}
+    for path, keys in drops:
+        node: Any = root
+        for part in path:  # copy each container on the way down, so the caller's arguments stay as sent
+            try:
+                child = node[part]
+            except (KeyError, IndexError, TypeError):
+                node = None
+                break
+            if id(child) not in copied and isinstance(child, (Mapping, list, tuple)):
+                child = _shallow(child)
+                copied.add(id(child))
+                node[part] = child
+            node = child
+        if isinstance(node, dict):
+            for key in keys:
+                node.pop(key, None)
+    return root, True
+
+
+_BIG: Final = 1.7976931348623157e308
+
+
+def _finite(value: Any, depth: int) -> Any:
+    """``value`` with NaN read as 0.0 and infinities as the largest floats (the same object when it has none)."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return 0.0 if math.isnan(value) else math.copysign(_BIG, value)
+    if depth > _MAX_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        out: dict[str, Any] | None = None
+        for k, v in value.items():
+            new = _finite(v, depth + 1)
+            if new is not v:
+                out = dict(value) if out is None else out
+                out[k] = new
+        return value if out is None else out
+    if isinstance(value, (list, tuple)):
+        items: list[Any] | None = None
+        for i, v in enumerate(value):
+            new = _finite(v, depth + 1)
+            if new is not v:
+                items = list(value) if items is None else items
+                items[i] = new
+        return value if items is None else items
+    return value
+
+
+def _shallow(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return value
+
+
+# -- lax coercion: what pydantic's lax mode (and the Python MCP SDK) would accept -------------
+def _resolve(ref: str, root: Mapping[str, Any]) -> Any:
+    """The local target of ``ref`` (``#`` or ``#/json/pointer``), or ``None``."""
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return None
+    node: Any = root
+    for raw in ref[2:].split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _members(node: Mapping[str, Any], root: Mapping[str, Any], depth: int = 0) -> Iterator[Mapping[str, Any]]:
+    """``node`` and the schemas that apply beside it (local ``$ref``, ``allOf``), flattened."""
+    if depth > 8:
+        return
+    yield node
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        target = _resolve(ref, root)
+        if isinstance(target, Mapping):
+            yield from _members(target, root, depth + 1)
+    all_of = node.get("allOf")
+    if isinstance(all_of, list):
+        for sub in all_of:
+            if isinstance(sub, Mapping):
+                yield from _members(sub, root, depth + 1)
+
+
+def _object_nodes(node: Mapping[str, Any], root: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """Every schema that may say what an object's properties are: members and union branches."""
+    for member in _members(node, root):
+        yield member
+        for key in ("anyOf", "oneOf"):
+            branches = member.get(key)
+            if isinstance(branches, list):
+                for sub in branches:
+                    if isinstance(sub, Mapping):
+                        yield from _members(sub, root, 1)
+
+
+def _types(node: Mapping[str, Any], root: Mapping[str, Any]) -> tuple[set[str] | None, str | None]:
+    """The JSON types a schema allows (``None``: any) and its ``format``, through ``$ref``, ``allOf``
+    and union branches."""
+    allowed: set[str] | None = None
+    fmt: str | None = None
+    for member in _members(node, root):
+        if isinstance(member.get("format"), str):
+            fmt = fmt or member["format"]
+        declared = member.get("type")
+        here: set[str] | None = None
+        if isinstance(declared, str):
+            here = {declared}
+        elif isinstance(declared, list):
+            here = {t for t in declared if isinstance(t, str)}
+        else:
+            for key in ("anyOf", "oneOf"):
+                branches = member.get(key)
+                if isinstance(branches, list) and branches:
+                    union: set[str] | None = set()
+                    for sub in branches:
+                        sub_types, sub_fmt = _types(sub, root) if isinstance(sub, Mapping) else (None, None)
+                        fmt = fmt or sub_fmt
+                        if sub_types is None or union is None:
+                            union = None
+                        else:
+                            union |= sub_types
+                    here = union if here is None else (here & union if union is not None else here)
+        if here is not None:
+            allowed = here if allowed is None else allowed & here
+    return allowed, fmt
+
+
+def _coerce_scalar(value: Any, allowed: set[str], fmt: str | None) -> Any:
+    kind = _json_type(value)
+    if kind in allowed or (kind == "integer" and "number" in allowed):
+        return value
+    if "integer" in allowed and isinstance(value, (str, bool, float)):
+        try:
+            return _INT.validate_python(value)
+        except ValidationError:
+            pass
+    if "number" in allowed and isinstance(value, (str, bool)):
+        try:
+            number = _FLOAT.validate_python(value)
+        except ValidationError:
+            pass
+        else:
+            if math.isfinite(number):
+                return number
+    if "boolean" in allowed and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        try:
+            return _BOOL.validate_python(value)
+        except ValidationError:
+            pass
+    if (
+        "string" in allowed
+        and fmt is not None
+        and fmt in _TEMPORAL
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+    ):
+        try:
+            parsed = _TEMPORAL[fmt].validate_python(value)
+        except ValidationError:
+            pass
+        else:
+            return parsed.isoformat() if hasattr(parsed, "isoformat") else str(parsed)
+    return value
+
+
+def _coerce(value: Any, node: Any, root: Mapping[str, Any], depth: int) -> Any:
+    """``value`` as pydantic's lax mode would read it for ``node`` (the same object when nothing changes)."""
+    if not isinstance(node, Mapping) or depth > _MAX_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        out: dict[str, Any] | None = None
+        nodes = list(_object_nodes(node, root))
+        for key, item in value.items():
+            sub = _property_schema(nodes, key)
+            if sub is None:
+                continue
+            new = _coerce(item, sub, root, depth + 1)
+            if new is not item:
+                if out is None:
+                    out = dict(value)
+                out[key] = new
+        return value if out is None else out
+    if isinstance(value, (list, tuple)):
+        nodes = list(_object_nodes(node, root))
+        items: list[Any] | None = None
+        for i, item in enumerate(value):
+            sub = _item_schema(nodes, i)
+            if sub is None:
+                continue
+            new = _coerce(item, sub, root, depth + 1)
+            if new is not item:
+                if items is None:
+                    items = list(value)
+                items[i] = new
+        return value if items is None else items
+    allowed, fmt = _types(node, root)
+    if allowed is None:
+        return value
+    return _coerce_scalar(value, allowed, fmt)
+
+
+def _property_schema(nodes: list[Mapping[str, Any]], key: str) -> Any:
+    for node in nodes:
+        props = node.get("properties")
+        if isinstance(props, Mapping) and key in props:
+            return props[key]
+    for node in nodes:
+        pattern_props = node.get("patternProperties")
+        if isinstance(pattern_props, Mapping):
+            for pattern, sub in pattern_props.items():
+                try:
+                    if re.search(str(pattern), key):
+                        return sub
+                except re.error:
+                    continue
+    for node in nodes:
+        extra = node.get("additionalProperties")
+        if isinstance(extra, Mapping):
+            return extra
+    return None
+
+
+def _item_schema(nodes: list[Mapping[str, Any]], index: int) -> Any:
+    for node in nodes:
+        prefix = node.get("prefixItems")
+        items = node.get("items")
+        if isinstance(prefix, list):
+            if index < len(prefix):
+                return prefix[index]
+            if isinstance(items, Mapping):
+                return items
+        elif isinstance(items, list):  # draft-07 and earlier: a tuple
+            if index < len(items):
+                return items[index]
+            extra = node.get("additionalItems")
+            if isinstance(extra, Mapping):
+                return extra
+        elif isinstance(items, Mapping):
+            return items
+    return None
+
+
+def _coerce_top(args: Any, root: Mapping[str, Any]) -> Any:
+    """Lax coercion of the arguments, after the Python MCP SDK's pre-parsing of JSON text.
+
+    ``MCPServer`` (FastMCP) parses a top-level string argument as JSON when its parameter is
+    not a plain ``str`` and the text is a JSON array, object or ``null`` (models send lists as
+    JSON text); pydantic's lax mode then validates.
+    """
+    if not isinstance(args, Mapping):
+        return args
+    nodes = list(_object_nodes(root, root))
+    parsed: dict[str, Any] | None = None
+    for key, value in args.items():
+        if not isinstance(value, str):
+            continue
+        sub = _property_schema(nodes, key)
+        if not isinstance(sub, Mapping):
+            continue
+        allowed, _ = _types(sub, root)
+        if allowed is None or allowed == {"string"}:
+            continue
+        try:
+            decoded = json.loads(value)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(decoded, (list, dict)) or decoded is None:
+            if parsed is None:
+                parsed = dict(args)
+            parsed[key] = decoded
+    return _coerce(args if parsed is None else parsed, root, root, 0)
+
+
+def schema_validator(
+    name: str,
+    schema: Mapping[str, Any],
+    *,
+    coercion: Coercion = "lax",
+    unknown: UnknownArguments = "schema",
+    assert_formats: bool = False,
+) -> JsonSchemaValidator:
     """A validator for a JSON Schema of the arguments, compiled once.
 
     Args:
         name: the tool, for error messages.
-        schema: the arguments' schema.
-        forbid_unknown: reject arguments the schema does not name, unless the schema says
-            ``additionalProperties`` itself.
+        schema: the arguments' schema; its ``$schema`` names the dialect (2020-12 when absent).
+        coercion: ``"lax"`` (pydantic-based servers) or ``"strict"`` (zod / ajv).
+        unknown: arguments the schema does not name: ``"schema"`` (as the schema says),
+            ``"forbid"`` or ``"allow"`` (see :data:`UnknownArguments`).
+        assert_formats: assert ``format`` (as the coercion mode reads it) instead of treating
+            it as an annotation.
 
     Raises:
-        SpecError: the schema cannot be compiled.
+        SpecError: the schema cannot be compiled, or an option is not one of its values.
     """
-    prepared = {k: v for k, v in schema.items() if k != "$schema"}
-    prepared.setdefault("type", "object")
-    try:
-        compiled = fastjsonschema.compile(prepared, use_default=False)
-    except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
-        problem = "nested too deeply" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
-        raise SpecError(f"tool {name!r}: its JSON Schema cannot be compiled ({problem})") from e
-    props = schema.get("properties")
-    known = frozenset(props) if isinstance(props, Mapping) else None
-    check_unknown = forbid_unknown and known is not None and "additionalProperties" not in schema
-
-    def run(args: dict[str, Any]) -> dict[str, Any]:
-        if check_unknown:
-            extra = [k for k in args if k not in known]  # type: ignore[operator]
-            if extra:
-                raise ArgumentError(
-                    [ArgumentProblem(kind="unknown", location=(k,), message="not allowed") for k in extra[:MAX_PROBLEMS]],
-                    more=max(0, len(extra) - MAX_PROBLEMS),
-                )
-        try:
-            compiled(args)
-        except fastjsonschema.JsonSchemaValueException as e:
-            raise ArgumentError([_schema_problem(e)]) from None
-        return args
-
-    return run
+    return JsonSchemaValidator(name, schema, coercion=coercion, unknown=unknown, assert_formats=assert_formats)

@@ -908,7 +908,8 @@ def _ref_tools() -> Toolset:
     tools = Toolset()
 
     def obj(props: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
-        return {"type": "object", "properties": props, "required": list(required)}
+        # closed objects: an unknown argument name is a schema failure only where the schema says so
+        return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
 
     tools.add_schema("search", obj({"name": {"type": "string"}}), produces="person_id")
     tools.add_schema("remove", obj({"person_id": {"type": "string"}}), refs={"person_id": "person_id"}, invalidates="person_id")
