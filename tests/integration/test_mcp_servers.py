@@ -45,7 +45,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, PaginatedRequestParams, TextContent, Tool
 from pydantic import Field
 
-from prefixmon import EpisodeRecord
+from prefixmon import Decision, EpisodeRecord
 from prefixmon.adapters.mcp import MonitoredSession
 
 pytestmark = pytest.mark.integration
@@ -181,7 +181,7 @@ async def compare(
         assert ep.record is not None
     [record] = records
     decisions = [a.decision for a in record.actions]
-    assert decisions.count("block") == sum(o.blocked for o in outcomes)
+    assert decisions.count(Decision.BLOCK) == sum(o.blocked for o in outcomes)
     return outcomes
 
 
