@@ -27,6 +27,7 @@ accept them; the server does its own coercion).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -186,6 +187,13 @@ def _json_type(value: Any) -> str:
 
 
 def _preview(value: Any, limit: int = 40) -> str:
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else ("true" if value else "false")
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        text = str(value)
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+    if isinstance(value, str) and len(value) > limit:
+        value = value[:limit]  # the preview is cut below anyway: never encode a long string whole
     try:
         text = json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError, RecursionError):
@@ -423,26 +431,45 @@ class JsonSchemaValidator:
             instance = self._as_json(args)
             if self._is_valid(instance):
                 return args
-        # NaN and infinity reach the validator as null: judge them as the numbers they are.
-        finite = _finite(instance, 0)
-        if finite is not instance:
-            instance = finite
-            if self._is_valid(instance):
-                return args
         errors = self._errors(instance)
-        changed = False
-        if self.unknown == "allow":
-            instance, stripped = _strip_unexpected(instance, errors)
-            changed = changed or stripped
-        if self.coercion == "lax":
-            coerced = _coerce_top(instance, self._root)
-            changed = changed or coerced is not instance
-            instance = coerced
-        if changed:
-            if self._is_valid(instance):
+        repaired = self._repair(instance, errors)
+        if repaired is not instance:
+            if self._is_valid(repaired):
                 return args
-            errors = self._errors(instance)
+            errors = self._errors(repaired)
         raise _error(errors)
+
+    def _repair(self, instance: Any, errors: list[jsonschema_rs.ValidationError]) -> Any:
+        """``instance`` as the server would read it, changed only where an error is.
+
+        NaN and infinity reach the validator as null: they are read as the numbers they are;
+        ``unknown="allow"`` strips the names the schema refuses; lax coercion reads each value
+        an error names as pydantic would. The same object when nothing changes.
+        """
+        K = jsonschema_rs.ValidationErrorKind
+        patch = _Patch(instance)
+        for e in errors:
+            k = e.kind
+            path = e.instance_path
+            if isinstance(k, (K.AdditionalProperties, K.UnevaluatedProperties)):
+                if self.unknown == "allow":
+                    patch.drop(path, k.unexpected)
+                continue
+            if not path or not isinstance(k, (K.Type, K.AnyOf, K.OneOfNotValid, K.Enum, K.Constant)):
+                continue
+            found, value = _value_at(instance, path)
+            if not found:
+                continue
+            new = _finite(value, 0)
+            if self.coercion == "lax":
+                node = _schema_at(self._root, path)
+                if node is not None:
+                    if len(path) == 1 and isinstance(new, str):
+                        new = _pre_parse(new, node, self._root)
+                    new = _coerce(new, node, self._root, len(path))
+            if new is not value:
+                patch.set(path, new)
+        return patch.root
 
     def _errors(self, instance: Any) -> list[jsonschema_rs.ValidationError]:
         out: list[jsonschema_rs.ValidationError] = []
@@ -514,35 +541,56 @@ def _known_names(schema: Mapping[str, Any]) -> tuple[frozenset[str], tuple[re.Pa
     return frozenset(names), tuple(patterns)
 
 
-def _strip_unexpected(instance: Any, errors: list[jsonschema_rs.ValidationError]) -> tuple[Any, bool]:
-    """``instance`` without the keys ``additionalProperties``/``unevaluatedProperties`` refused (zod's strip)."""
-    K = jsonschema_rs.ValidationErrorKind
-    drops = [
-        (tuple(e.instance_path), e.kind.unexpected)
-        for e in errors
-        if isinstance(e.kind, (K.AdditionalProperties, K.UnevaluatedProperties))
-    ]
-    if not drops:
-        return instance, False
-    root: Any = _shallow(instance)
-    copied = {id(root)}
-    for path, keys in drops:
-        node: Any = root
-        for part in path:  # copy each container on the way down, so the caller's arguments stay as sent
+class _Patch:
+    """Copy-on-write changes to a JSON value: containers on a changed path are copied, so the
+    caller's arguments stay as sent."""
+
+    __slots__ = ("_copied", "root")
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self._copied: set[int] = set()
+
+    def _container(self, path: list[str | int]) -> Any:
+        """The (copied) container at ``path``, or ``None`` when the path does not lead to one."""
+        if id(self.root) not in self._copied:
+            self.root = _shallow(self.root)
+            self._copied.add(id(self.root))
+        node: Any = self.root
+        for part in path:
             try:
                 child = node[part]
             except (KeyError, IndexError, TypeError):
-                node = None
-                break
-            if id(child) not in copied and isinstance(child, (Mapping, list, tuple)):
+                return None
+            if not isinstance(child, (Mapping, list, tuple)):
+                return None
+            if id(child) not in self._copied:
                 child = _shallow(child)
-                copied.add(id(child))
+                self._copied.add(id(child))
                 node[part] = child
             node = child
+        return node
+
+    def set(self, path: list[str | int], value: Any) -> None:
+        parent = self._container(path[:-1])
+        if parent is not None:
+            with contextlib.suppress(IndexError, TypeError):
+                parent[path[-1]] = value
+
+    def drop(self, path: list[str | int], keys: Iterable[str]) -> None:
+        node = self._container(path)
         if isinstance(node, dict):
             for key in keys:
                 node.pop(key, None)
-    return root, True
+
+
+def _value_at(value: Any, path: list[str | int]) -> tuple[bool, Any]:
+    for part in path:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return False, None
+    return True, value
 
 
 _BIG: Final = 1.7976931348623157e308
@@ -778,35 +826,36 @@ def _item_schema(nodes: list[Mapping[str, Any]], index: int) -> Any:
     return None
 
 
-def _coerce_top(args: Any, root: Mapping[str, Any]) -> Any:
-    """Lax coercion of the arguments, after the Python MCP SDK's pre-parsing of JSON text.
+def _schema_at(root: Mapping[str, Any], path: list[str | int]) -> Any:
+    """The schema that applies to the value at ``path`` (through refs, compositions and unions)."""
+    node: Any = root
+    for depth, part in enumerate(path):
+        if not isinstance(node, Mapping) or depth > _MAX_DEPTH:
+            return None
+        nodes = list(_object_nodes(node, root))
+        node = _item_schema(nodes, part) if isinstance(part, int) else _property_schema(nodes, part)
+        if node is None:
+            return None
+    return node
+
+
+def _pre_parse(value: str, node: Any, root: Mapping[str, Any]) -> Any:
+    """A top-level argument as the Python MCP SDK pre-parses it.
 
     ``MCPServer`` (FastMCP) parses a top-level string argument as JSON when its parameter is
     not a plain ``str`` and the text is a JSON array, object or ``null`` (models send lists as
-    JSON text); pydantic's lax mode then validates.
+    JSON text); pydantic's lax mode then validates the result.
     """
-    if not isinstance(args, Mapping):
-        return args
-    nodes = list(_object_nodes(root, root))
-    parsed: dict[str, Any] | None = None
-    for key, value in args.items():
-        if not isinstance(value, str):
-            continue
-        sub = _property_schema(nodes, key)
-        if not isinstance(sub, Mapping):
-            continue
-        allowed, _ = _types(sub, root)
-        if allowed is None or allowed == {"string"}:
-            continue
-        try:
-            decoded = json.loads(value)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(decoded, (list, dict)) or decoded is None:
-            if parsed is None:
-                parsed = dict(args)
-            parsed[key] = decoded
-    return _coerce(args if parsed is None else parsed, root, root, 0)
+    if not isinstance(node, Mapping):
+        return value
+    allowed, _ = _types(node, root)
+    if allowed is None or allowed == {"string"}:
+        return value
+    try:
+        decoded = json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+    return decoded if isinstance(decoded, (list, dict)) or decoded is None else value
 
 
 def schema_validator(
