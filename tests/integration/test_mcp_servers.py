@@ -46,7 +46,10 @@ from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, Pa
 from pydantic import Field
 
 from prefixmon import Decision, EpisodeRecord
-from prefixmon.adapters.mcp import MonitoredSession
+from prefixmon.adapters import mcp as mcp_adapter
+
+# the client wrapper's name after the adapter renaming (issue 10), and before it
+MonitoredSession: type[Any] = getattr(mcp_adapter, "MonitorSession", None) or mcp_adapter.MonitoredSession
 
 pytestmark = pytest.mark.integration
 
