@@ -234,7 +234,7 @@ def _closest(context: list[list[jsonschema_rs.ValidationError]], here: Location)
             break
         types.extend(t for t in errors[0].kind.types if t not in types)
     if types:
-        return f"expected {' or '.join(types)}, {_got(branches[0][0].instance)}"
+        return f"must be {' or '.join(types)}, {_got(branches[0][0].instance)}"
     best = min(branches, key=len)[0]
     inner = _describe(best)
     where = _loc(best.instance_path)
@@ -249,7 +249,7 @@ def _describe(e: jsonschema_rs.ValidationError) -> str:
     K = jsonschema_rs.ValidationErrorKind
     v = e.instance
     if isinstance(k, K.Type):
-        return f"expected {' or '.join(k.types)}, {_got(v)}"
+        return f"must be {' or '.join(k.types)}, {_got(v)}"
     if isinstance(k, K.Enum):
         return f"must be one of {_options(k.options)}, {_got(v)}"
     if isinstance(k, K.Constant):

@@ -310,7 +310,7 @@ class TestProblems:
         assert len(str(e)) < 200 and "..." in str(e)
 
     def test_union_reasons_name_the_allowed_types(self) -> None:
-        """anyOf of types reads 'expected integer or null'; other unions name the closest branch."""
+        """anyOf of types reads 'must be integer or null'; other unions name the closest branch."""
         schema = {
             "type": "object",
             "properties": {
@@ -319,7 +319,7 @@ class TestProblems:
             },
         }
         v = schema_validator("t", schema, coercion="strict")
-        assert str(error(v, {"o": "x"})) == "argument 'o': expected integer or null, got string \"x\""
+        assert str(error(v, {"o": "x"})) == "argument 'o': must be integer or null, got string \"x\""
         assert "matches none of the allowed forms (closest:" in str(error(v, {"shape": {"r": "big"}}))
 
     def test_root_problems(self) -> None:
