@@ -20,6 +20,17 @@ when the connection closes; stateless 2026-07-28 requests share one episode, fin
 the server stops (the lifespan). Tool specs come from the server's own ``tools/list`` (every
 page, re-read when a call names an unlisted tool).
 
+**How argument values are read** (``coercion=``). The schema check refuses only what the
+server would refuse, so it reads values as the server's validator does: ``"lax"`` as
+pydantic's lax mode (Python SDK / ``MCPServer`` servers: ``"3"`` is an integer there),
+``"strict"`` as zod or ajv (TypeScript servers). ``"auto"`` (the client's default) chooses
+per server and tool: the server's implementation info when it names its stack (``python``,
+``fastmcp`` or ``pydantic`` -> lax; ``typescript``, ``node``, ``zod`` or ``ajv`` -> strict),
+else the tool's ``inputSchema``: a declared ``$schema`` of draft-07 or older -> strict (what
+the TypeScript SDK's zod conversion emits), otherwise lax (the Python SDK declares none, and
+lax refuses less). The server middleware guards a Python SDK server, so it reads lax. A
+``rules`` entry's own ``coercion`` wins.
+
 Server errors (``isError`` results, JSON-RPC error answers) are recorded as
 ``state_consistency`` rejections; transport failures (connection closed, read timeout) as
 abandoned calls. Structured results (or JSON text results) feed the information pool and
@@ -32,7 +43,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Collection, Hashable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import replace
-from typing import Any, Protocol, TypeAlias, cast
+from typing import Any, Literal, Protocol, TypeAlias, cast, get_args
 
 import anyio
 import structlog
@@ -59,10 +70,12 @@ from prefixmon.deprecation import moved_names
 __all__ = [
     "MAX_LIST_PAGES",
     "RELIST_INTERVAL",
+    "CoercionChoice",
     "MonitorMiddleware",
     "MonitorSession",
     "ToolSession",
     "blocked_result",
+    "coercion_for",
     "declare_tools",
     "result_value",
 ]
@@ -80,6 +93,52 @@ _MAX_RELIST_NAMES = 1024
 ToolSession: TypeAlias = ClientSession | Client
 """What :class:`MonitorSession` wraps: an initialized ``mcp.ClientSession`` or an entered ``mcp.Client``."""
 
+CoercionChoice: TypeAlias = Literal["auto", "lax", "strict"]
+"""How the server reads argument values: ``lax`` (pydantic), ``strict`` (zod, ajv), or ``auto``
+(see :func:`coercion_for`)."""
+
+_LAX_STACKS = ("python", "fastmcp", "pydantic")
+_STRICT_STACKS = ("typescript", "javascript", "node", "zod", "ajv")
+_STRICT_DIALECTS = ("draft-07", "draft-06", "draft-04")
+
+
+def coercion_for(schema: Mapping[str, Any] | None, server_info: Any = None) -> Literal["lax", "strict"]:
+    """The coercion mode ``"auto"`` chooses for one tool of a server.
+
+    Args:
+        schema: the tool's ``inputSchema``.
+        server_info: the server's implementation info (``initialize`` result ``serverInfo``),
+            a model or its wire dict.
+
+    Returns:
+        ``"lax"`` or ``"strict"``: from the implementation info when it names the server's
+        stack, else ``"strict"`` for a schema that declares draft-07 or older (the TypeScript
+        SDK's zod conversion does), else ``"lax"`` (the Python SDK declares no ``$schema``).
+    """
+    if server_info is not None:
+        fields = ("name", "title", "description", "website_url", "websiteUrl")
+        text = " ".join(
+            str(value)
+            for key in fields
+            if isinstance(
+                value := (server_info.get(key) if isinstance(server_info, Mapping) else getattr(server_info, key, None)), str
+            )
+        ).lower()
+        words = set(text.replace("/", " ").replace("-", " ").replace("_", " ").replace(".", " ").split())
+        if words & set(_LAX_STACKS):
+            return "lax"
+        if words & set(_STRICT_STACKS):
+            return "strict"
+    declared = schema.get("$schema") if isinstance(schema, Mapping) else None
+    if isinstance(declared, str) and any(d in declared for d in _STRICT_DIALECTS):
+        return "strict"
+    return "lax"
+
+
+def _check_coercion(coercion: str) -> None:
+    if coercion not in get_args(CoercionChoice):
+        raise SpecError(f"coercion must be 'auto', 'lax' or 'strict', got {coercion!r}")
+
 
 # -- shared ---------------------------------------------------------------------------------
 def declare_tools(
@@ -87,6 +146,8 @@ def declare_tools(
     tools: Iterable[Tool | Mapping[str, Any]],
     *,
     rules: Mapping[str, Mapping[str, Any]] | None = None,
+    coercion: CoercionChoice = "auto",
+    server_info: Any = None,
 ) -> list[str]:
     """Declare (or re-declare) MCP tools in ``toolset`` from their input schemas.
 
@@ -95,11 +156,15 @@ def declare_tools(
         tools: ``Tool`` models (``list_tools().tools``) or their wire dicts.
         rules: ``{name: options}``: :meth:`Toolset.add_schema` options per tool, e.g.
             ``{"search_contacts": {"produces": "person_id"}}``.
+        coercion: how the server reads argument values (see :func:`coercion_for` for ``"auto"``);
+            a rule's own ``coercion`` wins.
+        server_info: the server's implementation info, for ``"auto"``.
 
     Returns:
         The names declared or changed.
     """
-    return _declare(toolset, tools, rules)
+    _check_coercion(coercion)
+    return _declare(toolset, tools, rules, coercion=coercion, server_info=server_info)
 
 
 def _declare(
@@ -107,6 +172,9 @@ def _declare(
     tools: Iterable[Tool | Mapping[str, Any]],
     rules: Mapping[str, Mapping[str, Any]] | None,
     force: Collection[str] = (),
+    *,
+    coercion: CoercionChoice,
+    server_info: Any = None,
 ) -> list[str]:
     """:func:`declare_tools`; names in ``force`` are re-declared even when they look unchanged."""
     rules = rules or {}
@@ -132,10 +200,10 @@ def _declare(
             and old.description == description
         ):
             continue
+        mode = coercion_for(schema, server_info) if coercion == "auto" else coercion
+        options = {"coercion": mode, **dict(rules.get(name, {}))}
         try:
-            toolset.add_schema(
-                name, schema, description=description, replace=True, metadata={"source": "mcp"}, **dict(rules.get(name, {}))
-            )
+            toolset.add_schema(name, schema, description=description, replace=True, metadata={"source": "mcp"}, **options)
         except TypeError as e:  # a misspelt option
             raise SpecError(f"rules[{name!r}]: {e}; options are those of Toolset.add_schema") from e
         changed.append(name)
@@ -222,6 +290,8 @@ class MonitorSession:
             ``Monitor(Toolset(), policy=policy, **monitor_options)``.
         rules: per-tool :meth:`Toolset.add_schema` options (references, preconditions, ...).
         policy: used when ``monitor`` is not given (default ``"block"``).
+        coercion: how the server reads argument values; ``"auto"`` (default) chooses from
+            the server's implementation info and each tool's schema (:func:`coercion_for`).
         **monitor_options: further :class:`Monitor` options (``sink=``, ``observers=``, ...).
 
     Use it as an async context manager (it lists the server's tools on entry), open one
@@ -235,10 +305,13 @@ class MonitorSession:
         *,
         rules: Mapping[str, Mapping[str, Any]] | None = None,
         policy: str = "block",
+        coercion: CoercionChoice = "auto",
         **monitor_options: Any,
     ) -> None:
         if monitor is not None and monitor_options:
             raise SpecError(f"pass either monitor= or Monitor options, not both (got {', '.join(sorted(monitor_options))})")
+        _check_coercion(coercion)
+        self.coercion: CoercionChoice = coercion
         self.session = session
         self.monitor = monitor if monitor is not None else Monitor(Toolset(), policy=policy, **monitor_options)
         self.rules: dict[str, Mapping[str, Any]] = dict(rules or {})
@@ -292,7 +365,7 @@ class MonitorSession:
     def _learn(self, tools: Iterable[Tool]) -> None:
         tools = list(tools)
         listed = _names_of(tools)
-        changed = _declare(self.toolset, tools, self.rules)
+        changed = _declare(self.toolset, tools, self.rules, coercion=self.coercion, server_info=self.session.server_info)
         self._declared |= listed
         back = self._gone & listed
         self._gone -= listed
@@ -400,6 +473,9 @@ class MonitorMiddleware:
             ``tools/list`` (with ``rules``) before the first call is checked.
         rules: per-tool :meth:`Toolset.add_schema` options.
         policy: used when ``monitor`` is not given (default ``"block"``).
+        coercion: how the guarded server reads argument values: ``"lax"`` (default:
+            ``MCPServer`` validates with pydantic's lax mode) or ``"strict"`` (a low-level
+            server that validates with a JSON Schema validator).
         task_id: the episodes' task id (default: the episode id).
         labels: the episodes' labels.
         key: groups calls into episodes (``ctx -> hashable``); default: one episode per
@@ -425,6 +501,7 @@ class MonitorMiddleware:
         *,
         rules: Mapping[str, Mapping[str, Any]] | None = None,
         policy: str = "block",
+        coercion: CoercionChoice = "lax",
         task_id: str | None = None,
         labels: Mapping[str, str] | None = None,
         key: Callable[[ServerRequestContext[Any, Any]], Hashable] | None = None,
@@ -432,6 +509,8 @@ class MonitorMiddleware:
     ) -> None:
         if monitor is not None and monitor_options:
             raise SpecError(f"pass either monitor= or Monitor options, not both (got {', '.join(sorted(monitor_options))})")
+        _check_coercion(coercion)
+        self.coercion: CoercionChoice = coercion
         self.monitor = monitor if monitor is not None else Monitor(Toolset(), policy=policy, **monitor_options)
         self.rules: dict[str, Mapping[str, Any]] = dict(rules or {})
         self.key = key
@@ -582,7 +661,7 @@ class MonitorMiddleware:
         if tools is None:
             return
         listed = _names_of(tools)
-        changed = _declare(self.toolset, tools, self.rules, force=self._unchecked & listed)
+        changed = _declare(self.toolset, tools, self.rules, force=self._unchecked & listed, coercion=self.coercion)
         self._unchecked -= listed
         self._declared |= listed
         back = self._gone & listed

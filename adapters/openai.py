@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 try:
     from openai import AsyncOpenAI
@@ -82,13 +82,27 @@ def toolset_from_openai(
     functions: Mapping[str, Callable[..., Any]] | None = None,
     rules: Mapping[str, Mapping[str, Any]] | None = None,
     toolset: Toolset | None = None,
+    coercion: Literal["lax", "strict"] = "strict",
 ) -> Toolset:
     """Declare every function tool of an OpenAI ``tools`` list in a toolset.
 
     The same as :meth:`prefixmon.Toolset.from_openai` (which needs no SDK), typed for the
-    SDK's tool params.
+    SDK's tool params, with one difference: argument values are read ``strict`` by default.
+    The tools run here, as your functions (or ``execute=``) called with the decoded JSON
+    arguments, and nothing between the model and them converts ``"3"`` into ``3``. Pass
+    ``coercion="lax"`` when your functions validate with pydantic (a ``rules`` entry's own
+    ``coercion`` wins for its tool).
     """
-    return Toolset.from_openai([cast(Mapping[str, Any], t) for t in tools], functions=functions, rules=rules, toolset=toolset)
+    listed = [cast(Mapping[str, Any], t) for t in tools]
+    per_tool: dict[str, Mapping[str, Any]] = {}
+    for tool in listed:
+        fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if isinstance(name, str) and tool.get("type", "function") == "function":
+            per_tool[name] = {"coercion": coercion}
+    for name, options in (rules or {}).items():
+        per_tool[name] = {**per_tool.get(name, {}), **options}
+    return Toolset.from_openai(listed, functions=functions, rules=per_tool, toolset=toolset)
 
 
 def result_text(result: Any) -> str:

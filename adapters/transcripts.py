@@ -320,7 +320,10 @@ def read_tool_definitions(path: str | os.PathLike[str]) -> Toolset:
     """Read a ``--tools`` file (a JSON list of OpenAI tool definitions) into a toolset.
 
     Results that start with ``Error:`` count as rejections (the convention of τ-bench and
-    many function-calling environments).
+    many function-calling environments). Argument values are read ``lax`` (add_schema's
+    default): the environment that ran the recorded calls is unknown, and a replayed schema
+    verdict must not refuse what it may have accepted (``"3"`` for an integer); unknown
+    argument names are refused only where a definition's schema says so.
 
     Raises:
         ReplayInputError: the file is not UTF-8 JSON, not a list, or has a bad entry; the

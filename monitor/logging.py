@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import structlog
 
 from . import semconv as sc
+from ._log import STDLIB_LOGGER, get_logger
 from .observer import Observer
 from .vocabulary import Decision
 
@@ -46,61 +47,7 @@ if TYPE_CHECKING:
     from .records import ActionRecord, EpisodeRecord
     from .verdict import Verdict
 
-__all__ = ["LiveLog", "configure_json_logging", "get_logger"]
-
-STDLIB_LOGGER = "prefixmon"
-"""The stdlib logger prefixmon's events go to when structlog is not configured."""
-
-
-class _Logger:
-    """structlog's ``prefixmon`` logger when structlog is configured, else stdlib ``logging``.
-
-    Events reach the stdlib logger as ``"event key=value ..."`` messages with the fields also
-    in ``extra={"prefixmon": {...}}`` for structured handlers.
-    """
-
-    __slots__ = ("_std",)
-
-    def __init__(self) -> None:
-        self._std = std_logging.getLogger(STDLIB_LOGGER)
-
-    def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
-        if structlog.is_configured():
-            getattr(structlog.get_logger(STDLIB_LOGGER), std_logging.getLevelName(level).lower())(event, **fields)
-            return
-        std = self._std
-        if std.isEnabledFor(level):
-            text = " ".join([event, *(f"{k}={v!r}" for k, v in fields.items())])
-            std.log(level, text, extra={"prefixmon": {"event": event, **fields}})
-
-    def debug(self, event: str, **fields: Any) -> None:
-        """Log at debug level."""
-        self._emit(std_logging.DEBUG, event, fields)
-
-    def info(self, event: str, **fields: Any) -> None:
-        """Log at info level."""
-        self._emit(std_logging.INFO, event, fields)
-
-    def warning(self, event: str, **fields: Any) -> None:
-        """Log at warning level."""
-        self._emit(std_logging.WARNING, event, fields)
-
-    def error(self, event: str, **fields: Any) -> None:
-        """Log at error level."""
-        self._emit(std_logging.ERROR, event, fields)
-
-    def exception(self, event: str, **fields: Any) -> None:
-        """Log at error level with the current exception."""
-        if structlog.is_configured():
-            structlog.get_logger(STDLIB_LOGGER).exception(event, **fields)
-        elif self._std.isEnabledFor(std_logging.ERROR):
-            self._std.error(" ".join([event, *(f"{k}={v!r}" for k, v in fields.items())]), exc_info=True)
-
-
-def get_logger() -> Any:
-    """prefixmon's logger: structlog when the application configured it, else stdlib ``prefixmon``."""
-    return _Logger()
-
+__all__ = ["STDLIB_LOGGER", "LiveLog", "configure_json_logging", "get_logger"]
 
 _BLOCKED = frozenset({Decision.BLOCK, Decision.FAIL_CLOSED})
 _ESCALATED = frozenset({Decision.APPROVE, Decision.EDIT, Decision.DENY})

@@ -17,9 +17,9 @@ from typing import Any, Literal
 import anyio
 
 from ._daemon_threads import DaemonThreads
+from ._log import get_logger
 from .episode import Episode, PlanTracker
 from .exceptions import SpecError
-from .logging import get_logger
 from .observer import Observer
 from .policies import EscalateHook, Intervention, Policy, ReplanHook
 from .records import EpisodeRecord, JsonlSink, Status

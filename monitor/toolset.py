@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 from pydantic import BaseModel, ConfigDict, create_model
 
 from . import _rules
-from ._validation import model_validator, schema_validator
+from ._validation import Coercion, UnknownArguments, model_validator, schema_validator
 from .exceptions import SpecError
 from .spec import (
     Effect,
@@ -348,7 +348,9 @@ class Toolset:
         grounded: str | Iterable[str] | None = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
-        forbid_unknown: bool = True,
+        coercion: Coercion = "lax",
+        unknown: UnknownArguments = "schema",
+        assert_formats: bool = False,
         replace: bool = False,
         metadata: Mapping[str, Any] | None = None,
     ) -> ToolSpec:
@@ -362,8 +364,15 @@ class Toolset:
             refs: ``{argument: kind}`` (or ``Ref``) for reference arguments; the key may be
                 a path into nested arguments (``payment_methods[].payment_id``, see
                 :func:`values_at`). ``grounded`` names accept paths too.
-            forbid_unknown: reject arguments the schema does not name, unless the schema
-                says ``additionalProperties`` itself.
+            coercion: how the server reads argument values: ``"lax"`` (default; what
+                pydantic's lax mode accepts, e.g. ``"3"`` for an integer: Python MCP SDK /
+                FastMCP servers) or ``"strict"`` (JSON types as they are: zod / ajv servers).
+            unknown: arguments the schema does not name: ``"schema"`` (default; refused only
+                where ``additionalProperties`` / ``unevaluatedProperties`` say so),
+                ``"forbid"`` (refused unless the schema allows extra properties itself) or
+                ``"allow"`` (ignored even where the schema forbids them, as zod strips them).
+            assert_formats: check ``format`` (``date-time``, ``email``, ...) instead of
+                treating it as an annotation.
             replace: replace an existing tool of the same name.
 
         The other options are as for :meth:`tool`.
@@ -384,7 +393,7 @@ class Toolset:
                 name=name,
                 description=description,
                 parameters=schema,
-                validate=schema_validator(name, schema, forbid_unknown=forbid_unknown),
+                validate=schema_validator(name, schema, coercion=coercion, unknown=unknown, assert_formats=assert_formats),
                 func=func,
                 is_async=func is not None and inspect.iscoroutinefunction(func),
                 requires=tuple(Precondition.wrap(p) for p in requires),

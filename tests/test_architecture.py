@@ -26,6 +26,8 @@ BASE: Final = frozenset(
         "_version",
         "_trusted",
         "_validation",
+        "_coercion",
+        "_log",
         "_cel",
         "_dispatch",
         "_daemon_threads",

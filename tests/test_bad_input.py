@@ -135,13 +135,17 @@ class TestMalformedArguments:
         assert missing.code == "invalid_arguments" and "missing required argument 'text'" in missing.reason
 
     async def test_wrong_types_and_unknown_arguments(self, monitor: Monitor) -> None:
-        """Wrong types and unknown names are reported per argument, for both schema kinds."""
+        """Wrong types are reported per argument for both schema kinds; unknown names where the tool refuses them.
+
+        A Python tool refuses an unknown keyword (calling it would raise); a JSON Schema tool
+        accepts one unless its schema (or ``unknown="forbid"``) says otherwise.
+        """
         async with monitor.episode(task_id="t") as ep:
             v1 = ep.check("echo", {"text": "x", "times": "many", "colour": "red"})
             v2 = ep.check("lookup", {"key": 5, "extra": True})
             v3 = ep.check("lookup", '{"key": "k", "n": "NaN"}')
         assert "argument 'times'" in v1.reason and "unknown argument 'colour'" in v1.reason
-        assert "unknown argument 'extra'" in v2.reason
+        assert "argument 'key'" in v2.reason and "extra" not in v2.reason
         assert v3.code == "invalid_arguments" and "n" in v3.reason
 
     async def test_duplicate_keys_take_the_last_value(self, monitor: Monitor) -> None:
@@ -337,7 +341,7 @@ class TestNesting:
         assert len(v.reason) < 300 and len(w.reason) < 300
 
     async def test_recursive_json_schema(self) -> None:
-        """A self-referencing JSON Schema on deep input is a schema failure, never a crash."""
+        """A self-referencing JSON Schema on deep input is checked as written, never a crash."""
         tools = Toolset()
         tools.add_schema(
             "tree",
@@ -349,12 +353,16 @@ class TestNesting:
             func=lambda node=None: "ok",
         )
         node: Any = {}
+        bad: Any = {"child": 5}
         for _ in range(10_000):
             node = {"child": node}
+            bad = {"child": bad}
         async with Monitor(tools).episode(task_id="t") as ep:
-            v = ep.check("tree", {"node": node})
+            fits = ep.check("tree", {"node": node})  # 10,000 levels the schema allows
+            v = ep.check("tree", {"node": bad})  # ... with a number where an object belongs
             assert ep.check("tree", {"node": {"child": {"child": {}}}}).executable
-        assert v.cause is Cause.SCHEMA and v.code == "invalid_arguments"
+        assert fits.executable
+        assert v.cause is Cause.SCHEMA and v.code == "invalid_arguments" and len(v.reason) < 300
 
 
 class Opaque:

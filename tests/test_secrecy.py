@@ -180,7 +180,12 @@ class TestDefaultsSendNothing:
         record_text = json.dumps(str(ep.record))
         assert CANARY in record_text  # the record (not telemetry) keeps model-readable reasons
         text = channels.text()
-        assert "execute_tool find_account" in text and "apply_guardrail" in text and "monitor_internal_error" in text and "first_failure" in text
+        assert (
+            "execute_tool find_account" in text
+            and "apply_guardrail" in text
+            and "monitor_internal_error" in text
+            and "first_failure" in text
+        )
         assert CANARY not in text
 
     async def test_hooks_and_agent_body(self, channels: Channels) -> None:

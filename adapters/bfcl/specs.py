@@ -198,6 +198,10 @@ def build_toolset(mode: Mode = "declared") -> Toolset:
                 invalidates=INVALIDATES.get(name),
                 error_result=partial(rejection, name),
                 metadata={"bfcl_class": cls_name},
+                # the environment calls a Python function with the arguments: no coercion, and an
+                # unknown keyword raises TypeError
+                coercion="strict",
+                unknown="forbid",
             )
     return tools
 

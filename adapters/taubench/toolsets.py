@@ -649,6 +649,10 @@ def toolset(domain: Domain, *, data: str | os.PathLike[str] | None = None) -> To
             grounded=rule.grounded,
             error_result=is_error_result,
             metadata={"domain": domain, "write": name in WRITE_TOOLS[domain]},
+            # the environment calls a Python function with the arguments: no coercion, and an
+            # unknown keyword raises TypeError
+            coercion="strict",
+            unknown="forbid",
         )
         seen.append(name)
     missing = sorted(set(rules) - set(seen))

@@ -162,7 +162,7 @@ class TestModernProtocol:
             assert client.protocol_version == "2026-07-28"
             assert not (await client.call_tool("echo", {"text": "hi"})).is_error
             blocked = await client.call_tool("echo", {"txt": "typo"})
-        assert blocked.is_error and "unknown argument 'txt'" in text(blocked)
+        assert blocked.is_error and "missing required argument 'text'" in text(blocked)
         [record] = await records_of(path)
         assert (record.task_id, record.horizon, record.fed, record.status) == ("tools", 2, 2, "finished")
 
@@ -238,7 +238,7 @@ class TestServerToolList:
             result = await session.call_tool("b", {"text": "hi"})
             bad = await session.call_tool("b", {"txt": "hi"})
         assert not result.is_error and text(result) == "b ran"
-        assert bad.is_error and "unknown argument 'txt'" in text(bad)
+        assert bad.is_error and "missing required argument 'text'" in text(bad)
         [record] = await records_of(path)
         assert rows(record) == [("b", Decision.ALLOW, None, True), ("b", Decision.BLOCK, Cause.SCHEMA, False)]
 
