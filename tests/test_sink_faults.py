@@ -269,9 +269,8 @@ class TestFreshLines:
             path = mnt / "r.jsonl"
             sink = JsonlSink(path)
             free = os.statvfs(mnt)
-            with ballast.open("wb") as f:  # leave two pages free
-                with contextlib.suppress(OSError):
-                    f.write(b"x" * (free.f_bavail * free.f_frsize - 8192))
+            with ballast.open("wb") as f, contextlib.suppress(OSError):  # leave two pages free
+                f.write(b"x" * (free.f_bavail * free.f_frsize - 8192))
             with capture_logs() as logs:
                 for i in range(40):
                     assert sink.submit(make_id(f"e{i}"))
