@@ -401,3 +401,23 @@ class TestDelivery:
 
 def make_id(episode_id: str) -> Any:
     return build_record(episode_id=episode_id, task_id="t", labels={}, actions=[], outcome=None, started_at=NOW, ended_at=NOW)
+
+
+class TestOtlpFileRotation:
+    """The OTLP JSON file exporter follows a rotated file, as log handlers do."""
+
+    def test_rotated_trace_file_is_reopened(self, tmp_path: Path) -> None:
+        """Spans exported after a logrotate-style move go to a new file at the path."""
+        from prefixmon.otel_setup import configure_otel
+        from prefixmon.otlp import read_otlp_records
+        from prefixmon.telemetry import Telemetry
+
+        traces = tmp_path / "t.otlp.jsonl"
+        otel = configure_otel(otlp_file=traces, batch=False, service_name="rotation")
+        monitor = Monitor(_tools(), observers=[Telemetry(tracer_provider=otel.tracer_provider, metrics=False)])
+        anyio.run(lambda: _episodes(monitor, 3, concurrent=False))
+        traces.rename(tmp_path / "t.otlp.jsonl.1")
+        anyio.run(lambda: _episodes(monitor, 2, concurrent=False))
+        otel.shutdown()
+        assert len(read_otlp_records(tmp_path / "t.otlp.jsonl.1")) == 3
+        assert len(read_otlp_records(traces)) == 2
