@@ -338,3 +338,62 @@ class TestOtlpErrorsNameTheFile:
         skipped: list[BadLine] = []
         assert len(load_columns(path, on_error="skip", errors=skipped)) == 0
         assert skipped and skipped[0].path == str(path) and skipped[0].line >= 1
+
+
+class TestPerDepthSizing:
+    """Per-depth arrays are sized by what occurs, not by cohorts x the largest horizon (issue 19)."""
+
+    def test_many_cohorts_with_long_bare_horizons(self, tmp_path: Path) -> None:
+        """300 one-episode cohorts with bare horizons near the limit: a ~70 KB file, a report in bounded memory."""
+        import subprocess
+        import sys
+
+        path = tmp_path / "r.jsonl"
+        h = MAX_HORIZON
+        lines = [
+            record_line(
+                f"e-{i}",
+                labels={"model": f"m{i}"},
+                horizon=h - i,
+                fed=1 + i,
+                executable=False,
+                actions=[],
+                first_failure={"depth": 1 + i, "tool": "t", "cause": "schema", "reason": "r"},
+            )
+            for i in range(300)
+        ]
+        write(path, *lines)
+        script = (
+            "import resource, sys\n"
+            "from prefixmon._cli import main\n"
+            f"code = main(['report', {str(path)!r}, '--by', 'model', '--bootstrap', '0', '--format', 'table'])\n"
+            "print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        code, peak_mb = (int(x) for x in done.stdout.strip().splitlines()[-1].split())
+        assert code == 0
+        assert peak_mb < 400, f"{peak_mb} MB"  # dense cohorts x horizon curves took gigabytes
+
+    def test_curves_read_like_tuples(self, tmp_path: Path) -> None:
+        """The step curves give the values a dense curve would, index by index."""
+        from prefixmon.analytics import build_report
+
+        path = write(
+            tmp_path / "r.jsonl",
+            record_line("e-1", horizon=50_000, fed=50_001, actions=[]),
+            record_line(
+                "e-2",
+                horizon=3,
+                fed=2,
+                executable=False,
+                actions=[],
+                first_failure={"depth": 2, "tool": "t", "cause": "schema", "reason": "r"},
+            ),
+        )
+        c = build_report(load_columns(path), bootstrap=0).cohorts[0]
+        assert len(c.pec) == len(c.n_k) == len(c.pec_elig) == 50_000
+        assert c.pec[:4] == (1.0, 0.5, 0.5, 0.5) and c.pec[-1] == 0.5
+        assert c.n_k[:4] == (2, 2, 2, 1) and c.n_k[-1] == 1
+        assert c.pec_elig[3] == 1.0
+        assert list(c.pec)[49_999] == 0.5
