@@ -6,18 +6,19 @@ descriptor opened with ``O_APPEND`` and kept open. Policy, in the order things h
 
 * **Hand-off**: ``put`` never blocks and never waits on the disk. A line that does not fit
   the queue bound (``max_queue_bytes``) or arrives after ``close`` is dropped and counted.
-* **Write**: the writer wakes as soon as a line is queued and writes every queued line in
-  one batch, so a batch is as large as the backlog (no timer, no added latency). After the
+* **Write**: the writer wakes when a line is queued, waits 2 ms for more, and writes every
+  queued line in one batch, so records reach the OS within a few milliseconds and a busy
+  agent pays one thread wake-up per batch, not per record. After the
   ``write`` returns the lines are in the operating system: a crash or SIGKILL of the
   process cannot lose them. ``fsync=True`` also syncs after every batch (survives power
   loss; costs one disk flush per batch, not per record).
-* **Fresh lines**: before a batch the writer looks at the file's last byte; when an
-  earlier write was cut short (disk full, a file-size limit, a crash, another process), the
-  batch starts with a newline, so a fragment never swallows the next record. A write the
+* **Fresh lines**: when it opens the file and after a failed write the writer looks at the
+  file's last byte; when a write was cut short (disk full, a file-size limit, a crash), the
+  next batch starts with a newline, so a fragment never swallows the next record. A write the
   writer itself cut short is completed in place when the file has not moved on.
-* **Rotation**: before a batch the path is compared with the open descriptor (device and
-  inode, as ``logging.handlers.WatchedFileHandler`` does); a moved or deleted file is
-  reopened (created) at the path.
+* **Rotation**: before a batch the path's device and inode are compared with the open
+  file's (one ``stat``, as ``logging.handlers.WatchedFileHandler`` does); a moved or
+  deleted file is reopened (created) at the path.
 * **Errors**: a failed open or write (read-only file system, disk full, ...) is counted
   and logged once per streak; the batch is kept and retried with backoff (10 ms doubling
   to 1 s), so nothing is lost while the disk recovers. Lines that arrive meanwhile queue up
@@ -54,6 +55,9 @@ DRAIN_TIMEOUT: Final = 5.0
 """Default seconds ``close`` (and interpreter exit) waits for queued lines to be written."""
 _BACKOFF: Final = (0.01, 1.0)
 """First and largest pause between retries of a failed write, in seconds."""
+_LINGER: Final = 0.002
+"""Seconds the writer waits after waking before it takes the batch (so records reach the OS
+within a few milliseconds, and a busy agent pays one thread wake-up per batch)."""
 _RESTART_EVERY: Final = 0.5
 """Seconds between attempts to start a writer thread after one could not be started."""
 _PERMANENT: Final = frozenset(
@@ -140,6 +144,9 @@ class LineWriter:
         self._log = structlog.get_logger("prefixmon")
         self._reset()
         self._fd: int | None = None
+        self._identity: tuple[int, int] = (0, 0)
+        self._clean = True
+        """The file ends with a newline (checked at open and after a failed write)."""
         self._failing = False
         self._users = 0
         with contextlib.suppress(OSError):  # counted and logged by _open; the writer retries
@@ -268,6 +275,8 @@ class LineWriter:
                     self._waiting = False
                 if not self._queue:
                     return
+                if not self._closing:  # gather what arrives meanwhile: one wake-up per batch, not per record
+                    self._wake.wait(_LINGER)
                 batch = list(self._queue)
                 self._queue.clear()
                 self._queued_bytes = 0
@@ -314,13 +323,14 @@ class LineWriter:
                 fd = self._open()
                 if cut and _where(fd) != cut_at:
                     cut = 0  # the file moved on (rotated, appended to): the fragment stays, the line starts afresh
-                if not cut and not _ends_cleanly(fd):
+                if not cut and not self._clean:
                     prefix = b"\n"  # an earlier write was cut short: never append to its fragment
                 head = prefix + lines[first][cut:]
                 done, error = _write_all(fd, b"".join([head, *lines[first + 1 :]]))
             except OSError as e:
                 done, error = 0, e
             if error is None:
+                self._clean = True
                 if self.fsync:
                     try:
                         os.fsync(fd)
@@ -346,6 +356,9 @@ class LineWriter:
             if cut and self._fd is not None:
                 with contextlib.suppress(OSError):
                     cut_at = _where(self._fd)
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    self._clean = _ends_cleanly(self._fd)
             self._failed(error)
             if self._give_up(error):
                 self._lose(len(lines) - first)
@@ -399,8 +412,7 @@ class LineWriter:
                 current = os.stat(self.path)
             except FileNotFoundError:
                 current = None
-            mine = os.fstat(fd)
-            if current is None or (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino):
+            if current is None or (current.st_dev, current.st_ino) != self._identity:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 fd = self._fd = None
@@ -417,7 +429,10 @@ class LineWriter:
             except OSError as e:
                 self._failed(e)
                 raise
+            st = os.fstat(fd)
+            self._identity = (st.st_dev, st.st_ino)
             self._fd = fd
+            self._clean = _ends_cleanly(fd)
         return fd
 
     def _after_fork(self) -> None:
@@ -467,19 +482,16 @@ def flush_writers(path: str, timeout: float = DRAIN_TIMEOUT) -> None:
     Gives prefixmon's readers read-your-writes: a record whose episode has ended is in the
     file when the same process reads it.
     """
-    writers = list(_LIVE.values())
-    if not writers:
+    if not _LIVE:
         return
+    key = os.path.realpath(path)
     try:
-        target = os.stat(path)
-    except OSError:
-        return
-    for w in writers:
-        try:
-            st = os.stat(w.path)
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+        st = os.stat(path)
+        target: tuple[int, int] | None = (st.st_dev, st.st_ino)
+    except OSError:  # not there yet: a writer of that path may be about to create it
+        target = None
+    for name, w in list(_LIVE.items()):
+        if name == key or (target is not None and w._identity == target):
             w.flush(timeout)
 
 
