@@ -5,7 +5,7 @@ Run:  .venv/bin/python benchmarks/bench_report.py [--episodes 1000000] [--keep F
 
 The file is generated here (real records, actions included, see bench_analytics.py). Each
 side runs in its own process, one after the other, so its time and peak memory (ru_maxrss)
-are its own: DuckDB's ``read_json`` computing N, TER, mean FED, AUC-PEC and success per
+are its own (VmHWM): DuckDB's ``read_json`` computing N, TER, mean FED, AUC-PEC and success per
 cohort, and prefixmon's fast loader plus ``build_report`` (no bootstrap) over every line
 read whole. Also: Python objects kept per episode by the loader (allocated blocks / N).
 Targets: time <= 2x DuckDB's, peak <= 0.5 GB at 10M episodes.
@@ -23,7 +23,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 DUCKDB = """
-import json, resource, sys, time
+import json, sys, time
 import duckdb
 t = time.perf_counter()
 rows = duckdb.connect().execute('''
@@ -34,19 +34,19 @@ rows = duckdb.connect().execute('''
       'labels': 'STRUCT(dataset VARCHAR, model VARCHAR, method VARCHAR)', 'horizon': 'INTEGER',
       'fed': 'INTEGER', 'executable': 'BOOLEAN', 'outcome': 'VARCHAR'})
   group by all''', [sys.argv[1]]).fetchall()
-print(json.dumps({"seconds": time.perf_counter() - t, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"seconds": time.perf_counter() - t, "peak_mb": int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024,
                   "cohorts": len(rows)}))
 """
 
 PREFIXMON = """
-import json, resource, sys, time
+import json, sys, time
 from prefixmon.analytics import build_report, load_columns
 t = time.perf_counter()
 blocks = sys.getallocatedblocks()
 columns = load_columns(sys.argv[1])
 kept = (sys.getallocatedblocks() - blocks) / max(len(columns), 1)
 report = build_report(columns, bootstrap=0)
-print(json.dumps({"seconds": time.perf_counter() - t, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"seconds": time.perf_counter() - t, "peak_mb": int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024,
                   "cohorts": len(report.cohorts), "objects_per_episode": kept}))
 """
 
