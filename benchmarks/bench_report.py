@@ -34,7 +34,8 @@ rows = duckdb.connect().execute('''
       'labels': 'STRUCT(dataset VARCHAR, model VARCHAR, method VARCHAR)', 'horizon': 'INTEGER',
       'fed': 'INTEGER', 'executable': 'BOOLEAN', 'outcome': 'VARCHAR'})
   group by all''', [sys.argv[1]]).fetchall()
-print(json.dumps({"seconds": time.perf_counter() - t, "peak_mb": int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024,
+hwm = int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024
+print(json.dumps({"seconds": time.perf_counter() - t, "peak_mb": hwm,
                   "cohorts": len(rows)}))
 """
 
@@ -46,7 +47,8 @@ blocks = sys.getallocatedblocks()
 columns = load_columns(sys.argv[1])
 kept = (sys.getallocatedblocks() - blocks) / max(len(columns), 1)
 report = build_report(columns, bootstrap=0)
-print(json.dumps({"seconds": time.perf_counter() - t, "peak_mb": int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024,
+hwm = int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024
+print(json.dumps({"seconds": time.perf_counter() - t, "peak_mb": hwm,
                   "cohorts": len(report.cohorts), "objects_per_episode": kept}))
 """
 
