@@ -46,7 +46,6 @@ from dataclasses import replace
 from typing import Any, Literal, Protocol, TypeAlias, cast, get_args
 
 import anyio
-import structlog
 
 try:
     from mcp import Client, ClientSession, MCPError
@@ -66,6 +65,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from prefixmon import Episode, Monitor, PendingCall, SpecError, ToolBlocked, Toolset, current_episode
 from prefixmon.deprecation import moved_names
+from prefixmon.logging import get_logger
 
 __all__ = [
     "MAX_LIST_PAGES",
@@ -650,7 +650,7 @@ class MonitorMiddleware:
                 if not cursor:
                     break
             else:
-                structlog.get_logger("prefixmon").warning("mcp_tool_listing_truncated", pages=MAX_LIST_PAGES)
+                get_logger().warning("mcp_tool_listing_truncated", pages=MAX_LIST_PAGES)
             self._learn(tools, complete=not cursor)
             if cursor:  # truncated: known as far as it goes, and not re-read on every call
                 self._listed = True
@@ -698,9 +698,7 @@ class MonitorMiddleware:
         self._declared.add(name)
 
     def _log_listing_error(self, e: BaseException) -> None:
-        structlog.get_logger("prefixmon").error(
-            "mcp_tool_listing_failed", error_type=type(e).__name__, failure_mode=self.monitor.failure_mode
-        )
+        get_logger().error("mcp_tool_listing_failed", error_type=type(e).__name__, failure_mode=self.monitor.failure_mode)
 
     # -- episodes ---------------------------------------------------------------------------
     def _episode_for(self, ctx: ServerRequestContext[Any, Any]) -> Episode:

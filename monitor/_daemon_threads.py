@@ -1,9 +1,11 @@
-"""Blocking calls in daemon threads, awaited from any anyio backend.
+"""Blocking calls in a few daemon threads, awaited from any anyio backend.
 
 anyio's worker threads are not daemons, so the interpreter waits for them when it exits: a
 record sink that never returns would keep the process alive forever even though the
 monitor stopped waiting for it. :class:`DaemonThreads` runs such calls in daemon threads
-instead (reused while busy ones are left alone; idle ones exit after a while).
+instead: at most ``max_threads`` of them share one job queue (idle ones exit after a
+while), so a burst of finished episodes never starts a thread per record, and a thread
+that cannot be started (a pids limit) leaves the job to the threads already running.
 """
 
 from __future__ import annotations
@@ -20,56 +22,95 @@ import anyio.lowlevel
 
 __all__ = ["DaemonThreads"]
 
-_Job = tuple[Callable[[], Any], list[tuple[bool, Any]], Any, anyio.Event]
 IDLE_TIMEOUT: Final = 10.0
 """Seconds an idle thread waits for work before it exits."""
+MAX_THREADS: Final = 8
+"""Threads running blocking calls at once, per pool."""
+
+
+class _Job:
+    __slots__ = ("abandoned", "done", "func", "outcome", "token")
+
+    def __init__(self, func: Callable[[], Any], token: Any, done: anyio.Event) -> None:
+        self.func = func
+        self.token = token
+        self.done = done
+        self.outcome: tuple[bool, Any] | None = None
+        self.abandoned = False
+        """The caller stopped waiting before the job started: skip it."""
 
 
 class DaemonThreads:
-    """A pool of daemon threads for blocking calls (one per call in flight)."""
+    """A bounded pool of daemon threads for blocking calls."""
 
-    def __init__(self, name: str = "prefixmon", *, idle_timeout: float = IDLE_TIMEOUT) -> None:
+    def __init__(self, name: str = "prefixmon", *, idle_timeout: float = IDLE_TIMEOUT, max_threads: int = MAX_THREADS) -> None:
         self.name = name
         self.idle_timeout = idle_timeout
-        self._idle: list[queue.SimpleQueue[_Job]] = []
+        self.max_threads = max_threads
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
 
     async def run(self, func: Callable[[], Any]) -> Any:
         """Run ``func()`` in a daemon thread and return its result (or raise its exception).
 
-        Cancelling the wait leaves the call running in its thread, which cannot keep the
-        process alive.
+        Cancelling the wait leaves a started call running in its thread, which cannot keep
+        the process alive; a call that had not started yet is skipped.
+
+        Raises:
+            RuntimeError: no thread runs and none can be started.
         """
-        done = anyio.Event()
-        outcome: list[tuple[bool, Any]] = []
-        job: _Job = (func, outcome, anyio.lowlevel.current_token(), done)
-        with self._lock:
-            inbox = self._idle.pop() if self._idle else None
-        if inbox is None:
-            inbox = queue.SimpleQueue()
-            threading.Thread(target=self._serve, args=(inbox,), name=f"{self.name}-worker", daemon=True).start()
-        inbox.put(job)
-        await done.wait()
-        ok, value = outcome[0]
+        job = _Job(func, anyio.lowlevel.current_token(), anyio.Event())
+        with self._lock:  # queued under the lock, so an idle thread that times out sees it
+            start = self._idle == 0 and self._threads < self.max_threads
+            if start:
+                self._threads += 1
+            self._jobs.put(job)
+        if start:
+            try:
+                threading.Thread(target=self._serve, name=f"{self.name}-worker", daemon=True).start()
+            except RuntimeError:  # "can't start new thread": the running threads will take the job
+                with self._lock:
+                    self._threads -= 1
+                    alone = self._threads == 0
+                if alone:
+                    job.abandoned = True
+                    raise
+        try:
+            await job.done.wait()
+        finally:
+            job.abandoned = True
+        assert job.outcome is not None
+        ok, value = job.outcome
         if ok:
             return value
         raise value
 
-    def _serve(self, inbox: queue.SimpleQueue[_Job]) -> None:
+    def _serve(self) -> None:
+        with self._lock:
+            self._idle += 1
         while True:
             try:
-                func, outcome, token, done = inbox.get(timeout=self.idle_timeout)
+                job = self._jobs.get(timeout=self.idle_timeout)
             except queue.Empty:
                 with self._lock:
-                    if inbox in self._idle:  # else a caller took it and is handing over a job
-                        self._idle.remove(inbox)
+                    if self._jobs.empty():
+                        self._idle -= 1
+                        self._threads -= 1
                         return
                 continue
+            with self._lock:
+                self._idle -= 1
+            if job.abandoned:
+                with self._lock:
+                    self._idle += 1
+                continue
             try:
-                outcome.append((True, func()))
+                job.outcome = (True, job.func())
             except BaseException as e:
-                outcome.append((False, e))
+                job.outcome = (False, e)
             with self._lock:  # idle again before the caller wakes, so its next call reuses this thread
-                self._idle.append(inbox)
+                self._idle += 1
             with contextlib.suppress(Exception):  # the event loop is gone: nobody waits any more
-                anyio.from_thread.run_sync(done.set, token=token)
+                anyio.from_thread.run_sync(job.done.set, token=job.token)

@@ -42,7 +42,11 @@ class MonitorStats:
     internal_errors: int = 0
     """Errors the monitor caught in itself: preconditions, effects, hooks, observers, sinks."""
     sink_errors: int = 0
+    """Sink failures: a callable sink that raised, a JSON Lines writer's failed opens and writes."""
     sink_timeouts: int = 0
+    records_lost: int = 0
+    """Records that never reached the sink: refused by a full queue, not serialisable, or cut
+    off by a cancellation during delivery (a JSON Lines sink counts its own losses in ``sink.stats``)."""
 
 
 class Monitor:
@@ -60,9 +64,12 @@ class Monitor:
         failure_mode: what a monitor-internal error (a precondition that raises, say) does to
             the call: ``"fail_open"`` lets it through, ``"fail_closed"`` blocks it. Either
             way the error is counted and logged.
-        sink: receives each finished :class:`EpisodeRecord`: a path (a JSON Lines file) or
-            a callable. A sink that raises or hangs longer than ``sink_timeout`` is counted
-            and logged; the agent goes on.
+        sink: receives each finished :class:`EpisodeRecord`: a path (a :class:`JsonlSink`
+            is made for it, whose writer thread appends every record; the episode never
+            waits on the disk), a :class:`JsonlSink`, or a callable. A callable that raises
+            or hangs longer than ``sink_timeout`` is counted and logged; the agent goes on.
+            The JSON Lines writer's failures (read-only file system, disk full) are counted
+            in ``stats.sink_errors`` and logged at the next episode's end.
         observers: telemetry and logging hooks (see :class:`Observer`).
         labels: labels merged into every episode's labels (an episode's own win).
     """
@@ -106,6 +113,8 @@ class Monitor:
         self._log = get_logger()  # structlog when the application configured it, else stdlib logging
         self._threads = DaemonThreads()
         """Where plain-function sinks run: a sink that never returns cannot keep the process alive."""
+        self._sink_errors_seen = 0
+        """The JSON Lines writer's error count already reported through :meth:`_fault`."""
 
     def open_episode(
         self,
@@ -214,17 +223,22 @@ class Monitor:
         await self._finished(episode, record)
 
     async def _finished(self, ep: Episode, record: EpisodeRecord) -> None:
-        for obs in self.observers:
-            try:
-                obs.episode_finished(ep, record)
-            except Exception as e:
-                self._fault(ep, f"observer {type(obs).__name__}.episode_finished", e, notify=False)
-        if self.sink is not None:
-            await self._deliver(ep, record)
+        try:
+            for obs in self.observers:
+                try:
+                    obs.episode_finished(ep, record)
+                except Exception as e:
+                    self._fault(ep, f"observer {type(obs).__name__}.episode_finished", e, notify=False)
+        finally:  # an observer raising KeyboardInterrupt must not cost the record
+            if self.sink is not None:
+                await self._deliver(ep, record)
 
     async def _deliver(self, ep: Episode, record: EpisodeRecord) -> None:
         sink = self.sink
         assert sink is not None
+        if isinstance(sink, JsonlSink):  # a queue hand-off: no thread, no await, never the disk
+            self._hand_off(ep, sink, record)
+            return
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.sink_timeout) as scope:
             try:
                 if inspect.iscoroutinefunction(sink) or inspect.iscoroutinefunction(getattr(sink, "__call__", None)):  # noqa: B004
@@ -234,7 +248,11 @@ class Monitor:
                     if inspect.isawaitable(result):
                         await result
             except anyio.get_cancelled_exc_class() as e:
-                if scope.cancel_called or _cancel_requested():  # our timeout, or a real cancellation
+                if scope.cancel_called:  # our timeout: counted below
+                    raise
+                if _cancel_requested():  # a real cancellation cut the delivery short: the record is lost
+                    self.stats.records_lost += 1
+                    self._fault(ep, "sink", e)
                     raise
                 self.stats.sink_errors += 1  # the sink's own stray CancelledError: nobody cancelled us
                 self._fault(ep, "sink", e)
@@ -251,6 +269,24 @@ class Monitor:
         Adapters call it for errors in their own glue; it never raises.
         """
         self._fault(episode, where, error, notify=notify)
+
+    def _hand_off(self, ep: Episode, sink: JsonlSink, record: EpisodeRecord) -> None:
+        """Queue the record for the sink's writer; report what the writer met since the last hand-off."""
+        try:
+            accepted = sink.submit(record)
+        except Exception as e:  # serialisation failed: the record cannot be written
+            self.stats.sink_errors += 1
+            self.stats.records_lost += 1
+            self._fault(ep, "sink", e)
+            return
+        errors = sink.stats.errors
+        if errors != self._sink_errors_seen:
+            self.stats.sink_errors += errors - self._sink_errors_seen
+            self._sink_errors_seen = errors
+            self._fault(ep, "sink", sink.last_error or OSError("the sink's writer failed"))
+        if not accepted:
+            self.stats.records_lost += 1
+            self._fault(ep, "sink", OverflowError(f"the sink's queue is full or closed; record {record.episode_id!r} dropped"))
 
     def _fault(self, episode: Episode | None, where: str, error: BaseException, *, notify: bool = True) -> None:
         self.stats.internal_errors += 1

@@ -108,7 +108,8 @@ class OtlpJsonFileSpanExporter(SpanExporter):
 
     Each export is written with one ``write`` of a complete line and flushed, so a reader
     never sees half a batch from a live process (only, at worst, an unterminated last line
-    from a killed one, which :func:`prefixmon.otlp.iter_otlp_spans` skips).
+    from a killed one, which :func:`prefixmon.otlp.iter_otlp_spans` reports). A file moved
+    or deleted by a log rotation is reopened at the path before the next export.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -132,9 +133,27 @@ class OtlpJsonFileSpanExporter(SpanExporter):
         with self._lock:
             if self._file is None:
                 return SpanExportResult.FAILURE
-            self._file.write(line)
-            self._file.flush()
+            try:
+                self._reopen_if_rotated()
+                self._file.write(line)
+                self._file.flush()
+            except OSError:
+                return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
+
+    def _reopen_if_rotated(self) -> None:
+        """Reopen the path when it names another file than the open one (moved or deleted by a
+        log rotation), as ``logging.handlers.WatchedFileHandler`` does."""
+        assert self._file is not None
+        try:
+            current = os.stat(self.path)
+        except FileNotFoundError:
+            current = None
+        mine = os.fstat(self._file.fileno())
+        if current is None or (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino):
+            self._file.close()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Everything is flushed at each export already."""

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -73,6 +75,10 @@ class OtlpSpan:
     status_message: str = ""
     resource: dict[str, Any] = field(default_factory=dict)
     scope: str = ""
+    path: str | None = None
+    """The file the span was read from, when read from one (named in errors)."""
+    line: int | None = None
+    """Its line in that file."""
 
 
 _KINDS = {
@@ -234,20 +240,23 @@ def iter_otlp_spans(
     *,
     on_error: Literal["raise", "skip"] = "raise",
     errors: list[BadLine] | None = None,
+    lines: Iterable[bytes] | None = None,
 ) -> Iterator[OtlpSpan]:
     """Yield every span of an OTLP JSON Lines trace file.
 
     Args:
         path: the file (one ``TracesData`` object per line).
-        on_error: ``"raise"`` stops at the first bad line with a :class:`RecordError`;
-            ``"skip"`` skips it and appends a :class:`BadLine` to ``errors``.
+        on_error: ``"raise"`` stops at the first bad line with a :class:`RecordError`, a
+            truncated last line included; ``"skip"`` skips it and appends a
+            :class:`BadLine` to ``errors``.
         errors: where skipped lines are reported.
-
-    An unterminated last line (an exporter killed mid-write) is always skipped and reported.
+        lines: the file's lines when it is open already (a pipe can be read only once).
     """
     name = os.fspath(path)
-    with open(name, "rb") as f:
-        for line_no, raw in enumerate(f, 1):
+    with contextlib.ExitStack() as stack:
+        if lines is None:
+            lines = stack.enter_context(open(name, "rb"))
+        for line_no, raw in enumerate(lines, 1):
             if not raw.strip():
                 continue
             truncated = not raw.endswith(b"\n")
@@ -256,12 +265,13 @@ def iter_otlp_spans(
             except (ValueError, TypeError, AttributeError, RecursionError) as e:
                 problem = "nested too deeply" if isinstance(e, RecursionError) else str(e)
                 msg = "truncated last line" if truncated else f"not OTLP JSON trace data: {problem}"
-                if on_error == "raise" and not truncated:
+                if on_error == "raise":
                     raise RecordError(msg, path=name, line=line_no) from None
                 if errors is not None:
                     errors.append(BadLine(path=name, line=line_no, message=msg, truncated=truncated))
                 continue
-            yield from spans
+            for span in spans:
+                yield dataclasses.replace(span, path=name, line=line_no)
 
 
 def _datetime(ns: int) -> datetime:
@@ -347,6 +357,7 @@ def records_from_spans(
     *,
     on_error: Literal["raise", "skip"] = "raise",
     errors: list[str] | None = None,
+    bad: list[BadLine] | None = None,
 ) -> list[EpisodeRecord]:
     """Rebuild the episode records of every prefixmon episode among ``spans``.
 
@@ -355,8 +366,10 @@ def records_from_spans(
     Args:
         spans: decoded spans, in any order, possibly mixed with unrelated spans.
         on_error: ``"raise"`` stops at the first incomplete episode with a
-            :class:`RecordError`; ``"skip"`` leaves it out and appends a message to ``errors``.
-        errors: where skipped episodes are reported.
+            :class:`RecordError` naming the file and line of its episode span (when read
+            from a file); ``"skip"`` leaves it out and appends a message to ``errors``.
+        errors: where skipped episodes are reported (messages).
+        bad: where skipped episodes are reported as :class:`BadLine`, with file and line.
     """
     roots: dict[str, OtlpSpan] = {}
     calls: dict[str, list[OtlpSpan]] = {}
@@ -377,12 +390,19 @@ def records_from_spans(
             text = f"missing attribute {e}" if isinstance(e, KeyError) else str(e)
             msg = text if text.startswith("episode ") else f"episode {episode_id!r}: {text}"
             if on_error == "raise":
-                raise RecordError(f"cannot rebuild the record: {msg}") from None
+                raise RecordError(f"cannot rebuild the record: {msg}", path=root.path, line=root.line) from None
             if errors is not None:
                 errors.append(msg)
+            if bad is not None:
+                bad.append(BadLine(path=root.path or "", line=root.line or 0, message=msg))
     orphans = sorted(set(calls) - set(roots))
-    if orphans and errors is not None:
-        errors.extend(f"episode {e!r}: call spans but no episode span (not finished or not exported)" for e in orphans)
+    for orphan in orphans:
+        msg = f"episode {orphan!r}: call spans but no episode span (not finished or not exported)"
+        if errors is not None:
+            errors.append(msg)
+        if bad is not None:
+            span = calls[orphan][0]
+            bad.append(BadLine(path=span.path or "", line=span.line or 0, message=msg))
     return out
 
 

@@ -305,7 +305,7 @@ def iter_parquet_records(path: str | os.PathLike[str], *, columns: Sequence[str]
             row["schema"] = SCHEMA
             row["labels"] = dict(row["labels"])
             try:
-                yield RECORD_ADAPTER.validate_python(row)
+                yield RECORD_ADAPTER.validate_python(row, strict=False)  # typed columns: nothing left to coerce
             except ValidationError as e:
                 first = e.errors()[0]
                 loc = ".".join(str(x) for x in first["loc"]) or "record"

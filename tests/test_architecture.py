@@ -31,6 +31,7 @@ BASE: Final = frozenset(
         "_cel",
         "_dispatch",
         "_daemon_threads",
+        "_writer",
         "semconv",
         "commands",
     }

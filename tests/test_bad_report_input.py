@@ -4,6 +4,8 @@ file and line (or episode), never a traceback, and nothing counted twice or blow
 from __future__ import annotations
 
 import json
+import os
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -215,3 +217,184 @@ class TestArgumentBuffers:
         async with Monitor(tools).episode("t") as ep:
             for raw in (bytearray(b'{"text": "a"}'), memoryview(b'{"text": "a"}')):
                 assert ep.check("echo", raw).executable  # type: ignore[arg-type]
+
+
+class TestEveryLineWhole:
+    """The fast loader reads each line to its end and agrees with --validate on every line (issues 19, 20)."""
+
+    def test_a_line_cut_after_actions_is_bad(self, tmp_path: Path) -> None:
+        """Cut after ',"actions":' the line used to count as a valid episode."""
+        line = record_line()
+        cut = line[: line.index('"actions":') + 20]
+        path = write(tmp_path / "r.jsonl", record_line("e-0"), cut, record_line("e-2"))
+        for read in (load_columns, read_records):
+            with pytest.raises(RecordError, match=r"r\.jsonl:2: not valid JSON"):
+                read(path)
+
+    def test_half_line_running_into_the_next_record(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A half-written line glued to the next record: exit 1 naming the line; under skip it is counted."""
+        first, second = record_line("e-1"), record_line("e-2")
+        glued = first[: first.index('"actions":') + 15] + second
+        path = write(tmp_path / "r.jsonl", record_line("e-0"), glued, record_line("e-3"))
+        assert main(["report", str(path), "--bootstrap", "0"]) == 1
+        assert f"{path}:2: not valid JSON" in capsys.readouterr().err
+        assert main(["report", str(path), "--bootstrap", "0", "--format", "json", "--on-error", "skip"]) == 0
+        out = capsys.readouterr()
+        doc = json.loads(out.out)
+        assert doc["episodes"] == 2 and [s["line"] for s in doc["skipped_lines"]] == [2]
+        assert f"skipped {path}:2" in out.err
+
+    def test_truncated_last_line_exits_1(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """--on-error raise (the default) stops at a truncated last line, as --help says."""
+        path = tmp_path / "r.jsonl"
+        path.write_text(record_line("e-1") + "\n" + record_line("e-2")[:50], encoding="utf-8")
+        assert main(["report", str(path), "--bootstrap", "0"]) == 1
+        assert f"{path}:2: truncated last line" in capsys.readouterr().err
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            record_line()[:-1] + ',"fed":1}',  # a duplicate key after the actions: the last one counts
+            record_line()[:-1] + ',"horizon":2,"fed":3}',
+            record_line() + " garbage",  # garbage after a valid record
+            record_line() + "}",
+            record_line(outcome=["success"]),  # wrong type: a message, not a traceback
+            record_line(outcome={"a": 1}),
+            record_line(labels={"resourceSpans": "x"}),
+            record_line(horizon=True),
+            record_line(started_at="2026-02-30T00:00:00Z"),
+            record_line(actions=[{"depth": 1, "tool": "t", "executable": True, "decision": "maybe"}] * 2),
+        ],
+    )
+    def test_both_readers_give_one_answer(self, tmp_path: Path, line: str) -> None:
+        """The lines the two readers used to disagree on: the same verdict, values and message."""
+        path = write(tmp_path / "r.jsonl", line)
+        fast: Any
+        validated: Any
+        try:
+            fast = load_columns(path)
+        except RecordError as e:
+            fast = str(e)
+        try:
+            validated = read_records(path)
+        except RecordError as e:
+            validated = str(e)
+        if isinstance(validated, str):
+            assert fast == validated
+        else:
+            assert not isinstance(fast, str), fast
+            assert int(fast.fed[0]) == validated[0].fed and int(fast.horizon[0]) == validated[0].horizon
+
+
+class TestPipes:
+    """Records from a pipe or a named FIFO are read once, from their first byte."""
+
+    @staticmethod
+    def feed(fd_or_path: int | str, data: bytes) -> threading.Thread:
+        def run() -> None:
+            if isinstance(fd_or_path, int):
+                with os.fdopen(fd_or_path, "wb") as f:
+                    f.write(data)
+            else:
+                with open(fd_or_path, "wb") as f:
+                    f.write(data)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def test_dev_fd_pipe_loses_nothing(self) -> None:
+        """`report <(zcat ...)`: the first 4 KB used to go to format detection."""
+        data = "".join(record_line(f"e-{i}") + "\n" for i in range(200)).encode()
+        assert len(data) > 16_384
+        read_fd, write_fd = os.pipe()
+        thread = self.feed(write_fd, data)
+        try:
+            columns = load_columns(f"/dev/fd/{read_fd}")
+        finally:
+            os.close(read_fd)
+            thread.join(5)
+        assert len(columns) == 200
+
+    def test_named_fifo(self, tmp_path: Path) -> None:
+        """A named FIFO used to hang (opened twice: the writer was gone the second time)."""
+        fifo = tmp_path / "records.fifo"
+        os.mkfifo(fifo)
+        data = "".join(record_line(f"e-{i}") + "\n" for i in range(50)).encode()
+        thread = self.feed(str(fifo), data)
+        columns = load_columns(fifo)
+        thread.join(5)
+        assert len(columns) == 50
+
+
+class TestOtlpErrorsNameTheFile:
+    """An OTLP episode that cannot be rebuilt is reported with the file and line of its episode span."""
+
+    def test_raise_and_skip(self, tmp_path: Path) -> None:
+        path = TestOtlpInput.traces(tmp_path)
+        TestOtlpInput().edit_episode_span(path, "prefixmon.outcome", {"stringValue": "great"})
+        with pytest.raises(RecordError, match=rf"{path.name}:\d+: cannot rebuild the record"):
+            read_otlp_records(path)
+        skipped: list[BadLine] = []
+        assert len(load_columns(path, on_error="skip", errors=skipped)) == 0
+        assert skipped and skipped[0].path == str(path) and skipped[0].line >= 1
+
+
+class TestPerDepthSizing:
+    """Per-depth arrays are sized by what occurs, not by cohorts x the largest horizon (issue 19)."""
+
+    def test_many_cohorts_with_long_bare_horizons(self, tmp_path: Path) -> None:
+        """300 one-episode cohorts with bare horizons near the limit: a ~70 KB file, a report in bounded memory."""
+        import subprocess
+        import sys
+
+        path = tmp_path / "r.jsonl"
+        h = MAX_HORIZON
+        lines = [
+            record_line(
+                f"e-{i}",
+                labels={"model": f"m{i}"},
+                horizon=h - i,
+                fed=1 + i,
+                executable=False,
+                actions=[],
+                first_failure={"depth": 1 + i, "tool": "t", "cause": "schema", "reason": "r"},
+            )
+            for i in range(300)
+        ]
+        write(path, *lines)
+        script = (
+            "from prefixmon._cli import main\n"
+            f"code = main(['report', {str(path)!r}, '--by', 'model', '--bootstrap', '0', '--format', 'table'])\n"
+            # VmHWM: this process's peak since exec (ru_maxrss would include the forking test runner)
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+            "print(code, int(hwm) // 1024)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        code, peak_mb = (int(x) for x in done.stdout.strip().splitlines()[-1].split())
+        assert code == 0
+        assert peak_mb < 400, f"{peak_mb} MB"  # dense cohorts x horizon curves took gigabytes
+
+    def test_curves_read_like_tuples(self, tmp_path: Path) -> None:
+        """The step curves give the values a dense curve would, index by index."""
+        from prefixmon.analytics import build_report
+
+        path = write(
+            tmp_path / "r.jsonl",
+            record_line("e-1", horizon=50_000, fed=50_001, actions=[]),
+            record_line(
+                "e-2",
+                horizon=3,
+                fed=2,
+                executable=False,
+                actions=[],
+                first_failure={"depth": 2, "tool": "t", "cause": "schema", "reason": "r"},
+            ),
+        )
+        c = build_report(load_columns(path), bootstrap=0).cohorts[0]
+        assert len(c.pec) == len(c.n_k) == len(c.pec_elig) == 50_000
+        assert c.pec[:4] == (1.0, 0.5, 0.5, 0.5) and c.pec[-1] == 0.5
+        assert c.n_k[:4] == (2, 2, 2, 1) and c.n_k[-1] == 1
+        assert c.pec_elig[3] == 1.0
+        assert list(c.pec)[49_999] == 0.5

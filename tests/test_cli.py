@@ -151,16 +151,17 @@ class TestReport:
         assert doc["skipped_lines"][0]["line"] == 3 and doc["episodes"] == 79
 
     def test_validate_uses_pydantic(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        """--validate reads through read_records, which also checks the actions."""
+        """--validate reads through read_records; the fast loader checks the actions too, with the same message."""
         path = tmp_path / "r.jsonl"
         rec = episode(1, "t", {"method": "x"}, 2, 3, Outcome.SUCCESS)
         d = json.loads(dumps_record(rec))
         d["actions"][0]["depth"] = 0
         path.write_text(json.dumps(d) + "\n")
-        assert main(["report", str(path), "--bootstrap", "0", "--format", "json"]) == 0  # the fast loader skips actions
-        capsys.readouterr()
+        assert main(["report", str(path), "--bootstrap", "0", "--format", "json"]) == 1  # one reader, one answer
+        fast = capsys.readouterr().err
         assert main(["report", str(path), "--bootstrap", "0", "--validate"]) == 1
         assert f"{path}:1: not a valid record" in capsys.readouterr().err
+        assert f"{path}:1: not a valid record: actions" in fast
 
     def test_usage_errors(self, records_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """Missing file, unknown --by key, bad --compare: exit 1 with a one-line reason."""

@@ -94,16 +94,18 @@ class TestReader:
         assert [(e.line, e.truncated) for e in errors] == [(2, False)]
 
     def test_truncated_last_line_is_reported_and_skipped(self, tmp_path: Path) -> None:
-        """An unterminated last line (killed writer) is reported as truncated; the rest is kept."""
+        """An unterminated last line (killed writer) stops a raising read; skipped, it is reported and the rest kept."""
         good = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)]))
         path = tmp_path / "r.jsonl"
         path.write_text(f"{good}\n{good[:40]}")
         errors: list[BadLine] = []
-        assert len(list(iter_records(path, errors=errors))) == 1
+        assert len(list(iter_records(path, on_error="skip", errors=errors))) == 1
         assert errors[0].truncated and errors[0].line == 2
+        with pytest.raises(RecordError, match=r"r\.jsonl:2: truncated last line"):
+            read_records(path)
 
     def test_sigkill_loses_no_finished_episode(self, tmp_path: Path) -> None:
-        """A process killed while writing records keeps every episode it finished."""
+        """A process killed while writing records keeps every record its writer handed to the OS, in order."""
         path = tmp_path / "r.jsonl"
         script = textwrap.dedent(
             f"""
@@ -119,6 +121,7 @@ class TestReader:
                     async with monitor.episode(task_id=str(i)) as ep:
                         await ep.call("ping", {{"n": i}})
                     if i == 50:
+                        assert monitor.sink.flush(10)  # the first 51 are in the file: acknowledged
                         print("ready", flush=True)
             anyio.run(main)
             """
@@ -128,7 +131,7 @@ class TestReader:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
         errors: list[BadLine] = []
-        records = list(iter_records(path, errors=errors))
+        records = list(iter_records(path, on_error="skip", errors=errors))
         assert len(records) >= 51
         assert [r.task_id for r in records] == [str(i) for i in range(len(records))]
         assert all(e.truncated for e in errors) and len(errors) <= 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -26,12 +26,16 @@ __all__ = (
     "ColumnBuilder",
     "EpisodeColumns",
     "IntArray",
+    "OnError",
     "SmallArray",
     "columns_from_records",
     "concat_columns",
     "distinct_episodes",
     "task_units",
 )
+
+OnError = Literal["raise", "skip"]
+"""What a reader does with a bad line: stop (``raise``) or skip it and count it (``skip``)."""
 
 OUTCOMES: Final[tuple[str, ...]] = (Outcome.SUCCESS.value, Outcome.PARTIAL.value, Outcome.FAILURE.value)
 """Outcome codes 0, 1, 2; an episode without an outcome has code -1."""

@@ -1,56 +1,119 @@
 """Input readers: files of episodes in, :class:`~.columns.EpisodeColumns` out.
 
-Two ways to read record files:
+Two ways to read record files, one answer:
 
 * :func:`prefixmon.read_records` validates every line with pydantic (about 10 µs per
   line); use it, and :func:`~.columns.columns_from_records`, when you want the full records.
-* :func:`load_columns` is the fast column loader the CLI uses: it parses each line with
-  orjson (stdlib ``json`` when orjson is missing), stops at the ``actions`` array (which
-  the metrics never read), checks every field the metrics do read, and reports a bad line
-  as ``path:line: what``. About 2 µs per line, so a million episodes load in seconds.
+* :func:`load_columns` is the fast column loader the CLI uses. Every line is read whole:
+  msgspec decodes it into typed structs (strict types, as the records' pydantic schema is)
+  and the record's invariants are checked in one pass. A line that does not pass is handed
+  to pydantic, whose verdict and values are used, so both readers accept the same lines,
+  give the same values and report the same message for a bad line (``path:line: what``).
 
-Other formats plug in through :func:`register_reader`: a reader gets a path and returns
-columns; a sniffer looks at the first bytes of a file and says whether the reader wants
-it. Record JSON Lines is the fallback. OTLP JSON traces (the OpenTelemetry file
-exporter's JSON Lines) are registered here and read by :mod:`prefixmon.otlp`.
+A file is opened once: the first non-blank line decides its format (a named pipe or
+``/dev/stdin`` is read as it comes, nothing is lost to the detection). Other formats plug
+in through :func:`register_reader`: a sniffer looks at the path and that first line, a
+reader gets the opened :class:`Source`. Record JSON Lines is the fallback. OTLP JSON
+traces (the OpenTelemetry file exporter's JSON Lines) are registered here and read by
+:mod:`prefixmon.otlp`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO, Any, Final, Literal
 
+from .._writer import flush_writers
 from ..exceptions import RecordError
-from ..records import MAX_HORIZON, SCHEMA, BadLine
-from .columns import CAUSE_CODE, OUTCOME_CODE, ColumnBuilder, EpisodeColumns, columns_from_records, concat_columns
+from ..records import MAX_HORIZON, SCHEMA, TRUNCATED, BadLine, EpisodeRecord, loads_record
+from ..vocabulary import Cause, Decision, Outcome
+from .columns import CAUSE_CODE, OUTCOME_CODE, ColumnBuilder, EpisodeColumns, OnError, columns_from_records, concat_columns
 
 __all__ = (
     "OnError",
     "ReadFn",
     "Reader",
     "SniffFn",
+    "Source",
     "input_formats",
     "load_columns",
+    "open_source",
     "read_otlp_columns",
     "read_record_columns",
     "readers",
     "register_reader",
 )
 
-_loads: Callable[[bytes], Any]
-try:  # orjson parses about 3x faster than json; optional, the stdlib works too
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
-
-OnError = Literal["raise", "skip"]
-ReadFn = Callable[[str, OnError, "list[BadLine] | None"], EpisodeColumns]
-"""A reader: ``(path, on_error, errors) -> EpisodeColumns``."""
+ReadFn = Callable[["Source", OnError, "list[BadLine] | None"], EpisodeColumns]
+"""A reader: ``(source, on_error, errors) -> EpisodeColumns``."""
 SniffFn = Callable[[str, bytes], bool]
-"""A sniffer: ``(path, first bytes of the file) -> whether this reader wants the file``."""
+"""A sniffer: ``(path, first non-blank line of the file) -> whether this reader wants the file``."""
+
+_HEAD_LIMIT: Final = 1 << 20
+"""At most this much of the first line is looked at to decide the format."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Source:
+    """One input file, opened once: its first line for sniffing, then every line in order.
+
+    Readers that need a seekable file (Parquet) can open :attr:`path` again when
+    :attr:`seekable` is true; a pipe can be read only once, through :meth:`lines`.
+    """
+
+    path: str
+    """The path as given (named in every message)."""
+    head: bytes
+    """The first non-blank line (at most 1 MiB of it), ``b""`` for an empty file."""
+    seekable: bool
+    """Whether the path is a regular file (not a pipe or a terminal)."""
+    file: IO[bytes]
+    _consumed: list[bytes] = field(default_factory=list)
+    _used: bool = False
+
+    def lines(self) -> Iterator[bytes]:
+        """Every line of the file from the first, each whole (the sniffed ones included); once."""
+        if self._used:
+            raise RuntimeError(f"{self.path} was read already")
+        self._used = True
+        consumed = self._consumed
+        yield from consumed[:-1]
+        if consumed:
+            last = consumed[-1]
+            yield last if last.endswith(b"\n") else last + self.file.readline()
+        yield from self.file
+
+
+@contextlib.contextmanager
+def open_source(path: str | os.PathLike[str]) -> Iterator[Source]:
+    """Open ``path`` once and read its first non-blank line.
+
+    Raises:
+        FileNotFoundError, IsADirectoryError, PermissionError: as ``open`` does.
+    """
+    name = os.fspath(path)
+    flush_writers(name)  # records this process queued for the file are in it
+    with open(name, "rb") as f:
+        consumed: list[bytes] = []
+        head = b""
+        while True:
+            chunk = f.readline(_HEAD_LIMIT)
+            if not chunk:
+                break
+            consumed.append(chunk)
+            if chunk.strip():
+                head = chunk
+                break
+        try:
+            seekable = f.seekable() and os.path.isfile(name)
+        except OSError:
+            seekable = False
+        yield Source(path=name, head=head, seekable=seekable, file=f, _consumed=consumed)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,18 +123,12 @@ class Reader:
     name: str
     """Short name, shown in errors (``"records"``, ``"otlp"``)."""
     sniff: SniffFn
-    """Decides from the path and the file's first bytes whether this reader applies."""
+    """Decides from the path and the file's first non-blank line whether this reader applies."""
     read: ReadFn
-    """Reads one file."""
+    """Reads one opened file."""
 
 
 _READERS: list[Reader] = []
-_SNIFF_BYTES: Final = 4096
-_ACTIONS: Final = b',"actions":'
-_NEEDED: Final = frozenset(
-    {"schema", "episode_id", "task_id", "labels", "horizon", "fed", "executable", "outcome", "first_failure"}
-)
-"""Keys that must be in the part of a line before ``actions`` for the fast path."""
 
 
 def register_reader(name: str, *, sniff: SniffFn, read: ReadFn) -> None:
@@ -93,190 +150,231 @@ def load_columns(
     """Read episode files of any registered format into one set of columns.
 
     Args:
-        paths: record JSON Lines files (or other registered formats).
-        on_error: ``"raise"`` stops at the first bad line with a :class:`RecordError`
-            naming file and line; ``"skip"`` skips it and appends a :class:`BadLine`.
+        paths: record JSON Lines files (or other registered formats); pipes work too.
+        on_error: ``"raise"`` stops at the first bad line, a truncated last line included,
+            with a :class:`RecordError` naming file and line; ``"skip"`` skips it and
+            appends a :class:`BadLine` to ``errors``.
         errors: where skipped lines are reported.
 
     Raises:
         RecordError: a bad line (``on_error="raise"``) or a file in an unknown format.
         FileNotFoundError: a path does not exist.
     """
-    parts = [_reader_for(os.fspath(p)).read(os.fspath(p), on_error, errors) for p in paths]
+    parts = []
+    for p in paths:
+        with open_source(p) as source:
+            parts.append(_reader_for(source).read(source, on_error, errors))
     if not parts:
         return ColumnBuilder().build()
     return concat_columns(parts)
 
 
-def _reader_for(path: str) -> Reader:
-    with open(path, "rb") as f:
-        head = f.read(_SNIFF_BYTES)
+def _reader_for(source: Source) -> Reader:
     for reader in _READERS:
-        if reader.sniff(path, head):
+        if reader.sniff(source.path, source.head):
             return reader
-    if b'"resourceSpans"' in head:
-        raise RecordError(
-            "looks like OTLP JSON traces, but no reader for traces is registered (it comes with prefixmon's telemetry module)",
-            path=path,
-            line=1,
-        )
     return _RECORDS
 
 
-class _Bad(Exception):
-    """A line that is not a valid record; the message says which field and why."""
+# -- records: the fast path ----------------------------------------------------------------------
+_CauseName: Any = Literal[tuple(c.value for c in Cause)]
+_DecisionName: Any = Literal[tuple(d.value for d in Decision)]
+_OutcomeName: Any = Literal[tuple(o.value for o in Outcome)]
 
 
-def _check(d: Any) -> tuple[str, str, dict[str, str], int, int, int, int, str | None, str | None]:
-    """The fields the metrics read, checked. Raises _Bad with a field-level message."""
-    if type(d) is not dict:
-        raise _Bad("record: expected a JSON object")
-    schema = d.get("schema")
-    if schema != SCHEMA:
-        raise _Bad(f"schema: expected {SCHEMA!r}, got {schema!r}")
-    episode_id = d.get("episode_id")
-    task_id = d.get("task_id")
-    labels = d.get("labels", {})
-    horizon = d.get("horizon")
-    fed = d.get("fed")
-    if type(episode_id) is not str:
-        raise _Bad(f"episode_id: expected a string, got {episode_id!r}")
-    if type(task_id) is not str:
-        raise _Bad(f"task_id: expected a string, got {task_id!r}")
-    if type(labels) is not dict or not all(type(v) is str for v in labels.values()):
-        raise _Bad(f"labels: expected an object of strings, got {labels!r}")
-    if type(horizon) is not int or horizon < 1:
-        raise _Bad(f"horizon: expected an integer >= 1, got {horizon!r}")
-    if horizon > MAX_HORIZON and len(d.get("actions") or ()) != horizon:
-        raise _Bad(f"horizon: above {MAX_HORIZON:,} ({horizon}) it must come with its actions")
-    if type(fed) is not int or not 1 <= fed <= horizon + 1:
-        raise _Bad(f"fed: expected an integer in 1..horizon+1 ({horizon + 1}), got {fed!r}")
-    executable = fed == horizon + 1
-    if d.get("executable") is not executable:
-        raise _Bad(f"executable: {d.get('executable')!r} but fed={fed}, horizon={horizon}")
-    outcome = OUTCOME_CODE.get(d.get("outcome"), -2)
-    if outcome == -2:
-        raise _Bad(f"outcome: expected success, partial, failure or null, got {d.get('outcome')!r}")
-    ff = d.get("first_failure")
-    if executable:
-        if ff is not None:
-            raise _Bad("first_failure: must be null when the episode is fully executable")
-        return episode_id, task_id, labels, horizon, fed, outcome, -1, None, None
-    if type(ff) is not dict:
-        raise _Bad(f"first_failure: expected an object when fed <= horizon, got {ff!r}")
-    cause = CAUSE_CODE.get(ff.get("cause"), -2)
-    if cause < 0:
-        raise _Bad(f"first_failure.cause: expected one of {', '.join(c for c in CAUSE_CODE if c)}, got {ff.get('cause')!r}")
-    if ff.get("depth") != fed:
-        raise _Bad(f"first_failure.depth: {ff.get('depth')!r} != fed {fed}")
-    tool = ff.get("tool")
-    reason = ff.get("reason")
+try:  # the analytics extra installs msgspec; without it every line goes through pydantic
+    import msgspec
+except ImportError:  # pragma: no cover - depends on the environment
+    msgspec = None  # type: ignore[assignment]
+
+if msgspec is not None:
+
+    class _Action(msgspec.Struct):
+        depth: int
+        tool: str | None
+        executable: bool
+        call_id: str | None = None
+        cause: _CauseName | None = None
+        reason: str | None = None
+        decision: _DecisionName = "allow"
+        reached_environment: bool = False
+        error: str | None = None
+        turn: int = 0
+        replacement: str | None = None
+        plan_step: int | None = None
+        deviation: str | None = None
+
+    class _Failure(msgspec.Struct):
+        depth: int
+        tool: str | None
+        cause: _CauseName
+        reason: str
+
+    class _Record(msgspec.Struct):
+        """The fields pydantic checks, with the same strict types."""
+
+        episode_id: str
+        task_id: str
+        horizon: int
+        fed: int
+        executable: bool
+        started_at: datetime
+        ended_at: datetime
+        schema: Literal["prefixmon.episode/1"] = SCHEMA
+        labels: dict[str, str] = {}  # noqa: RUF012 - msgspec copies defaults
+        outcome: _OutcomeName | None = None
+        first_failure: _Failure | None = None
+        actions: list[_Action] = []  # noqa: RUF012
+        status: Literal["finished", "error", "cancelled"] = "finished"
+        error: str | None = None
+        invalid_reached_environment: bool = False
+        allows_no_tool: bool = False
+
+
+def _fast_decoder() -> Callable[[bytes], Any] | None:
+    """msgspec's typed decoder of a record, or None without msgspec."""
+    return None if msgspec is None else msgspec.json.Decoder(_Record).decode
+
+
+_Fields = tuple[str, str, dict[str, str], int, int, int, int, "str | None", "str | None"]
+
+
+def _fast(decode: Callable[[bytes], Any], raw: bytes) -> _Fields | None:
+    """The columns' fields of a line that is a valid record, or None to let pydantic decide."""
+    try:
+        r = decode(raw)
+    except Exception:  # msgspec.DecodeError / ValidationError: pydantic gives the message
+        return None
+    horizon, fed, actions, ff = r.horizon, r.fed, r.actions, r.first_failure
+    if horizon < 1 or not 1 <= fed <= horizon + 1 or r.executable != (fed == horizon + 1) or r.executable != (ff is None):
+        return None
+    if ff is not None and ff.depth != fed:
+        return None
+    if actions:
+        if len(actions) != horizon:
+            return None
+        first = horizon + 1
+        for depth, a in enumerate(actions, 1):
+            if a.depth != depth or a.executable == (a.cause is not None):
+                return None
+            if not a.executable and first > horizon:
+                first = depth
+        if first != fed:
+            return None
+    elif horizon > MAX_HORIZON:
+        return None
+    if ff is None:
+        return r.episode_id, r.task_id, r.labels, horizon, fed, OUTCOME_CODE[r.outcome], -1, None, None
+    return r.episode_id, r.task_id, r.labels, horizon, fed, OUTCOME_CODE[r.outcome], CAUSE_CODE[ff.cause], ff.tool, ff.reason
+
+
+def _fields(record: EpisodeRecord) -> _Fields:
+    ff = record.first_failure
+    outcome = OUTCOME_CODE[None if record.outcome is None else record.outcome.value]
+    if ff is None:
+        return record.episode_id, record.task_id, record.labels, record.horizon, record.fed, outcome, -1, None, None
     return (
-        episode_id,
-        task_id,
-        labels,
-        horizon,
-        fed,
+        record.episode_id,
+        record.task_id,
+        record.labels,
+        record.horizon,
+        record.fed,
         outcome,
-        cause,
-        tool if type(tool) is str else None,
-        reason if type(reason) is str else None,
+        CAUSE_CODE[ff.cause.value],
+        ff.tool,
+        ff.reason,
     )
 
 
-def read_record_columns(path: str, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
-    """Fast column reader for one record JSON Lines file (see the module docstring).
+def read_record_columns(source: Source, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
+    """Column reader for one record JSON Lines file (see the module docstring).
 
-    An unterminated last line (a writer killed mid-write) is reported as truncated and
-    skipped, as :func:`prefixmon.records.iter_records` does.
+    Every line is read whole. A bad line is reported with file and line, as
+    :func:`prefixmon.records.iter_records` reports it; so is an unterminated last line that
+    is not a whole record (a writer killed mid-write).
     """
     builder = ColumnBuilder()
     add = builder.add
-    loads = _loads
-    with open(path, "rb") as f:
-        line_no = 0
-        for raw in f:
-            line_no += 1
-            if raw.isspace():
-                continue
-            truncated = not raw.endswith(b"\n")
+    decode = _fast_decoder()
+    path = source.path
+    for line_no, raw in enumerate(source.lines(), 1):
+        if raw.isspace():
+            continue
+        values = None if decode is None else _fast(decode, raw)
+        if values is None:
             try:
-                d: Any = None
-                j = raw.find(_ACTIONS)
-                if j > 0 and not truncated:
-                    try:
-                        d = loads(raw[:j] + b"}")
-                    except ValueError:  # the cut was not at top level: parse the whole line
-                        d = None
-                    if d is not None and (not d.keys() >= _NEEDED or _big(d)):  # another key order; or check the actions
-                        d = None
-                if d is None:
-                    d = loads(raw)
-                eid, tid, labels, horizon, fed, outcome, cause, tool, reason = _check(d)
-            except (_Bad, ValueError) as e:
-                message = f"not a valid record: {e}" if isinstance(e, _Bad) else f"not valid JSON: {e}"
-                if on_error == "raise" and not truncated:
+                values = _fields(loads_record(raw))
+            except RecordError as e:
+                truncated = not raw.endswith(b"\n")
+                message = TRUNCATED if truncated else str(e)
+                if on_error == "raise":
                     raise RecordError(message, path=path, line=line_no) from None
                 if errors is not None:
-                    if truncated:
-                        message = "truncated last line (the writer stopped mid-record)"
                     errors.append(BadLine(path=path, line=line_no, message=message, truncated=truncated))
                 continue
-            add(
-                episode_id=eid,
-                task_id=tid,
-                labels=labels,
-                horizon=horizon,
-                fed=fed,
-                outcome=outcome,
-                cause=cause,
-                failure_tool=tool,
-                failure_reason=reason,
-            )
+        eid, tid, labels, horizon, fed, outcome, cause, tool, reason = values
+        add(
+            episode_id=eid,
+            task_id=tid,
+            labels=labels,
+            horizon=horizon,
+            fed=fed,
+            outcome=outcome,
+            cause=cause,
+            failure_tool=tool,
+            failure_reason=reason,
+        )
     return builder.build()
 
 
-def _big(d: dict[str, Any]) -> bool:
-    """A horizon that must be checked against the actions (the head parse does not have them)."""
-    horizon = d.get("horizon")
-    return type(horizon) is int and horizon > MAX_HORIZON
+def _top_level_keys(head: bytes) -> set[str] | None:
+    """The keys of the first line's JSON object, or None when it is not one."""
+    try:
+        obj = json.loads(head)
+    except (ValueError, RecursionError):
+        return None
+    return set(obj) if isinstance(obj, dict) else None
 
 
-def _sniff_records(path: str, head: bytes) -> bool:
-    return head.lstrip()[:1] == b"{" and b'"resourceSpans"' not in head
-
-
-_RECORDS: Final = Reader(name="records", sniff=_sniff_records, read=read_record_columns)
+_RECORDS: Final = Reader(name="records", sniff=lambda path, head: True, read=read_record_columns)
+_OTLP_KEYS: Final = frozenset({"resourceSpans", "resource_spans"})
 
 
 def _sniff_otlp(path: str, head: bytes) -> bool:
-    return b'"resourceSpans"' in head or b'"resource_spans"' in head
+    """OTLP when the first line's object has ``resourceSpans`` at the top (a label of that name does not count)."""
+    keys = _top_level_keys(head)
+    if keys is not None:
+        return bool(keys & _OTLP_KEYS) and "schema" not in keys
+    start = head.lstrip()[:20]  # a damaged first line: judge by how it starts
+    return start.startswith((b'{"resourceSpans"', b'{"resource_spans"'))
 
 
-def read_otlp_columns(path: str, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
+def read_otlp_columns(source: Source, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
     """OTLP JSON Lines traces (file exporter format) rebuilt into records by :mod:`prefixmon.otlp`.
 
     An incomplete episode skipped with ``on_error="skip"`` is reported as a :class:`BadLine`
-    at line 0 (it spans several lines).
+    at the line of its episode span (0 when it has none).
     """
     from ..otlp import iter_otlp_spans, records_from_spans  # the records layer's trace reader
 
-    skipped: list[str] = []
-    spans = list(iter_otlp_spans(path, on_error=on_error, errors=errors))
-    records = records_from_spans(spans, on_error=on_error, errors=skipped)
+    skipped: list[BadLine] = []
+    spans = list(iter_otlp_spans(source.path, on_error=on_error, errors=errors, lines=source.lines()))
+    records = records_from_spans(spans, on_error=on_error, bad=skipped)
     if errors is not None:
-        errors.extend(BadLine(path=path, line=0, message=m) for m in skipped)
+        errors.extend(skipped)
     return columns_from_records(records)
 
 
 register_reader("otlp", sniff=_sniff_otlp, read=read_otlp_columns)
 
 
-def _read_parquet_columns(path: str, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
+def _read_parquet_columns(source: Source, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
     """``prefixmon.parquet/1`` files (pyarrow imported only when one is read)."""
+    if not source.seekable:
+        raise RecordError(f"{source.path}: a Parquet file must be read from a file, not a pipe")
     from .engines._columns import read_parquet_columns
 
-    return read_parquet_columns(path, on_error, errors)
+    return read_parquet_columns(source.path, on_error, errors)
 
 
 register_reader("parquet", sniff=lambda path, head: head[:4] == b"PAR1", read=_read_parquet_columns)

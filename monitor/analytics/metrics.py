@@ -147,12 +147,21 @@ class CohortSums:
     """(C, 4): success, partial, failure, no outcome."""
     causes: Int64Array
     """(C, 5): primary causes of first failures, in :data:`~.columns.CAUSES` order."""
-    survivors: Int64Array
-    """(C, K + 1): column k = Σ 1{FED_i > k} for k = 0..K (K = largest horizon)."""
-    reach: Int64Array
-    """(C, K + 1): column k = n_k = Σ 1{T_i >= k}."""
+    fed_code: Int64Array
+    """Sorted distinct ``cohort·W + FED`` (W = :attr:`width`): every (cohort, FED) that occurs."""
+    fed_count: Int64Array
+    """Episodes with each ``fed_code``."""
+    horizon_code: Int64Array
+    """Sorted distinct ``cohort·W + T``."""
+    horizon_count: Int64Array
+    """Episodes with each ``horizon_code``."""
+    width: int = 1
+    """W: larger than every FED and horizon."""
     auc_scale: int = 1
     """L of ``auc_sum`` (:func:`auc_scale`)."""
+
+    # The per-depth sums are kept sparse (what occurs), never as cohorts x largest horizon:
+    # many cohorts with long bare horizons would otherwise take gigabytes.
 
     def auc_pec(self, c: int) -> float:
         """AUC-PEC of cohort ``c``: Σ (FED_i - 1)·L/T_i / (L·N), one rounding."""
@@ -163,10 +172,48 @@ class CohortSums:
         """RR-eligible = episodes with a prefix failure = N(1 - TER)."""
         return self.n - self.executable
 
+    def _segment(self, codes: Int64Array, counts: Int64Array, c: int) -> tuple[Int64Array, Int64Array]:
+        lo, hi = np.searchsorted(codes, [c * self.width, (c + 1) * self.width])
+        return codes[lo:hi] - c * self.width, np.cumsum(counts[lo:hi])
+
+    def survivors_at(self, c: int, depths: npt.ArrayLike) -> Int64Array:
+        """#{FED_i > k} in cohort ``c`` for each depth k."""
+        values, cum = self._segment(self.fed_code, self.fed_count, c)
+        at = np.searchsorted(values, np.asarray(depths, dtype=np.int64), side="right")
+        below = np.where(at > 0, cum[np.maximum(at - 1, 0)] if cum.size else 0, 0)
+        return (int(self.n[c]) - below).astype(np.int64)
+
+    def reach_at(self, c: int, depths: npt.ArrayLike) -> Int64Array:
+        """n_k = #{T_i >= k} in cohort ``c`` for each depth k."""
+        values, cum = self._segment(self.horizon_code, self.horizon_count, c)
+        at = np.searchsorted(values, np.asarray(depths, dtype=np.int64) - 1, side="right")
+        below = np.where(at > 0, cum[np.maximum(at - 1, 0)] if cum.size else 0, 0)
+        return (int(self.n[c]) - below).astype(np.int64)
+
     def curve_length(self, c: int) -> int:
         """Largest horizon in cohort ``c`` (the PEC curve is reported for k = 1..this)."""
-        nonzero = np.flatnonzero(self.reach[c, 1:])
-        return int(nonzero[-1]) + 1 if nonzero.size else 0
+        values, _ = self._segment(self.horizon_code, self.horizon_count, c)
+        return int(values[-1]) if values.size else 0
+
+    def knots(self, c: int) -> Int64Array:
+        """The depths 1..K where some per-depth value of cohort ``c`` can change."""
+        fed, _ = self._segment(self.fed_code, self.fed_count, c)
+        horizon, _ = self._segment(self.horizon_code, self.horizon_count, c)
+        k = self.curve_length(c)
+        points = np.unique(np.concatenate([np.array([1], dtype=np.int64), fed, horizon + 1]))
+        return points[(points >= 1) & (points <= k)]
+
+    @property
+    def survivors(self) -> Int64Array:
+        """Dense (C, K + 1): column k = Σ 1{FED_i > k}, k = 0..K (K = largest horizon). For small inputs."""
+        k_max = max((self.curve_length(c) for c in range(len(self.n))), default=0)
+        return np.stack([self.survivors_at(c, np.arange(k_max + 1)) for c in range(len(self.n))]).reshape(len(self.n), -1)
+
+    @property
+    def reach(self) -> Int64Array:
+        """Dense (C, K + 1): column k = n_k = Σ 1{T_i >= k}. For small inputs."""
+        k_max = max((self.curve_length(c) for c in range(len(self.n))), default=0)
+        return np.stack([self.reach_at(c, np.arange(k_max + 1)) for c in range(len(self.n))]).reshape(len(self.n), -1)
 
 
 def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int, auc_scale: int = 1) -> CohortSums:
@@ -180,13 +227,9 @@ def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int, auc_s
     def count(mask: npt.NDArray[np.bool_]) -> Int64Array:
         return np.bincount(c[mask], minlength=n_cohorts).astype(np.int64)
 
-    k_max = int(horizon.max()) if horizon.size else 0
-    width = k_max + 2
-    fed_hist = np.bincount(c * width + fed, minlength=n_cohorts * width).reshape(n_cohorts, width)
-    t_hist = np.bincount(c * width + horizon, minlength=n_cohorts * width).reshape(n_cohorts, width)
-    # survivors[:, k] = #{FED > k}: reverse cumulative sum of the FED histogram from k+1.
-    survivors = np.cumsum(fed_hist[:, ::-1], axis=1)[:, ::-1][:, 1:]
-    reach = np.cumsum(t_hist[:, ::-1], axis=1)[:, ::-1][:, : k_max + 1]
+    width = (int(horizon.max()) if horizon.size else 0) + 2
+    fed_code, fed_count = np.unique(c * width + fed, return_counts=True)
+    horizon_code, horizon_count = np.unique(c * width + horizon, return_counts=True)
     outcome_code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int64)
     outcomes = np.bincount(c * 4 + outcome_code, minlength=n_cohorts * 4).reshape(n_cohorts, 4)
     failed = columns.cause >= 0
@@ -204,8 +247,11 @@ def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int, auc_s
         recovered=count(y & ~executable),
         outcomes=outcomes.astype(np.int64),
         causes=causes.astype(np.int64),
-        survivors=survivors.astype(np.int64),
-        reach=reach.astype(np.int64),
+        fed_code=fed_code.astype(np.int64),
+        fed_count=fed_count.astype(np.int64),
+        horizon_code=horizon_code.astype(np.int64),
+        horizon_count=horizon_count.astype(np.int64),
+        width=width,
         auc_scale=auc_scale,
     )
 

@@ -9,7 +9,7 @@ the others (usually ``model``). The format follows the file suffix (``.png``, ``
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, TypeVar
 
 from ._optional import INSTALL_HINT
@@ -68,7 +68,7 @@ def plot_pec(
 
     depth = max_depth
     if depth is None:
-        deepest = max((max((i + 1 for i, v in enumerate(c.pec) if v > 0), default=1) for c in report.cohorts), default=1)
+        deepest = max((max(_last_positive(c.pec), 1) for c in report.cohorts), default=1)
         depth = min(MAX_DEPTH, deepest + 1)
 
     n_panels = len(panels)
@@ -127,3 +127,11 @@ def _distinct(values: Iterable[T]) -> list[T]:
 
 def _text(value: object) -> str:
     return "—" if value is None else str(value)
+
+
+def _last_positive(curve: Sequence[float]) -> int:
+    """The deepest depth with PEC above 0, without walking a long curve value by value."""
+    last = getattr(curve, "last_positive", None)
+    if callable(last):
+        return int(last())
+    return max((i + 1 for i, v in enumerate(curve) if v > 0), default=0)

@@ -20,6 +20,7 @@ from ..records import BadLine, EpisodeRecord
 from .bootstrap import CHUNK_CELLS, ProgressFn, percentile_interval, resample_sums, wilson_interval
 from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, columns_from_records, distinct_episodes, task_units
 from .completion import Annotation, Attribution, UnstableTask, attribute, read_annotations, unstable_tasks
+from .curves import StepCurve
 from .inputs import load_columns
 from .metrics import FloatArray, Grouping, auc_scale, cohort_sums, episode_statistics, group, ratios
 
@@ -117,10 +118,11 @@ class CohortReport:
     success: Estimate
     completion: Estimate
     """Weighted completion (S + 0.5·P) / N."""
-    pec: tuple[float, ...]
-    """PEC(k) for k = 1..K (index 0 = depth 1), K = the cohort's largest horizon."""
-    pec_elig: tuple[float | None, ...]
-    n_k: tuple[int, ...]
+    pec: Sequence[float]
+    """PEC(k) for k = 1..K (index 0 = depth 1), K = the cohort's largest horizon (a
+    :class:`~.curves.StepCurve`: compares equal to the tuple of its values)."""
+    pec_elig: Sequence[float | None]
+    n_k: Sequence[int]
     checkpoints: Mapping[int, Estimate]
     """PEC at the report's checkpoint depths, with bootstrap intervals."""
     causes: Mapping[str, int]
@@ -393,8 +395,8 @@ def build_report(
     # A sum (point or resampled) adds at most (tasks) x (most runs of one task in one cohort) episodes.
     scale = auc_scale(columns.horizon, len(units) * int(runs.max()))
     sums = cohort_sums(columns, grouping.cohort, n_cohorts, scale)
-    k_max = sums.survivors.shape[1] - 1
-    checkpoint_counts = {k: sums.survivors[:, k] if k <= k_max else np.zeros(n_cohorts, dtype=np.int64) for k in cps}
+    at_checkpoints = [sums.survivors_at(c, cps) for c in range(n_cohorts)]
+    checkpoint_counts = {k: np.array([int(a[j]) for a in at_checkpoints], dtype=np.int64) for j, k in enumerate(cps)}
     statistics = episode_statistics(columns, cps, scale) if bootstrap or pairs else None
     draws: dict[str, FloatArray] = {}
     low: dict[str, FloatArray] = {}
@@ -438,8 +440,11 @@ def build_report(
         eligible = n - exe
         recovered = int(sums.recovered[c])
         k_len = sums.curve_length(c)
-        survivors = sums.survivors[c, 1 : k_len + 1]
-        reach = sums.reach[c, 1 : k_len + 1]
+        knots = sums.knots(c)
+        survivors = sums.survivors_at(c, knots).astype(np.float64)
+        reach = sums.reach_at(c, knots).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            elig = np.where(reach > 0, survivors / reach, np.nan)
         q = exe / n
         s = int(sums.success_executable[c]) / exe if exe else None
         r = recovered / eligible if eligible else None
@@ -459,9 +464,9 @@ def build_report(
                 ),
                 success=estimate("success", c, int(sums.success[c]) / n),
                 completion=estimate("completion", c, (int(sums.outcomes[c, 0]) + 0.5 * int(sums.outcomes[c, 1])) / n),
-                pec=tuple(float(x) / n for x in survivors),
-                pec_elig=tuple(float(s_) / float(r_) if r_ else None for s_, r_ in zip(survivors, reach, strict=True)),
-                n_k=tuple(int(x) for x in reach),
+                pec=StepCurve(k_len, knots, survivors / n),
+                pec_elig=StepCurve(k_len, knots, elig, none_for_nan=True),
+                n_k=StepCurve(k_len, knots, reach.astype(np.int64), kind=int),
                 checkpoints={k: estimate(f"pec@{k}", c, int(checkpoint_counts[k][c]) / n) for k in cps},
                 causes={name: int(sums.causes[c, j]) for j, name in enumerate(CAUSES)},
                 outcomes={**{o: int(sums.outcomes[c, j]) for j, o in enumerate(OUTCOMES)}, "none": int(sums.outcomes[c, 3])},

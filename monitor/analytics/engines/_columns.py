@@ -9,15 +9,12 @@ JSON Lines fast loader checks it, a bad row reported as ``path:row: what``.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ...exceptions import RecordError
 from ...parquet import _open
 from ...records import BadLine
-from ..columns import CAUSE_CODE, OUTCOME_CODE, ColumnBuilder, EpisodeColumns
-
-if TYPE_CHECKING:
-    from ..inputs import OnError
+from ..columns import CAUSE_CODE, OUTCOME_CODE, ColumnBuilder, EpisodeColumns, OnError
 
 _COLUMNS: Final = ("episode_id", "task_id", "labels", "horizon", "fed", "executable", "outcome", "first_failure")
 
