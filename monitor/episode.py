@@ -25,8 +25,8 @@ from . import predicate
 from ._dispatch import Dispatch
 from .exceptions import SpecError, ToolBlocked
 from .policies import Intervention, Resolution
-from .records import ActionRecord, EpisodeRecord, Status, build_record, trusted_action
-from .spec import ToolSpec
+from .records import ActionRecord, EpisodeRecord, ProbeRecord, Status, build_record, trusted_action
+from .spec import MISSING, Probe, ToolSpec, resolve_path
 from .state import TrackedState
 from .toolset import Toolset
 from .verdict import Failure, ToolCall, Verdict
@@ -68,6 +68,9 @@ class EpisodeHost(Protocol):
 
     async def deliver(self, episode: Episode, record: EpisodeRecord) -> None:
         """Hand a closed episode's record to the observers and the sink."""
+
+    async def run_probe(self, tool: str, args: dict[str, Any]) -> Any:
+        """Run a read-only probe call; raises ``LookupError`` when nothing can run it."""
 
 
 class StepMatch(Protocol):
@@ -319,6 +322,8 @@ class Episode:
         self._depth_of: dict[str, int] = {}
         self._fed: int | None = None
         self._closed = False
+        self.probes: list[ProbeRecord] = []
+        """Lookups the monitor made itself before calls (spec-file probes), in order."""
         self._hooks = Dispatch(monitor.observers, self._observer_fault)
         """The observers taking part in each per-call hook."""
 
@@ -481,8 +486,13 @@ class Episode:
         try:
             if self._hooks.any:
                 token = self._hooks.call_started(self, name, call_id, depth)
+            spec = self.monitor.toolset.get(name)
+            if spec is not None and spec.probes:
+                await self._probe(spec, args, depth)
             verdict = self._judge(name, args, depth, call_id)
             if verdict.executable:
+                if verdict.undetermined and self.monitor.intervention.policy.undetermined == "escalate":
+                    return await self._ask(verdict, args, token)
                 return self._pending(verdict, args, verdict.args, Decision.ALLOW, token)  # type: ignore[arg-type]
             return await self._intervene(verdict, args, token)
         except BaseException:  # KeyboardInterrupt, cancellation, a hook's error: the depth is still recorded
@@ -494,6 +504,70 @@ class Episode:
                     why = "interrupted before the call ran" if verdict.executable else "interrupted while the policy hook ran"
                 self._record(verdict, Decision.BLOCK, False, why, token, None)
             raise
+
+    async def _probe(self, spec: ToolSpec, raw: Mapping[str, Any] | str | bytes | None, depth: int) -> None:
+        """Observe what the call's rules read and nobody observed yet, with the spec's read-only probes.
+
+        Probes are not actions: they are recorded in :attr:`probes`, count against their
+        budget, time out, and fail open (a probe that fails leaves the rule undetermined).
+        """
+        parsed = predicate.parse_arguments(raw)
+        if not isinstance(parsed, dict):
+            return
+        objects = self.state.objects
+        for probe in spec.probes:
+            ident = resolve_path(probe.id, {"args": parsed})
+            if ident is MISSING or ident is None or isinstance(ident, (dict, list)):
+                continue
+            seen = objects.get(probe.object, ident)
+            if seen is not None and seen.current:
+                continue
+            call_args = probe.arguments(parsed)
+            if call_args is None:
+                continue
+            if len(self.probes) >= probe.budget:
+                self.probes.append(
+                    ProbeRecord(depth=depth, tool=probe.call, object=probe.object, ok=False, error="no probe budget left")
+                )
+                return
+            await self._run_probe(probe, call_args, depth)
+
+    async def _run_probe(self, probe: Probe, args: dict[str, Any], depth: int) -> None:
+        target = self.monitor.toolset.get(probe.call)
+        error: str | None = None
+        try:
+            with anyio.fail_after(probe.timeout):
+                result = await self.monitor.run_probe(probe.call, args)
+        except LookupError:  # nothing can run it here (a replay without an environment): not attempted
+            return
+        except TimeoutError:
+            error = f"no answer within {probe.timeout:g} s"
+        except Exception as e:
+            error = f"{type(e).__name__} raised"
+            self._fault(f"probe {probe.call}", e)
+        else:
+            rejection = predicate.acceptance(target, probe.call, result=result)
+            if rejection is not None:
+                error = rejection.reason
+            elif target is not None and target.observe is not None:
+                try:
+                    target.observe(self.state, args, result)
+                except Exception as e:
+                    error = f"{type(e).__name__} raised while observing the result"
+                    self._fault(f"observing the probe {probe.call}", e)
+        self.probes.append(ProbeRecord(depth=depth, tool=probe.call, object=probe.object, ok=error is None, error=error))
+
+    async def _ask(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
+        """An executable call that could not be fully decided: a human approves, edits or denies it (FED is untouched)."""
+        depth = verdict.depth
+        self._hooked[depth] = (verdict, token)
+        try:
+            resolution = await self.monitor.intervention.resolve_undetermined(verdict, raw, judge=self._judge, fault=self._fault)
+        finally:
+            del self._hooked[depth]
+        if resolution.args is None:
+            self._refuse(verdict, token, resolution)
+        return self._pending(verdict, raw, resolution.args, resolution.decision, token, resolution.call)
 
     async def _intervene(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
         """Apply the policy to a call that is not executable."""
@@ -712,6 +786,7 @@ class Episode:
             status=status,
             error=error,
             allows_no_tool=self.allows_no_tool,
+            probes=self.probes,
         )
         self.record = record
         return record

@@ -83,7 +83,12 @@ class ToolBlocked(Exception):
         self.verdict = verdict
         self.decision = decision
         self.guidance = guidance
-        message = f"Call to {verdict.tool!r} was not run: {verdict.reason}"
+        reason = verdict.reason or (
+            f"{verdict.tool} could not be checked from what was observed ({', '.join(verdict.undetermined)})"
+            if verdict.undetermined
+            else "the monitor did not let it run"
+        )
+        message = f"Call to {verdict.tool!r} was not run: {reason}"
         if guidance:
             message = f"{message}\nGuidance: {guidance}"
         super().__init__(message)

@@ -26,12 +26,15 @@ from .records import EpisodeRecord, JsonlSink, Status
 from .state import TrackedState
 from .toolset import Toolset
 
-__all__ = ("FailureMode", "Monitor", "MonitorStats", "Sink")
+__all__ = ("FailureMode", "Monitor", "MonitorStats", "ProbeExecutor", "Sink")
 
 Sink = Callable[[EpisodeRecord], "Awaitable[None] | None"]
 """Receives each finished record: a callable (sync, run in a worker thread, or async)."""
 
 FailureMode = Literal["fail_open", "fail_closed"]
+
+ProbeExecutor = Callable[[str, dict[str, Any]], Any]
+"""``(tool, args) -> result`` or an awaitable of it: runs a spec file's read-only probe."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -72,6 +75,9 @@ class Monitor:
             in ``stats.sink_errors`` and logged at the next episode's end.
         observers: telemetry and logging hooks (see :class:`Observer`).
         labels: labels merged into every episode's labels (an episode's own win).
+        probe: ``(tool, args) -> result`` (sync or async): runs the read-only lookups spec
+            files declare (``probes:``). Default: the toolset's own implementation of the
+            probe's tool; without one (a replay), probes are not made.
     """
 
     def __init__(
@@ -88,6 +94,7 @@ class Monitor:
         sink_timeout: float = 10.0,
         observers: Sequence[Observer] = (),
         labels: Mapping[str, str] | None = None,
+        probe: ProbeExecutor | None = None,
     ) -> None:
         if not isinstance(toolset, Toolset):
             raise SpecError(f"Monitor needs a Toolset, got {type(toolset).__name__}")
@@ -110,6 +117,7 @@ class Monitor:
         self.observers: tuple[Observer, ...] = tuple(observers)
         self.labels: dict[str, str] = {str(k): str(v) for k, v in (labels or {}).items()}
         self.stats = MonitorStats()
+        self.probe_executor = probe
         self._log = get_logger()  # structlog when the application configured it, else stdlib logging
         self._threads = DaemonThreads()
         """Where plain-function sinks run: a sink that never returns cannot keep the process alive."""
@@ -217,6 +225,22 @@ class Monitor:
             stacklevel=2,
         )
         return importlib.import_module("prefixmon.plan").verify_plan(self.toolset, plan, state=state, **options)
+
+    async def run_probe(self, tool: str, args: dict[str, Any]) -> Any:
+        """Run a probe's read-only call (``probe=``, else the tool's implementation).
+
+        Raises:
+            LookupError: nothing can run it (no executor and no implementation).
+        """
+        run = self.probe_executor
+        if run is not None:
+            result = run(tool, args)
+        else:
+            spec = self.toolset.get(tool)
+            if spec is None or spec.func is None:
+                raise LookupError(f"no implementation of {tool!r} to probe with")
+            result = spec.func(**args)
+        return (await result) if inspect.isawaitable(result) else result
 
     async def deliver(self, episode: Episode, record: EpisodeRecord) -> None:
         """Hand a closed episode's record to the observers and the sink (called by ``Episode.aclose``)."""

@@ -69,6 +69,10 @@ class Policy:
     default: Action = "observe"
     tools: Mapping[str, Action | Mapping[Cause | str, Action]] = field(default_factory=dict)
     causes: Mapping[Cause | str, Action] = field(default_factory=dict)
+    undetermined: Literal["pass", "escalate"] = "pass"
+    """What happens to an executable call with a precondition that could not be decided from
+    what was observed: it runs (``pass``, default), or a human decides (``escalate``). It is
+    never blocked and never counts as a failure."""
 
     def __post_init__(self) -> None:
         _action(self.default, "Policy.default")
@@ -82,6 +86,8 @@ class Policy:
         for cause, act in self.causes.items():
             _cause(cause, "Policy.causes")
             _action(act, f"Policy.causes[{cause!r}]")
+        if self.undetermined not in ("pass", "escalate"):
+            raise SpecError(f"Policy.undetermined: expected 'pass' or 'escalate', got {self.undetermined!r}")
 
     @classmethod
     def coerce(cls, policy: Policy | str) -> Policy:
@@ -107,7 +113,9 @@ class Policy:
 
     def uses(self, action: Action) -> bool:
         """Whether any rule of this policy can choose ``action``."""
-        acts = {self.default, *self.causes.values()}
+        acts: set[str] = {self.default, *self.causes.values()}
+        if self.undetermined == "escalate":
+            acts.add("escalate")
         for rule in self.tools.values():
             acts.update([rule] if isinstance(rule, str) else rule.values())
         return action in acts
@@ -211,6 +219,12 @@ class Intervention:
             return Resolution(decision=Decision.BLOCK)
         if action == "replan":
             return await self._replan(verdict, raw, state, judge, fault)
+        return await self._escalate(verdict, raw, judge, fault)
+
+    async def resolve_undetermined(
+        self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, *, judge: Judge, fault: FaultFn
+    ) -> Resolution:
+        """An executable call with undecided preconditions, under ``Policy(undetermined="escalate")``: a human decides."""
         return await self._escalate(verdict, raw, judge, fault)
 
     async def _replan(

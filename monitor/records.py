@@ -34,6 +34,7 @@ __all__ = (
     "EpisodeRecord",
     "FirstFailure",
     "JsonlSink",
+    "ProbeRecord",
     "SinkStats",
     "Status",
     "build_record",
@@ -132,6 +133,24 @@ class FirstFailure:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeRecord:
+    """A read-only lookup the monitor made itself before a call (never an agent action)."""
+
+    __pydantic_config__ = _STRICT
+
+    depth: int
+    """Depth of the call the probe was made for."""
+    tool: str
+    """The read tool it called."""
+    object: str
+    """The kind of object it looked up."""
+    ok: bool
+    """Whether the environment answered (and the object could be observed)."""
+    error: str | None = None
+    """Why it did not: the environment's error, a timeout, no budget left."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EpisodeRecord:
     """A finished episode (DESIGN §6). ``fed == horizon + 1`` iff fully executable."""
 
@@ -157,6 +176,8 @@ class EpisodeRecord:
     """Whether any non-executable call actually ran against the environment."""
     allows_no_tool: bool = False
     """Whether the task may be finished without any tool call."""
+    probes: list[ProbeRecord] = field(default_factory=list)
+    """Lookups the monitor made itself (spec-file probes); they are not actions and never count in T or FED."""
 
     def __post_init__(self) -> None:
         where = f"(episode {self.episode_id!r})"
@@ -204,6 +225,7 @@ def build_record(
     status: Status = "finished",
     error: str | None = None,
     allows_no_tool: bool = False,
+    probes: list[ProbeRecord] | None = None,
 ) -> EpisodeRecord:
     """Derive horizon, FED, executability and first failure from the actions.
 
@@ -246,6 +268,7 @@ def build_record(
         error=error,
         invalid_reached_environment=any(not a.executable and a.reached_environment for a in actions),
         allows_no_tool=allows_no_tool,
+        probes=list(probes or ()),
     )
 
 
