@@ -186,15 +186,20 @@ class Tau2Env:
         return env
 
     @classmethod
-    def for_task(cls, domain: Domain, task: Task) -> Tau2Env:
-        """A fresh environment in the task's initial state (initialization data, actions, history)."""
+    def for_task(cls, domain: Domain, task: Task, *, history: bool = True) -> Tau2Env:
+        """A fresh environment in the task's initial state.
+
+        Args:
+            history: also replay the task's initial message history (leave it out when a
+                simulation's own messages, which include it, are replayed next).
+        """
         env = cls(domain)
         state = task.initial_state
         if state is not None:
             env.environment.set_state(
                 initialization_data=state.initialization_data,
                 initialization_actions=state.initialization_actions,
-                message_history=list(state.message_history or ()),
+                message_history=list(state.message_history or ()) if history else [],
             )
         return env
 
