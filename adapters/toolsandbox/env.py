@@ -23,6 +23,7 @@ import ast
 import copy
 import functools
 import json
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -69,9 +70,17 @@ def parse_call(source: str) -> GoldCall | None:
     return GoldCall(name=call.func.id, args=args, source=source.strip())
 
 
+def _import_tools() -> None:
+    """Import ToolSandbox's tools; the pinned ``holidays`` warns about its versioning policy on import."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"holidays(\.|$)")
+        import tool_sandbox.tools  # type: ignore[import-untyped]  # noqa: F401
+
+
 @functools.cache
 def registered_tools() -> Mapping[str, Callable[..., Any]]:
     """ToolSandbox's registered tools (default backend), without the network search tools."""
+    _import_tools()
     from tool_sandbox.common.tool_discovery import ToolBackend, get_all_tools  # type: ignore[import-untyped]
 
     tools = get_all_tools(ToolBackend.DEFAULT)
@@ -86,6 +95,7 @@ def load_scenarios(*, augmented: bool = False) -> Mapping[str, Any]:
     argument types) share the base scenario's milestones and only change what the agent is
     shown; ``augmented=True`` gives all of them (``named_scenarios``).
     """
+    _import_tools()
     from tool_sandbox.common.tool_discovery import ToolBackend
     from tool_sandbox.scenarios import (  # type: ignore[import-untyped]
         named_insufficient_information_scenarios,
@@ -96,16 +106,19 @@ def load_scenarios(*, augmented: bool = False) -> Mapping[str, Any]:
     )
 
     backend = ToolBackend.DEFAULT
-    if augmented:
-        return dict(named_scenarios(preferred_tool_backend=backend))
-    scenarios: dict[str, Any] = {}
-    for named in (
-        named_single_tool_call_scenarios,
-        named_multiple_tool_call_scenarios,
-        named_multiple_user_turn_scenarios,
-        named_insufficient_information_scenarios,
-    ):
-        scenarios.update(named(preferred_tool_backend=backend))
+    with warnings.catch_warnings():
+        # networkx builds the milestone graphs and notes (ImportWarning) that pandas is absent.
+        warnings.filterwarnings("ignore", category=ImportWarning, module=r"networkx(\.|$)")
+        if augmented:
+            return dict(named_scenarios(preferred_tool_backend=backend))
+        scenarios: dict[str, Any] = {}
+        for named in (
+            named_single_tool_call_scenarios,
+            named_multiple_tool_call_scenarios,
+            named_multiple_user_turn_scenarios,
+            named_insufficient_information_scenarios,
+        ):
+            scenarios.update(named(preferred_tool_backend=backend))
     return scenarios
 
 
@@ -133,6 +146,7 @@ def _trace_call(trace: Any) -> GoldCall | None:
 
 def gold_calls(scenario: Any) -> list[GoldCall] | None:
     """The tool calls the scenario's milestones name, in milestone order; ``None`` when none does."""
+    _import_tools()
     from tool_sandbox.common.execution_context import DatabaseNamespace, RoleType  # type: ignore[import-untyped]
 
     calls: list[GoldCall] = []
