@@ -28,10 +28,10 @@ def results_file(path: Path, domain: str, task_ids: list[str], *, invent: str | 
     come from running each call with ``Environment.get_response``. ``invent`` replaces that
     argument of the first call that has it by an id no one produced.
     """
-    from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
+    from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage  # type: ignore[import-untyped]
 
     sims: list[dict[str, Any]] = []
-    for task in (t for t in load_tasks(domain) if t.id in task_ids):  # type: ignore[arg-type]
+    for task in (t for t in load_tasks(domain) if t.id in task_ids):
         env = Tau2Env.for_task(domain, task)  # type: ignore[arg-type]
         messages: list[dict[str, Any]] = [UserMessage(role="user", content=str(task.user_scenario)).model_dump()]
         invented = False

@@ -15,8 +15,8 @@ from prefixmon._cli import main
 
 pytest.importorskip("tool_sandbox", reason="needs ToolSandbox installed from its source (scripts/test.sh installs it)")
 
-from prefixmon.adapters.toolsandbox import SandboxEnv, gold_calls, load_scenarios, parse_call, toolset  # noqa: E402
-from prefixmon.adapters.toolsandbox.bench import run_bench  # noqa: E402
+from prefixmon.adapters.toolsandbox import SandboxEnv, gold_calls, load_scenarios, parse_call, toolset
+from prefixmon.adapters.toolsandbox.bench import run_bench
 
 pytestmark = pytest.mark.integration
 logging.getLogger("tool_sandbox").setLevel(logging.ERROR)
