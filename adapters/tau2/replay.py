@@ -21,8 +21,8 @@ A malformed file is reported with its name and where, and nothing of it is repla
 from __future__ import annotations
 
 import sys
-from functools import partial
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -226,6 +226,41 @@ def _user_actions(labels: Mapping[str, str] | None) -> UserActions:
     if value not in USER_ACTIONS:
         raise ReplayInputError(f"--label user_actions must be include or exclude, got {value!r}")
     return "exclude" if value == "exclude" else "include"
+
+
+def record_simulation(
+    domain: Domain, task: Task, calls: Sequence[tuple[str, Mapping[str, Any], Requestor]], *, sim_id: str, trial: int = 0
+) -> dict[str, Any]:
+    """A τ² simulation run (as ``tau2 run`` saves it) of ``calls`` made on the real environment.
+
+    The messages are τ²'s own message models: the user's scenario, then each call as an
+    assistant (or, for ``"user"``, a user) tool-call message and the environment's tool
+    message from ``Environment.get_response``. The reward is τ²'s database check: 1 when
+    the final databases hash as the gold actions leave them, else 0.
+
+    Use it to turn calls an agent made elsewhere into a results file, or to simulate agents
+    (``examples/tau2_two_models.py``).
+    """
+    from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage  # type: ignore[import-untyped]
+
+    env = Tau2Env.for_task(domain, task)
+    gold = Tau2Env.for_task(domain, task)
+    for action in (task.evaluation_criteria.actions or ()) if task.evaluation_criteria is not None else ():
+        gold.run(action.name, action.arguments, requestor=action.requestor)
+    messages: list[dict[str, Any]] = [UserMessage(role="user", content=str(task.user_scenario)).model_dump(mode="json")]
+    for i, (name, arguments, requestor) in enumerate(calls):
+        call = ToolCall(id=f"call_{i}", name=name, arguments=dict(arguments), requestor=requestor)
+        cls = UserMessage if requestor == "user" else AssistantMessage
+        messages.append(cls(role=requestor, content=None, tool_calls=[call]).model_dump(mode="json"))
+        messages.append(env.environment.get_response(call).model_dump(mode="json"))
+    reward = 1.0 if env.db_hash() == gold.db_hash() else 0.0
+    return {
+        "id": sim_id,
+        "task_id": task.id,
+        "trial": trial,
+        "messages": messages,
+        "reward_info": {"reward": reward, "db_check": {"db_match": reward == 1.0, "db_reward": reward}},
+    }
 
 
 class Tau2ReplaySource:
