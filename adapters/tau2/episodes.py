@@ -28,6 +28,7 @@ __all__ = (
     "USER_ACTIONS",
     "GoldEpisode",
     "UserActions",
+    "context_reads",
     "instructions",
     "run_gold",
     "seed_context",
@@ -106,35 +107,38 @@ _READS: Final[Mapping[Domain, tuple[str, ...]]] = {
 }
 
 
-def seed_context(ep: Episode, env: Tau2Env, task: Task) -> None:
-    """Give the episode what an agent reads before the gold actions (depth 0).
-
-    τ²'s gold actions keep the writes and few of the reads: the user's details, their
-    reservations or orders, those orders' products and a direct-flight search for every
-    segment a gold booking or flight change uses are ingested as results of the read
-    tools, run on a copy of ``env`` (which is in the task's initial state). In telecom the
-    agent looks the customer up by the phone number of the user's phone and reads their
-    lines and bills.
-    """
-    twin = env.fork()
-    actions = list(task.evaluation_criteria.actions or ()) if task.evaluation_criteria is not None else []
+def _task_users(twin: Tau2Env, actions: Sequence[Any]) -> set[str]:
     user_ids = {a.arguments["user_id"] for a in actions if "user_id" in a.arguments}
     for order_id in (a.arguments.get("order_id") for a in actions):
         order = None if order_id is None else dict.get(twin.db.orders, order_id)
         if order is not None:
             user_ids.add(order.user_id)
     for reservation_id in (a.arguments.get("reservation_id") for a in actions):
-        reservation = (
-            None if reservation_id is None or env.domain != "airline" else dict.get(twin.db.reservations, reservation_id)
-        )
+        airline = twin.domain == "airline" and reservation_id is not None
+        reservation = dict.get(twin.db.reservations, reservation_id) if airline else None
         if reservation is not None:
             user_ids.add(reservation.user_id)
+    return user_ids
+
+
+def context_reads(env: Tau2Env, task: Task) -> list[tuple[str, dict[str, Any], str]]:
+    """The reads an agent makes before the gold actions, with their results: (tool, arguments, result).
+
+    τ²'s gold actions keep the writes and few of the reads: the user's details, their
+    reservations or orders, those orders' products and a direct-flight search for every
+    segment a gold booking or flight change uses; in telecom, the customer looked up by
+    the phone number of the user's phone, their lines and bills. They run on a copy of
+    ``env`` (in the task's initial state); reads the environment rejects are left out.
+    """
+    twin = env.fork()
+    actions = list(task.evaluation_criteria.actions or ()) if task.evaluation_criteria is not None else []
+    reads: list[tuple[str, dict[str, Any], str]] = []
 
     def read(name: str, **kwargs: Any) -> Any:
         outcome = twin.run(name, kwargs)
         if outcome.error:
             return None
-        _ingest(ep.state, ep, name, outcome.content)
+        reads.append((name, kwargs, outcome.content))
         return json.loads(outcome.content)
 
     if env.domain == "telecom":
@@ -144,15 +148,14 @@ def seed_context(ep: Episode, env: Tau2Env, task: Task) -> None:
             read("get_details_by_id", id=line_id)
         if customer:
             read("get_bills_for_customer", customer_id=customer["customer_id"])
-        return
+        return reads
     if env.domain == "airline":
         for action in actions:
             for segment in action.arguments.get("flights", ()) if isinstance(action.arguments.get("flights"), list) else ():
                 flight = dict.get(twin.db.flights, segment.get("flight_number")) if isinstance(segment, dict) else None
                 if flight is not None:
                     read("search_direct_flight", origin=flight.origin, destination=flight.destination, date=segment.get("date"))
-    for user_id in sorted(user_ids):
-        ep.state.bind("user_id", user_id, tool="task", depth=0)
+    for user_id in sorted(_task_users(twin, actions)):
         user = read("get_user_details", user_id=user_id)
         if user is None:
             continue
@@ -167,6 +170,17 @@ def seed_context(ep: Episode, env: Tau2Env, task: Task) -> None:
                 products.setdefault(item["product_id"], None)
         for product_id in products:
             read("get_product_details", product_id=product_id)
+    return reads
+
+
+def seed_context(ep: Episode, env: Tau2Env, task: Task) -> None:
+    """Give the episode what an agent reads before the gold actions (:func:`context_reads`), at depth 0."""
+    if env.domain != "telecom":
+        actions = list(task.evaluation_criteria.actions or ()) if task.evaluation_criteria is not None else []
+        for user_id in sorted(_task_users(env, actions)):
+            ep.state.bind("user_id", user_id, tool="task", depth=0)
+    for name, _, content in context_reads(env, task):
+        _ingest(ep.state, ep, name, content)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,6 +45,7 @@ class ToolRules:
     produces: tuple[tuple[str, str], ...] = ()
     invalidates: tuple[str, ...] = ()
     grounded: tuple[str, ...] = ()
+    effects: tuple[Callable[[TrackedState, Mapping[str, Any], Any], None], ...] = ()
 
 
 def _pre(name: str, message: str) -> Callable[[Check], Precondition]:
@@ -467,6 +468,12 @@ def _name_zip_known(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
     return f"no user named {args['first_name']} {args['last_name']} lives in zip code {zip_code}"
 
 
+def _bind_user_id(state: TrackedState, args: Mapping[str, Any], result: Any) -> None:
+    """``find_user_id_by_*`` answer with the bare id (not JSON): it is a ``user_id`` reference."""
+    if isinstance(result, str) and result and not result.startswith("Error:"):
+        state.bind("user_id", result.strip().strip('"'), tool=None)
+
+
 def _retail() -> dict[str, ToolRules]:
     order = _exists("orders", "order_id", "order")
     user = _exists("users", "user_id", "user")
@@ -485,8 +492,10 @@ def _retail() -> dict[str, ToolRules]:
             requires=(order, delivered, _items_in_order, _replacement(different=False, rounded=True)),
             produces=ORDER_PRODUCES,
         ),
-        "find_user_id_by_email": ToolRules(requires=(_email_known,), grounded=("email",)),
-        "find_user_id_by_name_zip": ToolRules(requires=(_name_zip_known,), grounded=("first_name", "last_name", "zip")),
+        "find_user_id_by_email": ToolRules(requires=(_email_known,), grounded=("email",), effects=(_bind_user_id,)),
+        "find_user_id_by_name_zip": ToolRules(
+            requires=(_name_zip_known,), grounded=("first_name", "last_name", "zip"), effects=(_bind_user_id,)
+        ),
         "get_order_details": ToolRules(refs={"order_id": ORDER}, requires=(order,), produces=ORDER_PRODUCES),
         "get_product_details": ToolRules(
             refs={"product_id": PRODUCT},

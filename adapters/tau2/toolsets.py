@@ -89,6 +89,7 @@ def toolset(domain: Domain, mode: Mode = "declared", *, env: Tau2Env | None = No
                 description=function.get("description", ""),
                 requires=rule.requires if mode == "declared" else (_dry_run(name),) if mode == "dry_run" else (),
                 produces=list(rule.produces),
+                effects=rule.effects,
                 refs=dict(rule.refs) if mode == "declared" else None,
                 grounded=rule.grounded if mode == "declared" else None,
                 error_result=_error_result(name),
