@@ -33,7 +33,15 @@ from ..transcripts import ReplayInputError, load_json
 from .env import SandboxEnv, load_scenarios
 from .toolsets import toolset
 
-__all__ = ("SOURCE", "ToolSandboxReplaySource", "conversation_files", "recorded_error", "replay_conversation")
+__all__ = (
+    "SOURCE",
+    "ToolSandboxReplaySource",
+    "conversation_files",
+    "record_conversation",
+    "recorded_error",
+    "replay_conversation",
+    "write_run",
+)
 
 _EXCEPTION: Final = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ", re.MULTILINE)
 
@@ -74,14 +82,22 @@ def _outcome(similarity: float | None) -> str:
     return "success" if similarity >= 1.0 - 1e-9 else "partial"
 
 
+def _scenario(name: str) -> Any:
+    """A scenario by name: a base one, else an augmented one (building those takes seconds)."""
+    base = load_scenarios()
+    if name in base:
+        return base[name]
+    augmented = load_scenarios(augmented=True)
+    if name not in augmented:
+        raise ReplayInputError(f"unknown ToolSandbox scenario {name!r}")
+    return augmented[name]
+
+
 async def replay_conversation(
     monitor: Monitor, scenario_name: str, messages: Sequence[Mapping[str, Any]], *, outcome: str, labels: Mapping[str, str]
 ) -> EpisodeRecord:
     """Replay one conversation (OpenAI messages) of a scenario on a copy of its starting context."""
-    scenarios = load_scenarios(augmented=True)
-    if scenario_name not in scenarios:
-        raise ReplayInputError(f"unknown ToolSandbox scenario {scenario_name!r}")
-    env = SandboxEnv.for_scenario(scenarios[scenario_name])
+    env = SandboxEnv.for_scenario(_scenario(scenario_name))
     results: dict[str, list[str]] = {}
     for m in messages:
         if m.get("role") == "tool":
@@ -132,6 +148,41 @@ async def _messages(ep: Episode, env: SandboxEnv, messages: Sequence[Mapping[str
                 pending.failed(error)
             else:
                 pending.done(recorded)
+
+
+def record_conversation(
+    scenario_name: str, user: str, calls: Sequence[tuple[str, Mapping[str, Any]]]
+) -> tuple[list[dict[str, Any]], list[str | None]]:
+    """A conversation in ToolSandbox's OpenAI-messages form, the calls run on its real context.
+
+    Returns the messages (the user's message, then per call the assistant's tool call and
+    the tool message: ``repr(result)``, or a traceback ending in the exception as its
+    execution environment prints it) and each call's error (``None`` when it ran).
+    """
+    env = SandboxEnv.for_scenario(_scenario(scenario_name))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": user}]
+    errors: list[str | None] = []
+    for i, (name, args) in enumerate(calls):
+        call_id = f"call_{i}"
+        function = {"name": name, "arguments": json.dumps(dict(args))}
+        messages.append(
+            {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": function}]}
+        )
+        out = env.run(name, args)
+        content = f"Traceback (most recent call last):\n{out.error}" if out.error else repr(out.result)
+        messages.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
+        errors.append(out.error)
+    return messages, errors
+
+
+def write_run(run: Path, conversations: Mapping[str, list[dict[str, Any]]], similarity: Mapping[str, float]) -> None:
+    """A ToolSandbox run folder: ``trajectories/<scenario>/conversation.json`` and ``result_summary.json``."""
+    for name, messages in conversations.items():
+        folder = run / "trajectories" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "conversation.json").write_text(json.dumps(messages, ensure_ascii=False), encoding="utf-8")
+    rows = [{"name": name, "similarity": similarity.get(name, 0.0)} for name in conversations]
+    (run / "result_summary.json").write_text(json.dumps({"per_scenario_results": rows}, indent=1), encoding="utf-8")
 
 
 class ToolSandboxReplaySource:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ pytest.importorskip("tool_sandbox", reason="needs ToolSandbox installed from its
 
 from prefixmon.adapters.toolsandbox import SandboxEnv, gold_calls, load_scenarios, parse_call, toolset
 from prefixmon.adapters.toolsandbox.bench import run_bench
+from prefixmon.adapters.toolsandbox.replay import record_conversation, write_run
 
 pytestmark = pytest.mark.integration
 logging.getLogger("tool_sandbox").setLevel(logging.ERROR)
@@ -88,32 +88,16 @@ class TestBench:
 
 
 def trajectory(run: Path, name: str, *, skip_first: bool) -> None:
-    """A ToolSandbox run folder with one conversation in its OpenAI-messages form and a result summary.
+    """A ToolSandbox run folder with one conversation of the milestones' calls plus the message.
 
-    The conversation makes the milestones' calls and sends the message (whose milestone
-    constrains the messaging database, not a call); ``skip_first`` leaves out turning
-    cellular service on.
-
-    The tool messages hold ``repr(result)`` or the traceback's last line, as its execution
-    environment prints them; results come from running the calls on the real context.
+    The message's milestone constrains the messaging database, not a call, so it is added;
+    ``skip_first`` leaves out turning cellular service on.
     """
-    sc = scenario(name)
-    env = SandboxEnv.for_scenario(sc)
-    send = parse_call("send_message_with_phone_number(phone_number='+12453344098', content='How is the album coming along?')")
-    assert send is not None
-    calls = [*(gold_calls(sc) or []), send]
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "Send a message to Fredrik Thordendal"}]
-    for i, call in enumerate(calls[1:] if skip_first else calls):
-        call_id = f"call_{i}"
-        fn = {"name": call.name, "arguments": json.dumps(call.args)}
-        messages.append({"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": fn}]})
-        out = env.run(call.name, call.args)
-        content = f"Traceback (most recent call last):\n{out.error}" if out.error else repr(out.result)
-        messages.append({"role": "tool", "tool_call_id": call_id, "name": call.name, "content": content})
-    folder = run / "trajectories" / name
-    folder.mkdir(parents=True)
-    (folder / "conversation.json").write_text(json.dumps(messages))
-    (run / "result_summary.json").write_text(json.dumps({"per_scenario_results": [{"name": name, "similarity": 1.0}]}))
+    send = ("send_message_with_phone_number", {"phone_number": "+12453344098", "content": "How is the album coming along?"})
+    calls = [(c.name, c.args) for c in gold_calls(scenario(name)) or []]
+    calls = [*(calls[1:] if skip_first else calls), send]
+    messages, _ = record_conversation(name, "Send a message to Fredrik Thordendal", calls)
+    write_run(run, {name: messages}, {name: 1.0})
 
 
 class TestReplay:
