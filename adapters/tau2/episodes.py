@@ -126,7 +126,8 @@ def context_reads(env: Tau2Env, task: Task) -> list[tuple[str, dict[str, Any], s
 
     τ²'s gold actions keep the writes and few of the reads: the user's details, their
     reservations or orders, those orders' products and a direct-flight search for every
-    segment a gold booking or flight change uses; in telecom, the customer looked up by
+    segment a gold booking or flight change uses (in retail, when no gold action looks the
+    user up, first ``find_user_id_by_name_zip``); in telecom, the customer looked up by
     the phone number of the user's phone, their lines and bills. They run on a copy of
     ``env`` (in the task's initial state); reads the environment rejects are left out.
     """
@@ -139,7 +140,10 @@ def context_reads(env: Tau2Env, task: Task) -> list[tuple[str, dict[str, Any], s
         if outcome.error:
             return None
         reads.append((name, kwargs, outcome.content))
-        return json.loads(outcome.content)
+        try:
+            return json.loads(outcome.content)
+        except json.JSONDecodeError:  # a bare id (find_user_id_by_*)
+            return outcome.content
 
     if env.domain == "telecom":
         phone = twin.user_db.surroundings.phone_number if twin.user_db is not None else None
@@ -155,7 +159,12 @@ def context_reads(env: Tau2Env, task: Task) -> list[tuple[str, dict[str, Any], s
                 flight = dict.get(twin.db.flights, segment.get("flight_number")) if isinstance(segment, dict) else None
                 if flight is not None:
                     read("search_direct_flight", origin=flight.origin, destination=flight.destination, date=segment.get("date"))
+    looked_up = any(a.name.startswith("find_user_id") for a in actions)
     for user_id in sorted(_task_users(twin, actions)):
+        profile = dict.get(twin.db.users, user_id) if env.domain == "retail" and not looked_up else None
+        if profile is not None:  # retail users are found by name and zip code before anything else
+            name = profile.name
+            read("find_user_id_by_name_zip", first_name=name.first_name, last_name=name.last_name, zip=profile.address.zip)
         user = read("get_user_details", user_id=user_id)
         if user is None:
             continue

@@ -188,6 +188,8 @@ async def replay_simulations(
             labels={**base, **(labels or {})},
             episode_id=f"tau2-{domain}-{index:05d}-{sim.id or sim.task_id}",
             env=env,
+            # A task without gold actions is done by answering (a refusal, an explanation).
+            allows_no_tool=not (task.evaluation_criteria is not None and task.evaluation_criteria.actions),
         ) as ep:
             ep.inform(env.environment.get_policy())
             await _replay_messages(ep, env, sim.messages, user_actions)
