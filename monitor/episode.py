@@ -23,10 +23,11 @@ import anyio
 
 from . import predicate
 from ._dispatch import Dispatch
+from ._probes import probe
 from .exceptions import SpecError, ToolBlocked
 from .policies import Intervention, Resolution
 from .records import ActionRecord, EpisodeRecord, ProbeRecord, Status, build_record, trusted_action
-from .spec import MISSING, Probe, ToolSpec, resolve_path
+from .spec import ToolSpec
 from .state import TrackedState
 from .toolset import Toolset
 from .verdict import Failure, ToolCall, Verdict
@@ -488,7 +489,16 @@ class Episode:
                 token = self._hooks.call_started(self, name, call_id, depth)
             spec = self.monitor.toolset.get(name)
             if spec is not None and spec.probes:
-                await self._probe(spec, args, depth)
+                await probe(
+                    self.state,
+                    spec,
+                    args,
+                    depth,
+                    run=self.monitor.run_probe,
+                    toolset=self.monitor.toolset,
+                    records=self.probes,
+                    fault=self._fault,
+                )
             verdict = self._judge(name, args, depth, call_id)
             if verdict.executable:
                 if verdict.undetermined and self.monitor.intervention.policy.undetermined == "escalate":
@@ -504,58 +514,6 @@ class Episode:
                     why = "interrupted before the call ran" if verdict.executable else "interrupted while the policy hook ran"
                 self._record(verdict, Decision.BLOCK, False, why, token, None)
             raise
-
-    async def _probe(self, spec: ToolSpec, raw: Mapping[str, Any] | str | bytes | None, depth: int) -> None:
-        """Observe what the call's rules read and nobody observed yet, with the spec's read-only probes.
-
-        Probes are not actions: they are recorded in :attr:`probes`, count against their
-        budget, time out, and fail open (a probe that fails leaves the rule undetermined).
-        """
-        parsed = predicate.parse_arguments(raw)
-        if not isinstance(parsed, dict):
-            return
-        objects = self.state.objects
-        for probe in spec.probes:
-            ident = resolve_path(probe.id, {"args": parsed})
-            if ident is MISSING or ident is None or isinstance(ident, (dict, list)):
-                continue
-            seen = objects.get(probe.object, ident)
-            if seen is not None and seen.current:
-                continue
-            call_args = probe.arguments(parsed)
-            if call_args is None:
-                continue
-            if len(self.probes) >= probe.budget:
-                self.probes.append(
-                    ProbeRecord(depth=depth, tool=probe.call, object=probe.object, ok=False, error="no probe budget left")
-                )
-                return
-            await self._run_probe(probe, call_args, depth)
-
-    async def _run_probe(self, probe: Probe, args: dict[str, Any], depth: int) -> None:
-        target = self.monitor.toolset.get(probe.call)
-        error: str | None = None
-        try:
-            with anyio.fail_after(probe.timeout):
-                result = await self.monitor.run_probe(probe.call, args)
-        except LookupError:  # nothing can run it here (a replay without an environment): not attempted
-            return
-        except TimeoutError:
-            error = f"no answer within {probe.timeout:g} s"
-        except Exception as e:
-            error = f"{type(e).__name__} raised"
-            self._fault(f"probe {probe.call}", e)
-        else:
-            rejection = predicate.acceptance(target, probe.call, result=result)
-            if rejection is not None:
-                error = rejection.reason
-            elif target is not None and target.observe is not None:
-                try:
-                    target.observe(self.state, args, result)
-                except Exception as e:
-                    error = f"{type(e).__name__} raised while observing the result"
-                    self._fault(f"observing the probe {probe.call}", e)
-        self.probes.append(ProbeRecord(depth=depth, tool=probe.call, object=probe.object, ok=error is None, error=error))
 
     async def _ask(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
         """An executable call that could not be fully decided: a human approves, edits or denies it (FED is untouched)."""

@@ -49,6 +49,7 @@ CORE: Final = frozenset(
         "records",
         "policies",
         "episode",
+        "_probes",
         "observer",
         "monitor",
         "dry_run",
@@ -222,3 +223,15 @@ class TestModuleSize:
         """A module over 800 lines needs a reason in REASONS."""
         lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
         assert lines <= 800 or module in self.REASONS, f"{module} has {lines} lines"
+
+
+class TestPackaging:
+    """What the wheel holds."""
+
+    def test_every_package_is_listed(self) -> None:
+        """Every folder with an ``__init__.py`` is in pyproject's packages list (else the wheel silently lacks it)."""
+        import tomllib
+
+        listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+        packages = {m for m, path in MODULES.items() if path.name == "__init__.py"}
+        assert packages - listed == set(), "add these to [tool.setuptools] packages"

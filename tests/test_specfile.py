@@ -111,7 +111,11 @@ BAD: list[tuple[str, str, str]] = [
         "rules.yaml:5",
         "exactly one of is_error, text or json",
     ),
-    ("schema: prefixmon.spec/1\ntools:\n  get_order_details:\n    args: {'order id': {ref: x}}\n", "rules.yaml:4", "argument path"),
+    (
+        "schema: prefixmon.spec/1\ntools:\n  get_order_details:\n    args: {'order id': {ref: x}}\n",
+        "rules.yaml:4",
+        "argument path",
+    ),
     ("schema: prefixmon.spec/1\nprobe_budget: -1\n", "rules.yaml:2", "probe_budget"),
 ]
 """Format errors: (file text, where, what)."""

@@ -13,15 +13,10 @@ import pytest
 from prefixmon import Cause, EpisodeRecord, read_records
 from prefixmon._cli import main
 from prefixmon.adapters.taubench import DataNotFoundError, Sandbox, data_dir, load_tables, load_tasks, reward
-from prefixmon.adapters.taubench.data import ENV_VAR, Domain
+from prefixmon.adapters.taubench.data import ENV_VAR, PACKAGED, Domain
 from prefixmon.adapters.taubench.gold import monitor_gold, sandbox_failures, ter
 from prefixmon.adapters.taubench.replay import TauRollout, read_tau_trajectories, replay_tau
 from prefixmon.adapters.taubench.toolsets import toolset
-
-try:
-    DATA = data_dir()
-except DataNotFoundError as e:  # pragma: no cover - depends on the checkout
-    pytest.skip(f"τ-bench data folder absent: {e}", allow_module_level=True)
 
 USER = "mia_li_3668"  # airline user with two certificates and two credit cards
 RETAIL_USER = "noah_brown_6181"
@@ -55,6 +50,13 @@ def replay_one(domain: Domain, messages: list[dict[str, Any]], reward_value: flo
 
 class TestData:
     """Finding and loading the τ-bench data."""
+
+    def test_packaged_by_default(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without an argument or the environment variable the data shipped in the package is used, license beside it."""
+        monkeypatch.delenv(ENV_VAR, raising=False)
+        assert data_dir() == PACKAGED
+        assert "MIT License" in (PACKAGED / "LICENSE").read_text(encoding="utf-8")
+        assert len(load_tables("airline")["flights"]) == 300
 
     def test_env_var_overrides(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         """A folder named by the environment variable that lacks the data is reported with its path."""

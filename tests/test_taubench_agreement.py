@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 import anyio
-import pytest
 
-from prefixmon.adapters.taubench import DataNotFoundError, data_dir
 from prefixmon.adapters.taubench.agreement import SCHEMA_KINDS, format_summary, run_suite
-
-try:
-    data_dir()
-except DataNotFoundError as e:  # pragma: no cover - depends on the checkout
-    pytest.skip(f"τ-bench data folder absent: {e}", allow_module_level=True)
 
 
 class TestAgreement:

@@ -1,9 +1,11 @@
 """Loading the τ-bench v1 data: databases, tool schemas, policies and tasks.
 
-The data folder is found, in order, from an explicit argument, the environment variable
-``PREFIXMON_TAU_DATA``, or ``<repo>/../shared/data/tau_bench_v1`` next to this checkout.
-Databases are read once per process and shared read-only; sandboxes never write to them
-(they write to their own copy-on-write overlay, see :mod:`.sandbox`).
+The data ships inside the package (``prefixmon/adapters/taubench/tau_bench_v1``: the public
+τ-bench v1 data files, MIT licensed, its ``LICENSE`` beside them), so an installed prefixmon
+works from any directory. Another folder of the same layout can be named by an explicit
+argument or the environment variable ``PREFIXMON_TAU_DATA``. Databases are read once per
+process and shared read-only; sandboxes never write to them (they write to their own
+copy-on-write overlay, see :mod:`.sandbox`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ __all__ = (
 
 ENV_VAR: Final = "PREFIXMON_TAU_DATA"
 """Environment variable that overrides where the τ-bench data folder is."""
+
+PACKAGED: Final = Path(__file__).resolve().parent / "tau_bench_v1"
+"""The τ-bench v1 data shipped with the package (used unless another folder is named)."""
 
 Domain = Literal["airline", "retail"]
 DOMAINS: Final[tuple[Domain, ...]] = ("airline", "retail")
@@ -88,8 +93,8 @@ def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
     """Resolve the τ-bench data folder.
 
     Args:
-        path: an explicit folder; otherwise ``$PREFIXMON_TAU_DATA``; otherwise
-            ``<repo>/../shared/data/tau_bench_v1``.
+        path: an explicit folder; otherwise ``$PREFIXMON_TAU_DATA``; otherwise the data
+            shipped with the package (:data:`PACKAGED`).
 
     Raises:
         DataNotFoundError: the folder does not exist (the message says where it looked).
@@ -99,8 +104,7 @@ def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
     elif os.environ.get(ENV_VAR):
         candidates = [Path(os.environ[ENV_VAR])]
     else:
-        repo = Path(__file__).resolve().parents[2]
-        candidates = [repo.parent / "shared" / "data" / "tau_bench_v1"]
+        candidates = [PACKAGED]
     for candidate in candidates:
         if (candidate / "tool_schemas").is_dir():
             return candidate.resolve()
