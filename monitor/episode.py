@@ -111,6 +111,9 @@ class PendingCall:
         func: Callable[..., Any] | None = None
         if execute is None or self._swapped:  # execute= runs the emitted tool, never a replacement of another
             func = self.spec.func if self.spec is not None else None
+            if func is None and self.spec is None and execute is None:  # an undeclared tool, observed: nothing here runs it
+                self.abandon("there is no such tool to run", started=False)
+                raise ToolBlocked(self.verdict, decision=self.decision.value)
             if func is None:
                 hint = f"execute= runs {self.verdict.tool!r} only" if execute is not None else "pass execute= to run it"
                 raise SpecError(f"tool {self.call.name!r} has no implementation; {hint}")
@@ -547,7 +550,7 @@ class Episode:
     def _runnable_args(verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None) -> dict[str, Any] | None:
         if verdict.args is not None:
             return dict(verdict.args)
-        if verdict.code in ("unknown_tool", "invalid_json"):
+        if verdict.code == "invalid_json":
             return None
         parsed = predicate.parse_arguments(raw)
         return parsed if isinstance(parsed, dict) else None

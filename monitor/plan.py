@@ -1144,7 +1144,7 @@ def _symbolic_ref_failure(view: PlanState, sim: _Simulation, spec: ToolSpec, loc
             code="stale_reference",
             reason=(
                 f"{spec.name} needs a current {r.kind}{arg}; {value!r} will no longer be valid "
-                f"(changed{by} at step {b.stale_depth - sim.base_depth if b.stale_depth is not None else '?'})"
+                f"(invalidated{by} at step {b.stale_depth - sim.base_depth if b.stale_depth is not None else '?'})"
             ),
         )
     target = sim.index[value.step]
