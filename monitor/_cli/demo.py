@@ -34,6 +34,7 @@ from ..observer import Observer
 from ..spec import Grounded, Ref, Toolset
 from ..state import TrackedState
 from ..telemetry import Telemetry
+from .args import non_negative_int, positive_int
 
 PEOPLE: tuple[tuple[str, str, str], ...] = (
     ("p-101", "Fredrik Lind", "+1 555 0100"),
@@ -318,7 +319,11 @@ def main(*, out: str | Path, tasks: int, trials: int, seed: int, bootstrap: int,
     from ..analytics import build_report, plot_pec, render
     from ..otel_setup import configure_otel
 
+    if tasks < 1 or trials < 1:
+        raise ValueError(f"the demo needs at least one task and one rollout, got tasks={tasks}, trials={trials}")
     folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {folder} is a file; the demo writes several files into a folder")
     folder.mkdir(parents=True, exist_ok=True)
     records, traces = folder / "records.jsonl", folder / "traces.jsonl"
     for stale in (records, traces):
@@ -371,10 +376,14 @@ class DemoCommand:
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """The verb's arguments."""
         parser.add_argument("--out", default="prefixmon-demo", metavar="DIR", help="output folder (default: %(default)s)")
-        parser.add_argument("--tasks", type=int, default=30, metavar="N", help="tasks per agent (default: %(default)s)")
-        parser.add_argument("--trials", type=int, default=2, metavar="N", help="rollouts per task (default: %(default)s)")
+        parser.add_argument("--tasks", type=positive_int, default=30, metavar="N", help="tasks per agent (default: %(default)s)")
+        parser.add_argument(
+            "--trials", type=positive_int, default=2, metavar="N", help="rollouts per task (default: %(default)s)"
+        )
         parser.add_argument("--seed", type=int, default=7, help="seed of tasks and agents (default: %(default)s)")
-        parser.add_argument("--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default: %(default)s)")
+        parser.add_argument(
+            "--bootstrap", type=non_negative_int, default=2000, metavar="N", help="bootstrap resamples (default: %(default)s)"
+        )
         parser.add_argument("--quiet", action="store_true", help="do not print live first-failure events")
 
     def run(self, args: argparse.Namespace) -> int:

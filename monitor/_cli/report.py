@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Final
 
-from .args import csv_list, int_list
+from .args import csv_list, int_list, non_negative_int
+from .paths import InputProblem, check_input, check_inputs, check_output
 
 if TYPE_CHECKING:
     from ..analytics.bootstrap import ProgressFn
+    from ..records import BadLine
 
 PROGRESS_MIN_WORK: Final = 5_000_000
 """Resampled tasks (resamples x tasks) above which a TTY gets a progress bar."""
@@ -44,7 +47,11 @@ class ReportCommand:
             "--format", choices=("table", "json", "markdown", "csv"), default="table", help="output format (default: table)"
         )
         parser.add_argument(
-            "--bootstrap", type=int, default=10_000, metavar="N", help="bootstrap resamples, 0 to skip (default: 10000)"
+            "--bootstrap",
+            type=non_negative_int,
+            default=10_000,
+            metavar="N",
+            help="bootstrap resamples, 0 to skip (default: 10000)",
         )
         parser.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
         parser.add_argument("--confidence", type=float, default=0.95, metavar="LEVEL", help="interval level (default: 0.95)")
@@ -102,8 +109,14 @@ def run_report(args: argparse.Namespace) -> int:
     from ..analytics.columns import columns_from_records, distinct_episodes
     from ..analytics.metrics import group
     from ..analytics.report import DEFAULT_CHECKPOINTS
-    from ..records import BadLine, read_records
+    from ..records import read_records
 
+    check_inputs(args.records, jsonl=True)
+    if args.annotations:
+        check_input(args.annotations, option="--annotations")
+    for option, out in (("--output", args.output), ("--plot", args.plot), ("--review-sheet", args.review_sheet)):
+        if out:  # before any work: a report computed and then lost to a missing folder helps nobody
+            check_output(out, option=option)
     skipped: list[BadLine] = []
     if args.validate:
         columns = columns_from_records(read_records(*args.records, on_error=args.on_error, errors=skipped))
@@ -113,6 +126,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"prefixmon report: skipped {bad.path}:{bad.line}: {bad.message}", file=sys.stderr)
     if len(skipped) > 5:
         print(f"prefixmon report: ... {len(skipped)} bad lines skipped in all", file=sys.stderr)
+    if not len(columns):
+        raise InputProblem(_no_episodes(args.records, skipped))
     strata = None if args.strata.lower() == "none" else args.strata
     with _progress_bar(args.progress, args.bootstrap, len(columns.task_ids)) as progress:
         report = build_report(
@@ -158,6 +173,13 @@ def run_report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _no_episodes(paths: Sequence[str], skipped: Sequence[BadLine]) -> str:
+    """Why there is nothing to report on, naming the inputs."""
+    bad = Counter(b.path for b in skipped)
+    parts = [f"{p}: {bad[p]} bad line(s) skipped" if bad[p] else f"{p}: no episode record in it" for p in paths]
+    return "no episodes to report on (" + "; ".join(parts) + ")"
 
 
 @contextlib.contextmanager
