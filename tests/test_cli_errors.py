@@ -10,8 +10,6 @@ import pytest
 from prefixmon import Monitor, Toolset
 from prefixmon._cli import main
 
-pytest.importorskip("numpy", reason='the report needs the analytics extra: pip install "prefixmon[analytics]"')
-
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """Exit code and stderr of ``prefixmon ARGV``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -14,6 +15,8 @@ from .paths import InputProblem, check_input, check_inputs, check_output
 
 if TYPE_CHECKING:
     from ..analytics.bootstrap import ProgressFn
+    from ..analytics.columns import EpisodeColumns
+    from ..analytics.report import Report
     from ..records import BadLine
 
 PROGRESS_MIN_WORK: Final = 5_000_000
@@ -129,20 +132,22 @@ def run_report(args: argparse.Namespace) -> int:
     if not len(columns):
         raise InputProblem(_no_episodes(args.records, skipped))
     strata = None if args.strata.lower() == "none" else args.strata
+    checkpoints = tuple(args.checkpoints or DEFAULT_CHECKPOINTS)
     with _progress_bar(args.progress, args.bootstrap, len(columns.task_ids)) as progress:
-        report = build_report(
+        plotted = build_report(
             columns,
             by=args.by,
             bootstrap=args.bootstrap,
             seed=args.seed,
             confidence=args.confidence,
-            checkpoints=args.checkpoints or DEFAULT_CHECKPOINTS,
+            checkpoints=with_plot_depths(checkpoints, columns, args.max_depth) if args.plot else checkpoints,
             strata=strata,
             compare=args.compare,
             annotations=args.annotations,
             skipped=skipped,
             progress=progress,
         )
+    report = only_checkpoints(plotted, checkpoints)
     if report.duplicates:  # build_report counted each episode id once
         print(
             f"prefixmon report: {len(report.duplicates)} episode(s) read more than once, each counted once "
@@ -159,7 +164,7 @@ def run_report(args: argparse.Namespace) -> int:
         text = render(report, args.format)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if args.plot:
-        plot_pec(report, args.plot, max_depth=args.max_depth)
+        plot_pec(plotted, args.plot, max_depth=args.max_depth)
         print(f"prefixmon report: PEC plot written to {args.plot}", file=sys.stderr)
     if args.review_sheet:
         columns, _ = distinct_episodes(columns)
@@ -173,6 +178,41 @@ def run_report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def with_plot_depths(checkpoints: Sequence[int], columns: EpisodeColumns, max_depth: int | None) -> tuple[int, ...]:
+    """``checkpoints`` plus every depth a PEC plot of ``columns`` shows, so that its bands have no gaps."""
+    from ..analytics.plot import MAX_DEPTH
+
+    longest = int(columns.horizon.max()) if len(columns) else 1
+    depth = max_depth if max_depth is not None else max(1, min(MAX_DEPTH, longest))
+    return tuple(sorted({*checkpoints, *range(1, depth + 1)}))
+
+
+def only_checkpoints(report: Report, checkpoints: Sequence[int]) -> Report:
+    """``report`` as if built with just ``checkpoints`` (the depths added for a plot's bands dropped).
+
+    The bootstrap draws do not depend on the checkpoints, so the kept intervals are the ones
+    a report without the plot has.
+    """
+    keep = set(checkpoints)
+    if set(report.checkpoints) == keep:
+        return report
+
+    def kept(metric: str) -> bool:
+        return not metric.startswith("pec@") or int(metric.removeprefix("pec@")) in keep
+
+    return dataclasses.replace(
+        report,
+        checkpoints=tuple(sorted(keep)),
+        cohorts=tuple(
+            dataclasses.replace(c, checkpoints={k: e for k, e in c.checkpoints.items() if k in keep}) for c in report.cohorts
+        ),
+        comparisons=tuple(
+            dataclasses.replace(cmp, differences={m: e for m, e in cmp.differences.items() if kept(m)})
+            for cmp in report.comparisons
+        ),
+    )
 
 
 def _no_episodes(paths: Sequence[str], skipped: Sequence[BadLine]) -> str:
