@@ -6,6 +6,9 @@ structlog), can block, replan or escalate, and writes episode records that the a
 turn into prefix-executability metrics.
 """
 
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
+
 from .dry_run import dry_run as dry_run
 from .episode import Episode as Episode
 from .episode import PendingCall as PendingCall
@@ -56,7 +59,11 @@ from .vocabulary import Cause as Cause
 from .vocabulary import Decision as Decision
 from .vocabulary import Outcome as Outcome
 
-__version__ = "0.1.0"
+try:
+    __version__: str = _version("prefixmon")
+    """The installed distribution's version (one source of truth: pyproject.toml)."""
+except _PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = (
     "ActionRecord",
