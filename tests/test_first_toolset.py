@@ -119,6 +119,50 @@ class TestGroundedMatching:
             await ep.call("list_todos")
             assert ep.check("rename_todo", {"todo_id": "todo-0", "title": title}).executable is grounded
 
+    async def test_numbers_optional_values_flags_and_paths(self) -> None:
+        """Numbers match by value or text; None passes; a bool never counts as seen; list paths check each element."""
+        tools = Toolset()
+
+        @tools.tool(grounded=["items[].sku"])
+        def pay(
+            amount: Annotated[float, Grounded()],
+            note: Annotated[str | None, Grounded()] = None,
+            items: list[dict[str, str]] | None = None,
+        ) -> dict[str, str]:
+            return {}
+
+        @tools.tool
+        def toggle(on: Annotated[bool, Grounded()]) -> bool:
+            return on
+
+        async with Monitor(tools).episode(task_id="t") as ep:
+            ep.user("Send 20 dollars for sku A-1")
+            assert ep.check("pay", {"amount": 20}).executable and ep.check("pay", {"amount": 20.0}).executable
+            assert ep.check("pay", {"amount": 2}).executable  # lenient: "2" is a substring of "20"
+            assert not ep.check("pay", {"amount": 35}).executable
+            assert ep.check("pay", {"amount": 20, "note": None}).executable
+            assert ep.check("pay", {"amount": 20, "items": [{"sku": "A-1"}]}).executable
+            verdict = ep.check("pay", {"amount": 20, "items": [{"sku": "A-1"}, {"sku": "Z-9"}]})
+            assert not verdict.executable and "'Z-9' for 'items[1].sku'" in verdict.reason
+            assert not ep.check("toggle", {"on": True}).executable
+
+    async def test_result_words_match_without_punctuation(self, todos: dict[str, dict[str, Any]]) -> None:
+        """A word of a result value matches with its surrounding punctuation stripped."""
+        tools = Toolset()
+
+        @tools.tool
+        def note() -> dict[str, str]:
+            return {"text": "paid in full, thanks"}
+
+        @tools.tool
+        def cite(word: Annotated[str, Grounded()]) -> str:
+            return word
+
+        async with Monitor(tools).episode(task_id="t") as ep:
+            await ep.call("note")
+            assert ep.check("cite", {"word": "full"}).executable and ep.check("cite", {"word": "full,"}).executable
+            assert not ep.check("cite", {"word": "in full"}).executable
+
 
 class TestUnknownToolsUnderObserve:
     """observe never blocks what the environment would run; a call nothing can run is still not run."""
@@ -194,3 +238,13 @@ class TestStaleAfterDelete:
         assert (verdict.cause, verdict.code) == (Cause.DEPENDENCY, "stale_reference")
         assert "no longer valid (invalidated by delete_todo at step 2)" in verdict.reason
         assert "changed" not in verdict.reason
+
+    async def test_a_new_result_makes_the_id_current_again(self, todos: dict[str, dict[str, Any]]) -> None:
+        """The id returned again by a later result is current again."""
+        monitor = Monitor(todo_tools(todos), policy="block")
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("list_todos")
+            await ep.call("delete_todo", {"todo_id": "todo-1"})
+            todos["todo-1"] = {"todo_id": "todo-1", "title": "call mum", "done": False}  # re-created
+            await ep.call("list_todos")
+            assert (await ep.call("complete_todo", {"todo_id": "todo-1"}))["done"] is True
