@@ -4,6 +4,7 @@ Each ```python block of README.md runs as its own script in a fresh folder (noth
 earlier blocks is in scope, as for a reader who copies one); in docs/*.md only the blocks
 with a directive run. A comment line just above a block says how:
 
+    <!-- readme-test: run -->            (docs) run the block as a script
     <!-- readme-test: pytest -->         the block is a test file: run it with pytest
     <!-- readme-test: needs=EXTRA -->    skip (saying why) only when that extra is not installed
 
