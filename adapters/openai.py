@@ -144,6 +144,8 @@ async def _run_one(
         return str(blocked)
     try:
         result = await _execute(pending, execute)
+    except ToolBlocked as blocked:  # an observed call of an undeclared tool, and no execute= to run it
+        return str(blocked)
     except anyio.get_cancelled_exc_class():
         pending.abandon()
         raise

@@ -113,7 +113,7 @@ ARGS: Final[dict[str, tuple[dict[str, Any], dict[str, Any]]]] = {
 
 
 def coercion(schema: Mapping[str, Any]) -> Literal["lax", "strict"]:
-    """What MonitoredSession's ``auto`` picks for a schema (draft-07: a TypeScript server)."""
+    """What MonitorSession's ``auto`` picks for a schema (draft-07: a TypeScript server)."""
     return "strict" if schema.get("$schema") == DRAFT7 else "lax"
 
 

@@ -33,7 +33,14 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from prefixmon._cli import main as prefixmon
-from prefixmon.adapters.bfcl import CATEGORIES, BfclCall, BfclTask, ground_truth_calls, load_tasks, perturb
+
+try:
+    from prefixmon.adapters.bfcl import CATEGORIES, BfclCall, BfclTask, ground_truth_calls, load_tasks, perturb
+except ImportError as e:  # the example's extra is missing: say exactly what to install
+    raise SystemExit(
+        f"{e}\nThis example needs the BFCL data (without its dependencies) and the analytics extra:\n"
+        '  pip install --no-deps "bfcl-eval==2026.3.23" "mpmath==1.3.0"\n  pip install "prefixmon[analytics]"'
+    ) from None
 
 Encoding = Literal["fc", "prompt"]
 Step = list[BfclCall]

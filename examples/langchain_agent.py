@@ -14,16 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from langchain.agents import create_agent
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
 
-from prefixmon import Monitor, Policy, Toolset, TrackedState, read_records
-from prefixmon.adapters.langchain import MonitorMiddleware, interrupt_escalation
+try:
+    from langchain.agents import create_agent
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    from prefixmon import Monitor, Policy, Toolset, TrackedState, read_records
+    from prefixmon.adapters.langchain import MonitorMiddleware, interrupt_escalation
+except ImportError as e:  # the example's extra is missing: say exactly what to install
+    raise SystemExit(f'{e}\nThis example needs the langchain extra: pip install "prefixmon[langchain]"') from None
 
 BOOK = {"p-7f3a": {"person_id": "p-7f3a", "name": "Fredrik Lind", "phone": "+1 555 0100"}}
 

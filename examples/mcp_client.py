@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.types import CallToolResult, TextContent
 
-from prefixmon import EpisodeRecord, Outcome
-from prefixmon.adapters.mcp import MonitorSession, result_value
+try:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.types import CallToolResult, TextContent
+
+    from prefixmon import EpisodeRecord, Outcome
+    from prefixmon.adapters.mcp import MonitorSession, result_value
+except ImportError as e:  # the example's extra is missing: say exactly what to install
+    raise SystemExit(f'{e}\nThis example needs the mcp extra: pip install "prefixmon[mcp]"') from None
 
 SERVER = Path(__file__).resolve().with_name("mcp_server.py")
 RULES: dict[str, dict[str, Any]] = {

@@ -21,8 +21,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+try:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+except ImportError as e:  # the example's extra is missing: say exactly what to install
+    raise SystemExit(f'{e}\nThis example needs the mcp extra: pip install "prefixmon[mcp]"') from None
 
 CONTACTS: dict[str, dict[str, str]] = {
     "p-17": {"person_id": "p-17", "name": "Fredrik Olsen", "phone": "+1 555 0100"},

@@ -13,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from agents import Agent, function_tool, set_tracing_disabled
-from agents.items import TResponseOutputItem
-from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from prefixmon import Monitor, Toolset, read_records
-from prefixmon.adapters.openai_agents import MonitorGuardrail
+try:
+    from agents import Agent, function_tool, set_tracing_disabled
+    from agents.items import TResponseOutputItem
+    from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+
+    from prefixmon import Monitor, Toolset, read_records
+    from prefixmon.adapters.openai_agents import MonitorGuardrail
+except ImportError as e:  # the example's extra is missing: say exactly what to install
+    raise SystemExit(f'{e}\nThis example needs the openai-agents extra: pip install "prefixmon[openai-agents]"') from None
 
 BOOK = {"p-7f3a": {"person_id": "p-7f3a", "name": "Fredrik Lind", "phone": "+1 555 0100"}}
 

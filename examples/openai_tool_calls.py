@@ -16,14 +16,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-import httpx2
-from openai import AsyncOpenAI
-from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionToolUnionParam
-from openai.types.chat.chat_completion import Choice
-from openai.types.chat.chat_completion_message_function_tool_call import ChatCompletionMessageFunctionToolCall, Function
 
-from prefixmon import Monitor, Outcome
-from prefixmon.adapters.openai import run_chat, toolset_from_openai
+try:
+    import httpx2
+    from openai import AsyncOpenAI
+    from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionToolUnionParam
+    from openai.types.chat.chat_completion import Choice
+    from openai.types.chat.chat_completion_message_function_tool_call import ChatCompletionMessageFunctionToolCall, Function
+
+    from prefixmon import Monitor, Outcome
+    from prefixmon.adapters.openai import run_chat, toolset_from_openai
+except ImportError as e:  # the example's extra is missing: say exactly what to install
+    raise SystemExit(f'{e}\nThis example needs the openai extra: pip install "prefixmon[openai]"') from None
 
 TOOLS: list[ChatCompletionToolUnionParam] = [
     {

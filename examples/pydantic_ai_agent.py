@@ -14,21 +14,25 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from pydantic_ai import (
-    Agent,
-    DeferredToolRequests,
-    DeferredToolResults,
-    ModelResponse,
-    TextPart,
-    ToolApproved,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from prefixmon import Monitor, Policy, Ref, Toolset, TrackedState, read_records
-from prefixmon.adapters.pydantic_ai import MonitorCapability, deferred_approval
+try:
+    from pydantic_ai import (
+        Agent,
+        DeferredToolRequests,
+        DeferredToolResults,
+        ModelResponse,
+        TextPart,
+        ToolApproved,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.messages import ModelMessage
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from prefixmon import Monitor, Policy, Ref, Toolset, TrackedState, read_records
+    from prefixmon.adapters.pydantic_ai import MonitorCapability, deferred_approval
+except ImportError as e:  # the example's extra is missing: say exactly what to install
+    raise SystemExit(f'{e}\nThis example needs the pydantic-ai extra: pip install "prefixmon[pydantic-ai]"') from None
 
 BOOK = {"p-7f3a": {"person_id": "p-7f3a", "name": "Fredrik Lind", "phone": "+1 555 0100"}}
 

@@ -93,7 +93,8 @@ class ReplaySource(Protocol):
     """Turns recorded runs of one benchmark or format into episode records."""
 
     help: str
-    """One line for ``prefixmon replay --help``."""
+    """One line for ``prefixmon replay --help``. A source whose inputs are folders (a benchmark's
+    run folders) also sets ``folders = True``; otherwise the CLI refuses a folder as an input."""
 
     def replay(self, request: ReplayRequest) -> int:
         """Replay ``request.files`` into ``request.out``; returns the process exit code.

@@ -165,6 +165,9 @@ class PendingCall:
         func: Callable[..., Any] | None = None
         if execute is None or self._swapped:  # execute= runs the emitted tool, never a replacement of another
             func = self.spec.func if self.spec is not None else None
+            if func is None and self.spec is None and execute is None:  # an undeclared tool, observed: nothing here runs it
+                self.abandon("there is no such tool to run", started=False)
+                raise ToolBlocked(self.verdict, decision=self.decision.value)
             if func is None:
                 hint = f"execute= runs {self.verdict.tool!r} only" if execute is not None else "pass execute= to run it"
                 raise SpecError(f"tool {self.call.name!r} has no implementation; {hint}")

@@ -300,7 +300,7 @@ def runnable_args(verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None)
     """The arguments a non-executable call can still run with, or ``None`` when nothing can run."""
     if verdict.args is not None:
         return dict(verdict.args)
-    if verdict.code in ("unknown_tool", "invalid_json"):
+    if verdict.code == "invalid_json":  # an unknown tool's call can still run where the framework owns the tools
         return None
     parsed = parse_arguments(raw)
     return parsed if isinstance(parsed, dict) else None

@@ -176,7 +176,7 @@ def reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, arg
             code="stale_reference",
             reason=(
                 f"{spec.name} needs a current {ref.kind}{_for(arg, ref)}; {quote(value)} was returned by "
-                f"{binding.tool or 'an earlier call'} but is no longer valid (changed{by} at step {binding.stale_depth})"
+                f"{binding.tool or 'an earlier call'} but is no longer valid (invalidated{by} at step {binding.stale_depth})"
             ),
         )
     if ref.user and state.user_said(value):

@@ -52,7 +52,10 @@ class TestVerbs:
 
     def test_transcripts_one_file_at_a_time(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """Transcript replay takes exactly one file."""
-        code = main(["replay", "--domain", "tau-retail", "a.json", "b.json", "--out", str(tmp_path / "r.jsonl")])
+        a, b = tmp_path / "a.json", tmp_path / "b.json"
+        for path in (a, b):
+            path.write_text("[]")
+        code = main(["replay", "--domain", "tau-retail", str(a), str(b), "--out", str(tmp_path / "r.jsonl")])
         assert code == 2 and "one file at a time" in capsys.readouterr().err
 
     def test_bad_label(self, tmp_path: Path) -> None:

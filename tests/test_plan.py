@@ -415,9 +415,9 @@ class TestEffects:
         assert [s.verdict.code for s in verdict.steps] == [None, "stale_reference", None, None, None, "stale_reference"]
         assert verdict.steps[1].reason == (
             "remove_contact needs a current person_id; 'p-1' was returned by search_contacts but is no longer valid "
-            "(changed by remove_contact at step 1)"
+            "(invalidated by remove_contact at step 1)"
         )
-        assert "changed by remove_contact at step 4" in verdict.steps[5].reason
+        assert "invalidated by remove_contact at step 4" in verdict.steps[5].reason
         assert state.is_bound("person_id", "p-1")
 
     def test_effects_do_not_leak_into_the_parent(self) -> None:

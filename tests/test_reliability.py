@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -245,16 +244,19 @@ class TestSinks:
 
     async def test_async_sink_that_hangs_is_abandoned(self, tools: Toolset) -> None:
         """An async sink that never returns is cut off after sink_timeout; the episode exits."""
+        cut_off: list[bool] = []
 
         async def sink(record: Any) -> None:
-            await anyio.sleep(3600)
+            try:
+                await anyio.Event().wait()  # never set: only the sink timeout ends this
+            finally:
+                cut_off.append(True)
 
         monitor = Monitor(tools, sink=sink, sink_timeout=0.1)
-        start = time.monotonic()
         with capture_logs() as logs:
             async with monitor.episode(task_id="t") as ep:
                 await ep.call("set_cellular", {"on": True})
-        assert time.monotonic() - start < 2
+        assert cut_off == [True]  # the episode exited because the sink was cancelled, not because it returned
         assert monitor.stats.sink_timeouts == 1
         assert [(e["where"], e["error_type"]) for e in _errors(logs)] == [("sink", "TimeoutError")]
 
@@ -297,11 +299,11 @@ class TestSinks:
             anyio.run(main)
             """
         )
-        start = time.monotonic()
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        # The sink sleeps an hour: the process exiting at all shows the thread did not keep it alive
+        # (the subprocess timeout only turns a regression into a failure instead of a hang).
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip().splitlines()[-1] == "1"  # one sink timeout (logged above it)
-        assert time.monotonic() - start < 30
 
     async def test_sync_sinks_share_daemon_threads(self, tools: Toolset) -> None:
         """Sync sinks run one after another reuse an idle thread; a raising sink is a counted sink error."""
@@ -372,7 +374,17 @@ class TestDeadExporter:
     async def test_calls_complete_and_shutdown_is_bounded(
         self, tools: Toolset, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
     ) -> None:
-        """Calls run at full speed while every export fails; the SDK logs the failures; nothing raises."""
+        """Calls never wait for the failing exports (none runs on the agent's thread); the SDK logs them; nothing raises."""
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        export_threads: list[threading.Thread] = []
+        export = OTLPSpanExporter.export
+
+        def counted_export(self: OTLPSpanExporter, spans: Any) -> Any:
+            export_threads.append(threading.current_thread())
+            return export(self, spans)  # the real exporter, against the closed port
+
+        monkeypatch.setattr(OTLPSpanExporter, "export", counted_export)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # seconds: bounds the exporter's retries
         otel = configure_otel(otlp_endpoint=f"http://127.0.0.1:{_dead_port()}", batch=True)
         monitor = Monitor(
@@ -380,19 +392,18 @@ class TestDeadExporter:
             policy="block",
             observers=[Telemetry(tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)],
         )
-        start = time.monotonic()
+        agent_thread = threading.current_thread()
         for i in range(20):
             async with monitor.episode(task_id=f"t{i}") as ep:
                 await ep.call("search_contacts", {"name": "Amara"})
                 with pytest.raises(ToolBlocked):
                     await ep.call("remove_contact", {"person_id": "nobody"})
-        elapsed = time.monotonic() - start
-        assert elapsed < 2, f"40 monitored calls took {elapsed:.2f} s with a dead exporter"
+        # Bounded by what the agent waits for, not by a clock: no export ran in the agent's thread.
+        assert agent_thread not in export_threads
         with caplog.at_level(logging.WARNING):
-            flush_start = time.monotonic()
             otel.force_flush()  # the exporter fails here, in the SDK, not in the agent
-            otel.shutdown()
-            assert time.monotonic() - flush_start < 15
+            otel.shutdown()  # bounded by OTEL_EXPORTER_OTLP_TIMEOUT per attempt
+        assert export_threads  # the spans did go to the (dead) exporter
         assert ep.record is not None and ep.record.fed == 2
         assert monitor.stats.internal_errors == 0
         assert any("export" in r.getMessage().lower() for r in caplog.records)
@@ -546,10 +557,9 @@ class TestHooks:
         monitor = Monitor(tools, policy="escalate", escalate=escalate, escalate_timeout=0.05)
         async with monitor.episode(task_id="t") as ep:
             ep.user("send 5 to +1 555 0100")
-            start = time.monotonic()
             with pytest.raises(ToolBlocked, match=r"no human answered within 0\.05 s") as info:
                 await ep.call("send_money", {"phone_number": "+1 000", "amount": 5})
-            assert time.monotonic() - start < 1
+            assert finished == [True]  # the hour-long hook was cut off by the timeout, not waited for
             assert await ep.call("send_money", {"phone_number": "+1 555 0100", "amount": 5}) == {"status": "sent"}
         assert info.value.decision == "deny" and finished == [True]
         assert ep.record is not None

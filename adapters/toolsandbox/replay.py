@@ -189,6 +189,8 @@ class ToolSandboxReplaySource:
     """``prefixmon replay --domain toolsandbox RUN_DIR... --out RECORDS``."""
 
     help = "ToolSandbox trajectories (trajectories/<scenario>/conversation.json) on its real execution context"
+    folders = True
+    """Its inputs are run folders."""
 
     def replay(self, request: ReplayRequest) -> int:
         """Replay every conversation under ``request.files``; exit 1 when one was skipped."""

@@ -102,8 +102,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _describe(e: BaseException) -> str:
-    if isinstance(e, FileNotFoundError) and e.filename:
-        return f"no such file: {os.fspath(e.filename)}"
+    if isinstance(e, OSError) and e.filename:  # name the file, in words, not as [Errno N]
+        name = os.fspath(e.filename)
+        if isinstance(e, FileNotFoundError):
+            folder = os.path.dirname(name)
+            missing = f" (the folder {folder} does not exist)" if folder and not os.path.isdir(folder) else ""
+            return f"no such file: {name}{missing}"
+        if isinstance(e, IsADirectoryError):
+            return f"{name} is a folder, not a file"
+        if isinstance(e, PermissionError):
+            return f"permission denied: {name}"
+        return f"{name}: {e.strerror or e}"
     if isinstance(e, ImportError):
         hint = str(e) if str(e).startswith("pip install") else 'pip install "prefixmon[analytics]"'
         return f"a package is missing; install it with: {hint}"

@@ -35,6 +35,7 @@ from ..spec import Grounded, Ref
 from ..state import TrackedState
 from ..telemetry import Telemetry
 from ..toolset import Toolset
+from .args import non_negative_int, positive_int
 
 PEOPLE: tuple[tuple[str, str, str], ...] = (
     ("p-101", "Fredrik Lind", "+1 555 0100"),
@@ -130,10 +131,17 @@ class Task:
 
     task_id: str
     kind: str
-    """``remove``, ``text`` or ``pay``."""
+    """``remove``, ``text``, ``pay`` or ``invite`` (one text to three people: the long task)."""
     person: tuple[str, str, str]
+    others: tuple[tuple[str, str, str], ...] = ()
+    """The other people an ``invite`` goes to."""
     text: str = ""
     amount: float = 0.0
+
+    @property
+    def group(self) -> tuple[tuple[str, str, str], ...]:
+        """Everyone the request is about, in the order the user named them."""
+        return (self.person, *self.others)
 
     @property
     def request(self) -> str:
@@ -143,16 +151,26 @@ class Task:
             return f"Please delete {first} from my contacts, the number is {number}."
         if self.kind == "text":
             return f"Text {first} ({number}): {self.text}"
+        if self.kind == "invite":
+            names = [f"{n.split()[0]} ({ph})" for _, n, ph in self.group]
+            return f"Text {', '.join(names[:-1])} and {names[-1]}: {self.text}"
         return f"Send {self.amount:g} dollars to {first}, number {number}."
 
     def outcome(self, phone: Phone) -> str:
-        """``success`` when the request was met exactly, ``partial`` when the right person got
-        a different message or amount, else ``failure``."""
+        """``success`` when the request was met exactly, ``partial`` when it was met in part
+        (the right person got a different message or amount, or only some of an invite's
+        people got it), else ``failure``."""
         pid, _, number = self.person
         if self.kind == "remove":
             return "success" if pid not in phone.contacts else "failure"
+        outbox = phone.outbox or []
+        if self.kind == "invite":
+            reached = [any(to == p and text == self.text for to, text in outbox) for p, _, _ in self.group]
+            if all(reached):
+                return "success"
+            return "partial" if any(reached) or outbox else "failure"
         if self.kind == "text":
-            sent: list[object] = [text for to, text in (phone.outbox or []) if to == pid]
+            sent: list[object] = [text for to, text in outbox if to == pid]
             wanted: object = self.text
         else:
             sent, wanted = [amount for to, amount in (phone.payments or []) if to == number], self.amount
@@ -161,23 +179,38 @@ class Task:
         return "partial" if sent else "failure"
 
 
+KINDS: tuple[str, ...] = ("remove", "text", "pay", "invite")
+
+
 def make_tasks(n: int, seed: int) -> list[Task]:
-    """``n`` seeded tasks cycling through the three kinds."""
+    """``n`` seeded tasks cycling through the four kinds."""
     rng = random.Random(seed)
     messages = ("Running late, see you at 7", "Happy birthday!", "Can you call me back?", "The keys are under the mat")
     tasks = []
     for i in range(n):
-        kind = ("remove", "text", "pay")[i % 3]
+        kind = KINDS[i % len(KINDS)]
+        group = rng.sample(PEOPLE, 3)
         tasks.append(
             Task(
                 task_id=f"task-{i:03d}",
                 kind=kind,
-                person=PEOPLE[rng.randrange(len(PEOPLE))],
-                text=rng.choice(messages),
+                person=group[0],
+                others=tuple(group[1:]) if kind == "invite" else (),
+                text=rng.choice(messages) if kind != "invite" else rng.choice(("Dinner at 8 tonight?", "Game night on Friday!")),
                 amount=float(rng.choice((5, 12, 20, 35, 50))),
             )
         )
     return tasks
+
+
+Step = tuple[str, dict[str, Any]]
+"""A scripted call. ``"$found"`` stands for the id of the last search's first contact, and
+``"$id:<phone number>"`` for the id a search returned for that number (the number itself
+when no search did: the plan-conditioned agent's mistake)."""
+
+
+def _id_of(number: str) -> str:
+    return f"$id:{number}"
 
 
 class _Agent:
@@ -187,10 +220,12 @@ class _Agent:
         self.method = method
         self.rng = rng
 
-    def first_plan(self, task: Task) -> list[tuple[str, dict[str, Any]]]:
+    def first_plan(self, task: Task) -> list[Step]:
         pid, name, number = task.person
         first = name.split()[0]
         r = self.rng.random()
+        if task.kind == "invite":
+            return self._invite_plan(task, r)
         if self.method == "careful":
             lookup = ("search_contacts", {"name": first})
             if task.kind == "remove":
@@ -203,7 +238,7 @@ class _Agent:
             if task.kind == "remove":
                 return [("remove_contact", {"person_id": number})]  # a phone number is not a person_id
             if task.kind == "text":
-                steps = [
+                steps: list[Step] = [
                     ("search_contacts", {"phone_number": number}),
                     ("send_message", {"person_id": "$found", "text": task.text}),
                 ]
@@ -220,21 +255,53 @@ class _Agent:
             else ("send_money", {"phone_number": number, "amount": task.amount + 1})
         ]
 
-    def repair(self, task: Task, refused: ToolBlocked) -> list[tuple[str, dict[str, Any]]] | None:
-        """What to try after a refusal, or ``None`` to give up."""
+    def _invite_plan(self, task: Task, r: float) -> list[Step]:
+        """The long task: one text to three people (seven calls when done right)."""
+        numbers = [ph for _, _, ph in task.group]
+        if self.method == "careful":  # every lookup first, then cellular, then the messages
+            lookups: list[Step] = [("search_contacts", {"name": n.split()[0]}) for _, n, _ in task.group]
+            sends: list[Step] = [("send_message", {"person_id": _id_of(ph), "text": task.text}) for ph in numbers]
+            return [*lookups, ("set_cellular", {"on": True}), *sends]
+        if self.method == "plan_conditioned":  # written before any result: cellular is often forgotten
+            plan: list[Step] = [] if r < 0.4 else [("set_cellular", {"on": True})]
+            for i, ph in enumerate(numbers):
+                if i == len(numbers) - 1 and 0.4 <= r < 0.75:  # by the last person the plan takes a shortcut
+                    plan.append(("send_message", {"person_id": _id_of(ph), "text": task.text}))  # the number, not an id
+                else:
+                    plan += [
+                        ("search_contacts", {"phone_number": ph}),
+                        ("send_message", {"person_id": _id_of(ph), "text": task.text}),
+                    ]
+            return plan
+        # sloppy: an invented id at once, or after the first person
+        if r < 0.5:
+            return [("send_message", {"person_id": "p-007", "text": task.text})]
+        _, first_name, first_number = task.group[0]
+        return [
+            ("search_contacts", {"name": first_name.split()[0]}),
+            ("set_cellular", {"on": True}),
+            ("send_message", {"person_id": _id_of(first_number), "text": task.text}),
+            ("send_message", {"person_id": f"p-{self.rng.randrange(100, 200)}", "text": task.text}),
+        ]
+
+    def repair(self, task: Task, refused: ToolBlocked, delivered: set[str]) -> list[Step] | None:
+        """What to try after a refusal, or ``None`` to give up; ``delivered`` are the ids already texted."""
         keep_going = {"careful": 0.98, "plan_conditioned": 0.85, "sloppy": 0.35}[self.method]
         if self.rng.random() > keep_going:
             return None
         _pid, _name, number = task.person
         if task.kind == "remove":
             return [("search_contacts", {"phone_number": number}), ("remove_contact", {"person_id": "$found"})]
-        if task.kind == "text":
+        if task.kind in ("text", "invite"):
             text = task.text if self.method != "sloppy" or self.rng.random() < 0.5 else task.text.lower().rstrip("!.?")
-            return [
-                ("search_contacts", {"phone_number": number}),
-                ("set_cellular", {"on": True}),
-                ("send_message", {"person_id": "$found", "text": text}),
-            ]
+            steps: list[Step] = [("set_cellular", {"on": True})]
+            for pid, _, ph in task.group:
+                if pid not in delivered:
+                    steps += [
+                        ("search_contacts", {"phone_number": ph}),
+                        ("send_message", {"person_id": _id_of(ph), "text": text}),
+                    ]
+            return steps
         return [("send_money", {"phone_number": number, "amount": task.amount})]
 
 
@@ -248,16 +315,18 @@ async def run_episode(monitor: Monitor, phone_box: list[Phone], task: Task, meth
         ep.user(task.request)
         plan = agent.first_plan(task)
         found: str | None = None
+        ids: dict[str, str] = {}  # phone number -> person_id, from search results
         repairs = 0
         i = 0
         while i < len(plan):
             name, args = plan[i]
-            args = {k: (found if v == "$found" else v) for k, v in args.items()}
+            args = {k: _resolve(v, found, ids) for k, v in args.items()}
             i += 1
             try:
                 result = await ep.call(name, args, call_id=f"call-{ep.depth + 1}")
             except ToolBlocked as refused:
-                repair = agent.repair(task, refused) if repairs < 2 else None
+                delivered = {to for to, _ in phone.outbox or []}
+                repair = agent.repair(task, refused, delivered) if repairs < 2 else None
                 repairs += 1
                 if repair is None:
                     break
@@ -265,7 +334,17 @@ async def run_episode(monitor: Monitor, phone_box: list[Phone], task: Task, meth
                 continue
             if name == "search_contacts" and result:
                 found = result[0]["person_id"]
+                ids.update((c["phone_number"], c["person_id"]) for c in result)
         ep.finish(task.outcome(phone))
+
+
+def _resolve(value: Any, found: str | None, ids: dict[str, str]) -> Any:
+    if value == "$found":
+        return found
+    if isinstance(value, str) and value.startswith("$id:"):
+        number = value.removeprefix("$id:")
+        return ids.get(number, number)
+    return value
 
 
 async def run_population(
@@ -316,10 +395,16 @@ def _label_method(logger: Any, method: str, event: MutableMapping[str, Any]) -> 
 
 def main(*, out: str | Path, tasks: int, trials: int, seed: int, bootstrap: int, live: bool = True) -> int:
     """``prefixmon demo``: run the population, write records and traces, print the report."""
-    from ..analytics import build_report, plot_pec, render
+    from ..analytics import build_report, load_columns, plot_pec, render
+    from ..analytics.report import DEFAULT_CHECKPOINTS
     from ..otel_setup import configure_otel
+    from .report import only_checkpoints, with_plot_depths
 
+    if tasks < 1 or trials < 1:
+        raise ValueError(f"the demo needs at least one task and one rollout, got tasks={tasks}, trials={trials}")
     folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {folder} is a file; the demo writes several files into a folder")
     folder.mkdir(parents=True, exist_ok=True)
     records, traces = folder / "records.jsonl", folder / "traces.jsonl"
     for stale in (records, traces):
@@ -346,11 +431,18 @@ def main(*, out: str | Path, tasks: int, trials: int, seed: int, bootstrap: int,
     if live and printer.seen > printer.limit:
         print(f"  ... and {printer.seen - printer.limit} more first failures (all in {records})")
     print()
-    report = build_report(
-        records, by=["method"], bootstrap=bootstrap, seed=seed, compare=["method=plan_conditioned,method=careful"]
+    columns = load_columns(records)
+    plotted = build_report(
+        columns,
+        by=["method"],
+        bootstrap=bootstrap,
+        seed=seed,
+        compare=["method=plan_conditioned,method=careful"],
+        checkpoints=with_plot_depths(DEFAULT_CHECKPOINTS, columns, None),  # bands at every plotted depth
     )
+    report = only_checkpoints(plotted, DEFAULT_CHECKPOINTS)
     print(render(report, "table"))
-    plot = plot_pec(report, folder / "pec.png")
+    plot = plot_pec(plotted, folder / "pec.png")
     (folder / "report.json").write_text(render(report, "json"), encoding="utf-8")
     (folder / "report.md").write_text(render(report, "markdown"), encoding="utf-8")
     print(f"episodes: {monitor.stats.episodes}, monitor-internal errors: {monitor.stats.internal_errors}")
@@ -372,10 +464,14 @@ class DemoCommand:
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """The verb's arguments."""
         parser.add_argument("--out", default="prefixmon-demo", metavar="DIR", help="output folder (default: %(default)s)")
-        parser.add_argument("--tasks", type=int, default=30, metavar="N", help="tasks per agent (default: %(default)s)")
-        parser.add_argument("--trials", type=int, default=2, metavar="N", help="rollouts per task (default: %(default)s)")
+        parser.add_argument("--tasks", type=positive_int, default=30, metavar="N", help="tasks per agent (default: %(default)s)")
+        parser.add_argument(
+            "--trials", type=positive_int, default=2, metavar="N", help="rollouts per task (default: %(default)s)"
+        )
         parser.add_argument("--seed", type=int, default=7, help="seed of tasks and agents (default: %(default)s)")
-        parser.add_argument("--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default: %(default)s)")
+        parser.add_argument(
+            "--bootstrap", type=non_negative_int, default=2000, metavar="N", help="bootstrap resamples (default: %(default)s)"
+        )
         parser.add_argument("--quiet", action="store_true", help="do not print live first-failure events")
 
     def run(self, args: argparse.Namespace) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..commands import REPLAY_GROUP, ReplayRequest
 from . import plugins
 from .args import key_value
+from .paths import check_input, check_inputs, check_output, has_content
 
 BFCL: str = "bfcl"
 """The source ``--bfcl`` names."""
@@ -51,8 +53,15 @@ class ReplayCommand:
         parser.add_argument("--data", metavar="DIR", help="data folder, for sources that need one")
 
     def run(self, args: argparse.Namespace) -> int:
-        """Hand the parsed request to its source."""
+        """Check the files, hand the parsed request to its source, and refuse an empty result."""
         name = BFCL if args.bfcl else TRANSCRIPTS if args.tools else args.domain
+        source = plugins.load(REPLAY_GROUP, name)
+        check_inputs(args.files, folders=bool(getattr(source, "folders", False)))
+        if args.tools:
+            check_input(args.tools, option="--tools")
+        for spec in args.spec:
+            check_input(spec, option="--spec")
+        out = check_output(args.out, option="--out")
         request = ReplayRequest(
             source=name,
             files=tuple(Path(f) for f in args.files),
@@ -64,6 +73,13 @@ class ReplayCommand:
             data=Path(args.data) if args.data else None,
             format=args.format,
         )
-        source = plugins.load(REPLAY_GROUP, name)
         code: int = source.replay(request)
+        if code in (0, 1) and not has_content(out):  # a source that found nothing to replay must not look like success
+            files = ", ".join(args.files)
+            print(
+                f"prefixmon replay: error: no episode was replayed from {files}: nothing in it is a run the "
+                f"{name} source recognises ({out} has no records)",
+                file=sys.stderr,
+            )
+            return 1
         return code

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Final
 
-from .args import csv_list, int_list
+from .args import csv_list, int_list, non_negative_int
+from .paths import InputProblem, check_input, check_inputs, check_output
 
 if TYPE_CHECKING:
     from ..analytics.bootstrap import ProgressFn
+    from ..analytics.columns import EpisodeColumns
     from ..analytics.report import Report
+    from ..records import BadLine
 
 PROGRESS_MIN_WORK: Final = 5_000_000
 """Resampled tasks (resamples x tasks) above which a TTY gets a progress bar."""
@@ -32,10 +37,7 @@ class ReportCommand:
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """The verb's arguments."""
         parser.add_argument(
-            "records",
-            nargs="+",
-            metavar="RECORDS",
-            help="episode record files (JSON Lines or Parquet, see `prefixmon export`) or OTLP JSON trace files",
+            "records", nargs="+", metavar="RECORDS", help="episode record files (JSON Lines) or OTLP JSON trace files"
         )
         parser.add_argument(
             "--engine",
@@ -55,7 +57,11 @@ class ReportCommand:
             "--format", choices=("table", "json", "markdown", "csv"), default="table", help="output format (default: table)"
         )
         parser.add_argument(
-            "--bootstrap", type=int, default=10_000, metavar="N", help="bootstrap resamples, 0 to skip (default: 10000)"
+            "--bootstrap",
+            type=non_negative_int,
+            default=10_000,
+            metavar="N",
+            help="bootstrap resamples, 0 to skip (default: 10000)",
         )
         parser.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
         parser.add_argument("--confidence", type=float, default=0.95, metavar="LEVEL", help="interval level (default: 0.95)")
@@ -154,6 +160,12 @@ def _engine(args: argparse.Namespace) -> str:
 
 def run_report(args: argparse.Namespace) -> int:
     """Handler of ``prefixmon report``."""
+    check_inputs(args.records, jsonl=True)
+    if args.annotations:
+        check_input(args.annotations, option="--annotations")
+    for option, out in (("--output", args.output), ("--plot", args.plot), ("--review-sheet", args.review_sheet)):
+        if out:  # before any work: a report computed and then lost to a missing folder helps nobody
+            check_output(out, option=option)
     engine = _engine(args)
     if engine != "python":
         return _run_sql_report(args, engine)
@@ -161,12 +173,11 @@ def run_report(args: argparse.Namespace) -> int:
     from ..analytics.columns import columns_from_records, distinct_episodes
     from ..analytics.metrics import group
     from ..analytics.report import DEFAULT_CHECKPOINTS
-    from ..records import BadLine, read_records
+    from ..parquet import is_parquet, iter_parquet_records
+    from ..records import read_records
 
     skipped: list[BadLine] = []
     if args.validate:
-        from ..parquet import is_parquet, iter_parquet_records
-
         columns = columns_from_records(
             r
             for p in args.records
@@ -178,22 +189,26 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"prefixmon report: skipped {bad.path}:{bad.line}: {bad.message}", file=sys.stderr)
     if len(skipped) > 5:
         print(f"prefixmon report: ... {len(skipped)} bad lines skipped in all", file=sys.stderr)
+    if not len(columns):
+        raise InputProblem(_no_episodes(args.records, skipped))
     strata = None if args.strata.lower() == "none" else args.strata
+    checkpoints = tuple(args.checkpoints or DEFAULT_CHECKPOINTS)
     with _progress_bar(args.progress, args.bootstrap, len(columns.task_ids)) as progress:
-        report = build_report(
+        plotted = build_report(
             columns,
             by=args.by,
             bootstrap=args.bootstrap,
             seed=args.seed,
             confidence=args.confidence,
-            checkpoints=args.checkpoints or DEFAULT_CHECKPOINTS,
+            checkpoints=with_plot_depths(checkpoints, columns, args.max_depth) if args.plot else checkpoints,
             strata=strata,
             compare=args.compare,
             annotations=args.annotations,
             skipped=skipped,
             progress=progress,
         )
-    _output(report, args)
+    report = only_checkpoints(plotted, checkpoints)
+    _output(report, args, plotted)
     if args.review_sheet:
         columns, _ = distinct_episodes(columns)
         grouping = group(columns, report.by, None)
@@ -231,8 +246,8 @@ def _run_sql_report(args: argparse.Namespace, engine: str) -> int:
     return 0
 
 
-def _output(report: Report, args: argparse.Namespace) -> None:
-    """Print or write the report, and the plot."""
+def _output(report: Report, args: argparse.Namespace, plotted: Report | None = None) -> None:
+    """Print or write the report, and the plot (of ``plotted``: the report with every plotted depth)."""
     from ..analytics import plot_pec, render, render_table
 
     if report.duplicates:  # build_report counted each episode id once
@@ -251,8 +266,50 @@ def _output(report: Report, args: argparse.Namespace) -> None:
         text = render(report, args.format)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if args.plot:
-        plot_pec(report, args.plot, max_depth=args.max_depth)
+        plot_pec(plotted if plotted is not None else report, args.plot, max_depth=args.max_depth)
         print(f"prefixmon report: PEC plot written to {args.plot}", file=sys.stderr)
+
+
+def with_plot_depths(checkpoints: Sequence[int], columns: EpisodeColumns, max_depth: int | None) -> tuple[int, ...]:
+    """``checkpoints`` plus every depth a PEC plot of ``columns`` shows, so that its bands have no gaps."""
+    from ..analytics.plot import MAX_DEPTH
+
+    longest = int(columns.horizon.max()) if len(columns) else 1
+    depth = max_depth if max_depth is not None else max(1, min(MAX_DEPTH, longest))
+    return tuple(sorted({*checkpoints, *range(1, depth + 1)}))
+
+
+def only_checkpoints(report: Report, checkpoints: Sequence[int]) -> Report:
+    """``report`` as if built with just ``checkpoints`` (the depths added for a plot's bands dropped).
+
+    The bootstrap draws do not depend on the checkpoints, so the kept intervals are the ones
+    a report without the plot has.
+    """
+    keep = set(checkpoints)
+    if set(report.checkpoints) == keep:
+        return report
+
+    def kept(metric: str) -> bool:
+        return not metric.startswith("pec@") or int(metric.removeprefix("pec@")) in keep
+
+    return dataclasses.replace(
+        report,
+        checkpoints=tuple(sorted(keep)),
+        cohorts=tuple(
+            dataclasses.replace(c, checkpoints={k: e for k, e in c.checkpoints.items() if k in keep}) for c in report.cohorts
+        ),
+        comparisons=tuple(
+            dataclasses.replace(cmp, differences={m: e for m, e in cmp.differences.items() if kept(m)})
+            for cmp in report.comparisons
+        ),
+    )
+
+
+def _no_episodes(paths: Sequence[str], skipped: Sequence[BadLine]) -> str:
+    """Why there is nothing to report on, naming the inputs."""
+    bad = Counter(b.path for b in skipped)
+    parts = [f"{p}: {bad[p]} bad line(s) skipped" if bad[p] else f"{p}: no episode record in it" for p in paths]
+    return "no episodes to report on (" + "; ".join(parts) + ")"
 
 
 @contextlib.contextmanager

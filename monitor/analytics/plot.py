@@ -1,13 +1,16 @@
-"""PEC curves as a figure, one line per cohort (like the paper's Figure 1).
+"""PEC curves as a figure, one step curve per cohort (like the paper's Figure 1).
 
 One panel per value of the strata key (usually ``dataset``) when it is a cohort key;
 within a panel, colour follows the last cohort key (usually ``method``) and line style
-the others (usually ``model``). The format follows the file suffix (``.png``, ``.svg``,
-``.pdf``). Uses matplotlib's object API (no pyplot, no global state, no display needed).
+the others (usually ``model``). Each curve carries its bootstrap band where the report has
+intervals, and a small panel below shows the share of episodes still running (``n_k / N``).
+The format follows the file suffix (``.png``, ``.svg``, ``.pdf``). Uses matplotlib's object
+API (no pyplot, no global state, no display needed).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Sequence
 from typing import Final, TypeVar
@@ -15,15 +18,14 @@ from typing import Final, TypeVar
 from ._optional import INSTALL_HINT
 from .report import CohortReport, Report
 
-__all__ = (
-    "MAX_DEPTH",
-    "plot_pec",
-)
+__all__ = ("MAX_DEPTH", "plot_depth", "plot_pec")
 
 _STYLES: Final = ("-", "--", ":", "-.")
 _MARKERS: Final = ("o", "s", "^", "D", "v", "P")
 MAX_DEPTH: Final = 30
+"""The deepest default x axis (``max_depth=`` draws further)."""
 T = TypeVar("T")
+V = TypeVar("V", int, float)
 
 
 def plot_pec(
@@ -32,15 +34,23 @@ def plot_pec(
     *,
     max_depth: int | None = None,
     title: str | None = None,
+    reach: bool = True,
     dpi: int = 150,
 ) -> str:
     """Write the fixed-cohort PEC curves of every cohort to ``path``.
 
+    PEC(k) is drawn as a step function (it changes only at whole depths), with the
+    bootstrap interval as a band at every depth the report has one for (its checkpoints:
+    ``prefixmon report --plot`` and the demo ask for every plotted depth). Below, ``n_k / N``
+    shows how many episodes are still running at depth k: the fixed-cohort curve also falls
+    where episodes simply end, and this panel tells that apart from failures.
+
     Args:
         report: a report from :func:`~.report.build_report`.
         path: output file; ``.png``, ``.svg`` or ``.pdf``.
-        max_depth: last depth on the x axis (default: the deepest non-zero PEC, at most 30).
+        max_depth: last depth on the x axis (default: the longest episode, at most 30).
         title: figure title.
+        reach: draw the ``n_k / N`` panel under each PEC panel.
         dpi: resolution of raster output.
 
     Returns:
@@ -50,6 +60,7 @@ def plot_pec(
         ImportError: matplotlib is missing (``pip install "prefixmon[analytics]"``).
     """
     try:
+        from matplotlib import colormaps
         from matplotlib.figure import Figure
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(INSTALL_HINT) from e
@@ -65,56 +76,125 @@ def plot_pec(
     style_keys = line_keys[:-1]
     colour_values: list[str | None] = _distinct(c.key[colour_key] for c in report.cohorts) if colour_key else [None]
     style_values = _distinct(tuple(c.key[k] for k in style_keys) for c in report.cohorts)
-
-    depth = max_depth
-    if depth is None:
-        deepest = max((max(_last_positive(c.pec), 1) for c in report.cohorts), default=1)
-        depth = min(MAX_DEPTH, deepest + 1)
+    depth = max_depth if max_depth is not None else plot_depth(report)
 
     n_panels = len(panels)
     cols = min(n_panels, 2)
     rows = (n_panels + cols - 1) // cols
-    fig = Figure(figsize=(6.2 * cols + 2.6, 4.2 * rows), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
-    from matplotlib import colormaps
-
+    fig = Figure(figsize=(6.2 * cols + 2.6, (5.4 if reach else 4.2) * rows), layout="constrained")
+    grid = fig.add_gridspec(rows * (2 if reach else 1), cols, height_ratios=[3, 1] * rows if reach else None)
     cmap = colormaps["tab10" if len(colour_values) <= 10 else "tab20"]
+    xs = list(range(depth + 2))  # one step past the last depth, so that its level shows
+    first_pec = None
     for index, (panel, members) in enumerate(panels.items()):
-        ax = axes[index // cols][index % cols]
+        row, col = divmod(index, cols)
+        ax = fig.add_subplot(grid[row * (2 if reach else 1), col], sharey=first_pec)
+        first_pec = first_pec or ax
+        low_ax = fig.add_subplot(grid[row * 2 + 1, col], sharex=ax) if reach else None
         for c in members:
-            ys = [1.0, *(c.pec[k - 1] if k <= len(c.pec) else 0.0 for k in range(1, depth + 1))]
-            xs = list(range(0, depth + 1))
-            ci = colour_values.index(c.key[colour_key]) if colour_key else 0
+            colour = cmap((colour_values.index(c.key[colour_key]) if colour_key else 0) % cmap.N)
             si = style_values.index(tuple(c.key[k] for k in style_keys))
             label = " / ".join(_text(c.key[k]) for k in line_keys) or "all"
-            ax.plot(
+            ys = [1.0, *(_at(c.pec, k, 0.0) for k in range(1, depth + 1))]
+            ys.append(ys[-1])
+            lows, highs = _band(c, depth)
+            if any(v is not None for v in lows):
+                ax.fill_between(
+                    xs,
+                    [math.nan if v is None else v for v in lows],
+                    [math.nan if v is None else v for v in highs],
+                    step="post",
+                    color=colour,
+                    alpha=0.15,
+                    linewidth=0,
+                    gid="band:" + c.label,
+                )
+            ax.step(
                 xs,
                 ys,
-                color=cmap(ci % cmap.N),
+                where="post",
+                color=colour,
                 linestyle=_STYLES[si % len(_STYLES)],
                 marker=_MARKERS[si % len(_MARKERS)],
+                markevery=list(range(depth + 1)),
                 markersize=3.5,
                 linewidth=1.6,
                 gid="pec:" + c.label,  # the SVG group id: one per cohort
                 label=f"{label}  (TER {c.ter.value:.2f}, n={c.n})" if c.ter.value is not None else label,
             )
-        ax.set_title(_text(panel) if panel_key else "PEC", fontsize=11)
-        ax.set_xlim(0, depth)
+            if low_ax is not None:
+                running = [1.0, *(_at(c.n_k, k, 0) / c.n for k in range(1, depth + 1))]
+                running.append(running[-1])
+                low_ax.step(
+                    xs,
+                    running,
+                    where="post",
+                    color=colour,
+                    linestyle=_STYLES[si % len(_STYLES)],
+                    linewidth=1.2,
+                    gid="reach:" + c.label,
+                )
+        if panel_key:
+            ax.set_title(_text(panel), fontsize=11)
+        ax.set_xlim(0, depth + 1)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_xticks(range(0, depth + 1, max(1, depth // 10)))
-        ax.set_xlabel("depth k")
+        ticks = range(0, depth + 1, max(1, depth // 10))
+        ax.set_xticks(ticks)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper right", frameon=True, framealpha=0.85)
-    for index in range(n_panels, rows * cols):
-        axes[index // cols][index % cols].set_visible(False)
-    for r in range(rows):
-        axes[r][0].set_ylabel("PEC(k) = P[FED > k]")
+        if col == 0:
+            ax.set_ylabel("PEC(k) = P[FED > k]")
+        if low_ax is None:
+            ax.set_xlabel("depth k")
+            continue
+        ax.tick_params(labelbottom=False)
+        low_ax.set_ylim(-0.04, 1.04)
+        low_ax.set_yticks([0, 0.5, 1])
+        low_ax.set_xticks(ticks)
+        low_ax.grid(True, alpha=0.3)
+        low_ax.set_xlabel("depth k")
+        if col == 0:
+            low_ax.set_ylabel("still running\n$n_k$ / N", fontsize=8)
+    level = f"{report.confidence:.0%}" if report.resamples else None
     fig.suptitle(
-        title or "Prefix executability curves (fixed cohort: reached depth k with every call executable)",
+        title
+        or "Prefix executability (fixed cohort: reached depth k with every call executable)"
+        + (f"; bands: {level} bootstrap" if level and _has_bands(report, depth) else ""),
         fontsize=11,
     )
     fig.savefig(name, dpi=dpi)
     return name
+
+
+def plot_depth(report: Report) -> int:
+    """The default last depth of the x axis: the longest episode of any cohort, at most 30."""
+    longest = max((len(c.n_k) for c in report.cohorts), default=1)
+    return max(1, min(MAX_DEPTH, longest))
+
+
+def _at(values: Sequence[V], k: int, default: V) -> V:
+    """``values[k - 1]`` (index 0 = depth 1), or ``default`` past the end."""
+    return values[k - 1] if k <= len(values) else default
+
+
+def _band(c: CohortReport, depth: int) -> tuple[list[float | None], list[float | None]]:
+    """The interval at depths 0..depth+1 (step ends included); ``None`` where the report has none."""
+    lows: list[float | None] = [None]
+    highs: list[float | None] = [None]
+    for k in range(1, depth + 1):
+        est = c.checkpoints.get(k)
+        ci = est.ci if est is not None else None
+        lows.append(None if ci is None else ci[0])
+        highs.append(None if ci is None else ci[1])
+    lows.append(lows[-1])
+    highs.append(highs[-1])
+    return lows, highs
+
+
+def _has_bands(report: Report, depth: int) -> bool:
+    return any(
+        c.checkpoints.get(k) is not None and c.checkpoints[k].ci is not None for c in report.cohorts for k in range(1, depth + 1)
+    )
 
 
 def _distinct(values: Iterable[T]) -> list[T]:
@@ -127,11 +207,3 @@ def _distinct(values: Iterable[T]) -> list[T]:
 
 def _text(value: object) -> str:
     return "—" if value is None else str(value)
-
-
-def _last_positive(curve: Sequence[float]) -> int:
-    """The deepest depth with PEC above 0, without walking a long curve value by value."""
-    last = getattr(curve, "last_positive", None)
-    if callable(last):
-        return int(last())
-    return max((i + 1 for i, v in enumerate(curve) if v > 0), default=0)

@@ -1,0 +1,108 @@
+"""Checks of the files a verb is given, before any work: say what is wrong and where.
+
+A directory, a missing file, an empty file, a pretty-printed JSON document where JSON Lines
+are expected, or an output whose folder does not exist each get one message naming the
+path (and the option it came from), instead of an operating-system error about a file the
+user never named or a result computed and then lost.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+SNIFF_BYTES: Final = 4096
+"""How much of an input is read to recognise what kind of file it is."""
+REPORT_SCHEMA: Final = b'"prefixmon.report/1"'
+
+
+class InputProblem(ValueError):
+    """A file given on the command line cannot be used; the message names it."""
+
+
+def check_input(path: str | os.PathLike[str], *, option: str | None = None, jsonl: bool = False, folders: bool = False) -> Path:
+    """The path of an input file that exists, is a file and is not empty.
+
+    Args:
+        path: as given on the command line.
+        option: the option it was given with (``--tools``), for the message; ``None`` for a positional.
+        jsonl: the file must be JSON Lines: a pretty-printed JSON document (a report, a
+            list) is refused with what it looks like.
+        folders: a folder is an input too (a benchmark's run folders); it is returned as it is.
+
+    Raises:
+        InputProblem: what is wrong with the file, naming it.
+    """
+    file = Path(path)
+    where = f"{option} {file}" if option else str(file)
+    if not file.exists():
+        raise InputProblem(f"{where}: no such file")
+    if file.is_dir():
+        if folders:
+            return file
+        inside = sorted(p.name for p in file.glob("*.jsonl"))[:3]
+        hint = f" (it holds {', '.join(inside)}{', ...' if len(inside) == 3 else ''})" if inside else ""
+        raise InputProblem(f"{where} is a folder; give the files in it{hint}")
+    if not file.is_file():  # a pipe or FIFO (`report <(zcat ...)`): reading ahead would lose what the reader needs
+        return file
+    try:
+        with file.open("rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError as e:
+        raise InputProblem(f"{where}: cannot be read: {e.strerror or e}") from e
+    if not head.strip():
+        raise InputProblem(f"{where} is empty" if not head else f"{where} holds only blank lines")
+    if jsonl:
+        _check_json_lines(where, head)
+    return file
+
+
+def check_inputs(paths: Iterable[str | os.PathLike[str]], *, jsonl: bool = False, folders: bool = False) -> list[Path]:
+    """:func:`check_input` on every positional input, in order."""
+    return [check_input(p, jsonl=jsonl, folders=folders) for p in paths]
+
+
+def _check_json_lines(where: str, head: bytes) -> None:
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    first_line = text.split(b"\n", 1)[0].strip()
+    if REPORT_SCHEMA in text[:400]:
+        raise InputProblem(
+            f"{where} is a prefixmon report (prefixmon.report/1), not episode records; "
+            "pass the records file (JSON Lines) the report was built from"
+        )
+    if first_line in (b"{", b"["):
+        raise InputProblem(
+            f"{where}:1: a JSON document spread over several lines, not JSON Lines; "
+            "records are one JSON object per line (as the sink and `prefixmon replay --out` write them)"
+        )
+
+
+def check_output(path: str | os.PathLike[str], *, option: str) -> Path:
+    """The path of an output file whose folder exists and which is not itself a folder.
+
+    Raises:
+        InputProblem: the folder is missing, or the path is a folder; names the option.
+    """
+    file = Path(path)
+    if file.is_dir():
+        raise InputProblem(f"{option} {file} is a folder; give a file name, e.g. {file / 'out'}")
+    folder = file.parent
+    if not folder.exists():
+        raise InputProblem(f"{option} {file}: the folder {folder} does not exist; create it first (mkdir -p {folder})")
+    if not folder.is_dir():
+        raise InputProblem(f"{option} {file}: {folder} is a file, not a folder")
+    return file
+
+
+def has_content(path: Path) -> bool:
+    """Whether ``path`` exists and holds a non-blank line (read until the first one)."""
+    try:
+        with path.open("rb") as fh:
+            for line in fh:
+                if line.strip():
+                    return True
+    except OSError:
+        return False
+    return False
