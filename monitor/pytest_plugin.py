@@ -22,8 +22,8 @@ from typing import Any, Protocol
 import pytest
 
 from .monitor import Monitor
-from .toolset import Toolset
 from .testing import RecordCapture, VerdictCapture
+from .toolset import Toolset
 
 __all__ = ("MonitorFactory", "prefixmon_monitor", "prefixmon_records", "prefixmon_verdicts")
 
