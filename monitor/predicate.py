@@ -58,7 +58,7 @@ MAX_DETAIL_CHARS: Final = 2_000
 
 
 _executable: Final = trusted_constructor(
-    Verdict, ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined")
+    Verdict, ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined", "derived")
 )
 """Every executable call makes a verdict: built without the frozen ``__init__`` (a measurable
 share of the per-call overhead)."""
@@ -320,23 +320,50 @@ def acceptance(
 
 
 # 5. information ----------------------------------------------------------------------------
-def check_information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | None:
-    """Every grounded argument's value must have appeared in what the agent has seen."""
-    for path in spec.grounded:
+def check_information(
+    state: TrackedState, spec: ToolSpec, args: Mapping[str, Any], derived: list[str] | None = None
+) -> Failure | None:
+    """Every grounded argument's value must have appeared in what the agent has seen.
+
+    Each argument is matched as its :class:`~prefixmon.Grounded` says (``exact``,
+    ``normalized``, ``derived``). Values that passed as derived are appended to ``derived``
+    (``"amount: 150 = 3 * 50"``) when it is given.
+    """
+    outcome = _information(state, spec, args)
+    if outcome is None or isinstance(outcome, Failure):
+        return outcome
+    if derived is not None:
+        derived.extend(outcome)
+    return None
+
+
+def _information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | tuple[str, ...] | None:
+    """The information check: ``None`` every value was seen, the failure, or the derivations it accepted."""
+    notes: tuple[str, ...] = ()
+    for path, match in spec.grounded_match:
         value = args.get(path) if "." not in path and "[]" not in path else None
-        if value is not None and state.seen(value):  # fast path: a plain argument seen as is
+        if value is not None and state.seen(value, match):  # fast path: a plain argument seen
             continue
         for loc, value in values_at(args, path):
-            if isinstance(value, (Mapping, list, tuple)) or state.seen(value):
+            if isinstance(value, (Mapping, list, tuple)) or state.seen(value, match):
                 continue
+            if match == "derived":
+                how = state.derivation(value)
+                if how is not None:
+                    notes += (f"{loc}: {how}",)
+                    continue
+                computed = ", nor computed from two numbers seen recently"
+            else:
+                computed = ""
             return Failure(
                 cause=Cause.INFORMATION,
                 code="ungrounded",
                 reason=(
-                    f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages or any earlier tool result"
+                    f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages or any earlier tool "
+                    f"result{computed}"
                 ),
             )
-    return None
+    return notes or None
 
 
 def check(
@@ -383,10 +410,14 @@ def judge(
         failures.append(dependency)
     if spec.requires and (failure := check_preconditions(state, spec, args, faults, undetermined, watch)) is not None:
         failures.append(failure)
-    if spec.grounded and (failure := check_information(state, spec, args)) is not None:
-        failures.append(failure)
+    derived: tuple[str, ...] = ()
+    if spec.grounded and (information := _information(state, spec, args)) is not None:
+        if isinstance(information, Failure):
+            failures.append(information)
+        else:
+            derived = information
     if not failures and not faults and not undetermined:  # the common case
-        return _executable(spec.name, call_id, depth, True, (), args, (), ())
+        return _executable(spec.name, call_id, depth, True, (), args, (), (), derived)
     return Verdict(
         tool=spec.name,
         call_id=call_id,
@@ -396,6 +427,7 @@ def judge(
         args=args,
         faults=tuple(faults),
         undetermined=tuple(undetermined),
+        derived=derived,
     )
 
 

@@ -20,11 +20,13 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from ._validation import Validator, model_validator, schema_validator
 from .exceptions import SpecError
+from .grounding import MATCHES, GroundingMatch
 
 __all__ = (
     "Effect",
     "ErrorResult",
     "Grounded",
+    "Grounding",
     "Precondition",
     "PreconditionResult",
     "Produce",
@@ -62,8 +64,70 @@ class Grounded:
     """Marks an argument whose value must be available information.
 
     The value must have appeared in the user's messages or in an earlier tool result (no
-    invented phone numbers, amounts or ids).
+    invented phone numbers, amounts or ids): ``Annotated[str, Grounded()]``, or
+    ``grounded={"amount": Grounded("derived")}`` in :meth:`Toolset.tool` and
+    :meth:`Toolset.add_schema`. A list-valued argument is checked element by element.
+
+    Matching (``match``; see :mod:`prefixmon.grounding` and docs/grounding.md):
+
+    - ``"exact"``: the value as it is: equal to a value of a result, to a message or one of
+      its words; text and numbers also as a case-insensitive substring of informed text.
+    - ``"normalized"`` (default): ``exact``, or the same value in another written form: text
+      with other case or whitespace (``Blue  Mug`` ↔ ``blue mug``), an id with or without a
+      leading ``#`` (``#W123`` ↔ ``w123``), a number with thousands separators, a currency
+      symbol or trailing zeros (``$1,234.50`` ↔ ``1234.5``), a date written out, in ISO or
+      unambiguously in digits (``May 1st, 2024`` ↔ ``1 May 2024`` ↔ ``2024-05-01``; a date
+      written without a year matches that day of any year), an ISO date-time with any
+      offset (compared in UTC; a date-time's date counts as seen).
+    - ``"derived"``: ``normalized``, or a number that is the sum, difference, product or
+      quotient of two numbers seen recently (a refund of two item prices, ``150 = 3 * 50``);
+      the verdict lists it in :attr:`~prefixmon.Verdict.derived`. Loose by nature (with small
+      numbers seen, many values are derivable): meant for computed amounts.
+
+    Raises:
+        SpecError: ``match`` is not one of these.
     """
+
+    match: GroundingMatch = "normalized"
+
+    def __post_init__(self) -> None:
+        if self.match not in MATCHES:
+            raise SpecError(f"Grounded(match={self.match!r}): match must be one of {', '.join(map(repr, MATCHES))}")
+
+
+Grounding = str | Iterable[str] | Mapping[str, Grounded | GroundingMatch] | None
+"""Grounded arguments: a name (or path), several, or ``{name: Grounded(...) or a match}``."""
+
+
+def _grounding(grounded: Grounding, tool: str) -> tuple[tuple[str, ...], dict[str, Grounded]]:
+    """The grounded paths and the options of those given any, from a :data:`Grounding`."""
+    if grounded is None:
+        return (), {}
+    if isinstance(grounded, str):
+        return (grounded,), {}
+    if isinstance(grounded, Mapping):
+        options: dict[str, Grounded] = {}
+        for path, option in grounded.items():
+            if not isinstance(path, str):
+                raise SpecError(f"tool {tool!r}: grounded argument names must be strings, got {type(path).__name__}")
+            if isinstance(option, Grounded):
+                options[path] = option
+            elif isinstance(option, str):
+                try:
+                    options[path] = Grounded(option)  # type: ignore[arg-type]  # checked in Grounded
+                except SpecError as e:
+                    raise SpecError(f"tool {tool!r}: grounded[{path!r}]: {e}") from None
+            else:
+                raise SpecError(
+                    f"tool {tool!r}: grounded[{path!r}] must be a Grounded or one of "
+                    f"{', '.join(map(repr, MATCHES))}, got {type(option).__name__}"
+                )
+        return tuple(options), options
+    paths = tuple(grounded)
+    for path in paths:
+        if not isinstance(path, str):
+            raise SpecError(f"tool {tool!r}: grounded argument names must be strings, got {type(path).__name__}")
+    return paths, {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -209,15 +273,26 @@ class ToolSpec:
     refs: tuple[tuple[str, Ref], ...] = ()
     """(argument, Ref) pairs in declaration order."""
     grounded: tuple[str, ...] = ()
+    """Paths of grounded arguments (see :class:`Grounded`)."""
+    grounding: Mapping[str, Grounded] = field(default_factory=dict)
+    """Options of grounded arguments given any; the others are matched as ``Grounded()``."""
     error_result: ErrorResult | None = None
     exposed: bool = True
     """Whether the tool is available from the start of an episode."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     produce_map: Mapping[str, str] = field(init=False, repr=False, compare=False)
     """``{result key: kind}`` of :attr:`produces`, derived once so no call rebuilds it."""
+    grounded_match: tuple[tuple[str, GroundingMatch], ...] = field(init=False, repr=False, compare=False)
+    """``(path, match)`` of every grounded argument, derived once for the information check."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "produce_map", MappingProxyType({p.key: p.kind for p in self.produces}))
+        unknown = [path for path in self.grounding if path not in self.grounded]
+        if unknown:
+            raise SpecError(f"tool {self.name!r}: grounding options for arguments that are not grounded: {', '.join(unknown)}")
+        options = self.grounding
+        default = Grounded()
+        object.__setattr__(self, "grounded_match", tuple((path, options.get(path, default).match) for path in self.grounded))
 
 
 Produces = str | Sequence[str | tuple[str, str]] | Mapping[str, str] | None
@@ -286,7 +361,7 @@ def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 def _signature_model(
     func: Callable[..., Any], name: str, strict: bool
-) -> tuple[type[BaseModel], tuple[tuple[str, Ref], ...], tuple[str, ...]]:
+) -> tuple[type[BaseModel], tuple[tuple[str, Ref], ...], dict[str, Grounded]]:
     sig = inspect.signature(func)
     try:
         hints = get_type_hints(func, include_extras=True)
@@ -294,7 +369,7 @@ def _signature_model(
         raise SpecError(f"tool {name!r}: cannot resolve its type hints: {e}") from e
     fields: dict[str, Any] = {}
     refs: list[tuple[str, Ref]] = []
-    grounded: list[str] = []
+    grounded: dict[str, Grounded] = {}
     for pname, param in sig.parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise SpecError(f"tool {name!r}: *args/**kwargs cannot be described as tool arguments")
@@ -305,15 +380,17 @@ def _signature_model(
             for meta in get_args(annotation)[1:]:
                 if isinstance(meta, Ref):
                     refs.append((pname, meta))
-                elif isinstance(meta, Grounded) or meta is Grounded:
-                    grounded.append(pname)
+                elif isinstance(meta, Grounded):
+                    grounded[pname] = meta
+                elif meta is Grounded:
+                    grounded[pname] = Grounded()
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (annotation, default)
     config = ConfigDict(extra="forbid", strict=strict, arbitrary_types_allowed=True)
     with warnings.catch_warnings():  # an argument named like a BaseModel attribute (schema, json) is fine here
         warnings.filterwarnings("ignore", message=r"Field name .* shadows an attribute in parent", category=UserWarning)
         model = create_model(f"{name}_args", __config__=config, **fields)
-    return model, tuple(refs), tuple(grounded)
+    return model, tuple(refs), grounded
 
 
 class Toolset:
@@ -436,7 +513,7 @@ class Toolset:
         effects: Iterable[Effect] = (),
         produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
-        grounded: str | Iterable[str] | None = None,
+        grounded: Grounding = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
         strict: bool = False,
@@ -453,7 +530,7 @@ class Toolset:
         effects: Iterable[Effect] = (),
         produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
-        grounded: str | Iterable[str] | None = None,
+        grounded: Grounding = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
         strict: bool = False,
@@ -468,8 +545,9 @@ class Toolset:
             produces: reference kinds the result binds: a kind (the key of the same name),
                 several kinds or ``(kind, key)`` pairs, or ``{kind: key}``.
             invalidates: reference kinds whose argument values are stale after success.
-            grounded: arguments whose values must be available information (also
-                ``Annotated[..., Grounded()]``).
+            grounded: arguments whose values must be available information: names, or
+                ``{name: Grounded(match=...)}`` (also ``Annotated[..., Grounded()]``; an
+                option given here wins).
             error_result: recognises results that mean the environment rejected the call.
             exposed: ``False`` declares a tool that is not available until exposed.
             strict: pydantic strict mode for the arguments (no coercion of ``"5"`` to 5).
@@ -479,7 +557,8 @@ class Toolset:
             tool_name = name or getattr(f, "__name__", None)
             if not tool_name:
                 raise SpecError(f"cannot name tool {f!r}; pass name=")
-            model, refs, grounded_marks = _signature_model(f, tool_name, strict)
+            model, refs, marks = _signature_model(f, tool_name, strict)
+            paths, options = _grounding(grounded, tool_name)
             doc = inspect.getdoc(f) or ""
             self.add(
                 ToolSpec(
@@ -494,7 +573,8 @@ class Toolset:
                     produces=_produce_tuple(produces),
                     invalidates=frozenset(_names(invalidates)),
                     refs=refs,
-                    grounded=tuple(dict.fromkeys(grounded_marks + _names(grounded))),
+                    grounded=tuple(dict.fromkeys((*marks, *paths))),
+                    grounding={**marks, **options},
                     error_result=error_result,
                     exposed=exposed,
                 )
@@ -517,7 +597,7 @@ class Toolset:
         produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
         refs: Mapping[str, str | Ref] | None = None,
-        grounded: str | Iterable[str] | None = None,
+        grounded: Grounding = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
         forbid_unknown: bool = True,
@@ -533,7 +613,8 @@ class Toolset:
             func: an implementation called as ``func(**args)`` when the monitor runs the tool.
             refs: ``{argument: kind}`` (or ``Ref``) for reference arguments; the key may be
                 a path into nested arguments (``payment_methods[].payment_id``, see
-                :func:`values_at`). ``grounded`` names accept paths too.
+                :func:`values_at`). ``grounded`` names accept paths too, and so does
+                ``{path: Grounded(match=...)}``.
             forbid_unknown: reject arguments the schema does not name, unless the schema
                 says ``additionalProperties`` itself.
             replace: replace an existing tool of the same name.
@@ -550,6 +631,7 @@ class Toolset:
         if not isinstance(json_schema, Mapping):
             raise SpecError(f"tool {name!r}: the schema must be a JSON object, got {type(json_schema).__name__}")
         schema: Mapping[str, Any] = json_schema
+        grounded_paths, grounding = _grounding(grounded, name)
         ref_pairs = tuple((arg, r if isinstance(r, Ref) else Ref(r)) for arg, r in (refs or {}).items())
         return self.add(
             ToolSpec(
@@ -564,7 +646,8 @@ class Toolset:
                 produces=_produce_tuple(produces),
                 invalidates=frozenset(_names(invalidates)),
                 refs=ref_pairs,
-                grounded=_names(grounded),
+                grounded=grounded_paths,
+                grounding=grounding,
                 error_result=error_result,
                 exposed=exposed,
                 metadata=dict(metadata or {}),

@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .grounding import FormIndex, GroundingMatch
 from .verdict import quote
 
 __all__ = (
@@ -73,7 +75,7 @@ class TrackedState:
         turn: current turn (0-based).
     """
 
-    __slots__ = ("_bindings", "_pool", "_texts", "_user_texts", "depth", "env", "exposed", "facts", "turn")
+    __slots__ = ("_bindings", "_forms", "_pool", "_texts", "_user_texts", "depth", "env", "exposed", "facts", "turn")
 
     def __init__(self, *, facts: Mapping[str, Any] | None = None, env: Any = None, exposed: Iterable[str] | None = None) -> None:
         self.facts: dict[str, Any] = dict(facts or {})
@@ -87,6 +89,8 @@ class TrackedState:
         """Every text informed (casefolded), searched by substring for :meth:`seen`."""
         self._user_texts: list[str] = []
         """The user's texts among them, for :meth:`user_said`."""
+        self._forms = FormIndex()
+        """Normalised forms of what is in the pool and the texts, and the recent numbers."""
 
     # -- references -----------------------------------------------------------------------
     def bind(self, kind: str, value: Any, *, tool: str | None = None, depth: int | None = None) -> None:
@@ -179,6 +183,8 @@ class TrackedState:
             if user:
                 self._user_texts.append(folded)
             self._add_words(value)
+            if len(value) > MAX_TOKENISED_LENGTH:  # its words are found by substring; its numbers and dates are not
+                self._forms.add_text(value, words=False)
         else:
             self.ingest(value)
 
@@ -217,6 +223,8 @@ class TrackedState:
                         pool.add(v)
                         if " " in v or "\n" in v:
                             self._add_words(v)
+                        else:
+                            self._forms.add_token(v)
                     else:
                         pool.add(_long(v))
                     if k in produce and isinstance(k, str):
@@ -251,11 +259,15 @@ class TrackedState:
                 pool.add(obj)
                 if " " in obj or "\n" in obj:
                     self._add_words(obj)
+                else:
+                    self._forms.add_token(obj)
             else:
                 pool.add(_long(obj))
         else:
             k = _key(obj)
             if k is None:
+                if obj is not None and type(obj) is not bool:  # dates and decimals have forms
+                    self._forms.add_object(obj)
                 return
             if isinstance(obj, str):  # a str subclass
                 pool.add(k if len(obj) <= MAX_TOKENISED_LENGTH else _long(obj))
@@ -263,6 +275,7 @@ class TrackedState:
             else:
                 pool.add(k)
                 pool.add(str(obj))
+                self._forms.add_number(obj)
         if key is not None and key in produce:
             self.bind(produce[key], obj, tool=tool)
 
@@ -277,19 +290,33 @@ class TrackedState:
                 stripped = word.strip(_STRIP)
                 if stripped:
                     pool.add(stripped)
+            self._forms.add_text(text)
+        else:
+            self._forms.add_token(text)
 
-    def seen(self, value: Any) -> bool:
-        """Whether ``value`` appeared in a user message or an earlier tool result."""
+    def seen(self, value: Any, match: GroundingMatch = "exact") -> bool:
+        """Whether ``value`` appeared in a user message or an earlier tool result.
+
+        Args:
+            value: the value to look up.
+            match: ``"exact"``: as it is (an equal value or word, or, for text and numbers, a
+                case-insensitive substring of informed text); ``"normalized"`` (and
+                ``"derived"``, whose derivations :meth:`derivation` finds): also in any form
+                :mod:`prefixmon.grounding` normalises (``#W123`` for ``W123``, ``May 1st, 2024``
+                for ``2024-05-01``, ``$1,234.50`` for ``1234.5``). Each form is one set lookup;
+                only the substring search reads the informed text.
+        """
         key = _key(value)
         if key is None:
-            return False
+            return match != "exact" and self._forms.find(value, self._pool)  # dates, decimals
         if isinstance(value, str) and len(value) > MAX_TOKENISED_LENGTH:
             key = _long(value)
         if key in self._pool:
             return True
+        if match != "exact" and self._forms.find(value, self._pool):
+            return True
         if isinstance(value, str):
-            needle = value.casefold()
-            return bool(needle) and any(needle in text for text in self._texts)
+            return self._in_texts(value, normalized=match != "exact")
         if type(value) is int:  # its only text form
             form = str(value)
             return form in self._pool or any(form in t for t in self._texts)
@@ -299,6 +326,29 @@ class TrackedState:
         if isinstance(value, float) and value.is_integer():
             text_forms.add(str(int(value)))
         return any(form in self._pool or any(form in t for t in self._texts) for form in text_forms)
+
+    def _in_texts(self, value: str, *, normalized: bool) -> bool:
+        """Whether ``value`` is a case-insensitive substring of informed text; O(length of that text).
+
+        Normalised, runs of whitespace in either match any run (one pass, as exact): a
+        superset of the exact search.
+        """
+        needle = value.casefold()
+        if normalized and len(words := needle.split()) > 1:
+            pattern = re.compile(r"\s+".join(map(re.escape, words)))
+            return any(pattern.search(text) is not None for text in self._texts)
+        if normalized and words:
+            needle = words[0]
+        return bool(needle) and any(needle in text for text in self._texts)
+
+    def derivation(self, value: Any) -> str | None:
+        """How ``value`` is computed from two numbers seen recently (``"150 = 3 * 50"``), or ``None``.
+
+        Sums, differences, products and quotients of two of the
+        :data:`~prefixmon.grounding.MAX_RECENT_NUMBERS` distinct numbers seen most recently;
+        O(that many) set lookups. See :func:`prefixmon.grounding.derivation`.
+        """
+        return self._forms.derive(value)
 
     def user_said(self, value: Any) -> bool:
         """Whether ``value`` appears in the user's messages (text given with ``inform(..., user=True)``)."""

@@ -18,7 +18,18 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 FACADE: Final = "prefixmon"
 
 BASE: Final = frozenset(
-    {"vocabulary", "verdict", "exceptions", "_trusted", "_validation", "_dispatch", "_daemon_threads", "semconv", "commands"}
+    {
+        "vocabulary",
+        "verdict",
+        "exceptions",
+        "_trusted",
+        "_validation",
+        "_dispatch",
+        "_daemon_threads",
+        "semconv",
+        "commands",
+        "grounding",
+    }
 )
 """Leaf modules: plain data, helpers and vocabulary every layer may use."""
 CORE: Final = frozenset({"spec", "state", "predicate", "records", "policies", "episode", "observer", "monitor", "dry_run"})
