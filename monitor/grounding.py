@@ -40,8 +40,8 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections import OrderedDict
-from collections.abc import Collection, Container, Hashable, Iterator
+from collections import deque
+from collections.abc import Container, Hashable, Iterable
 from decimal import Decimal
 from typing import Final, Literal, TypeAlias
 
@@ -55,7 +55,6 @@ __all__ = (
     "FormIndex",
     "GroundingMatch",
     "Number",
-    "RecentNumbers",
     "derivation",
     "fold",
     "parse_date",
@@ -67,7 +66,7 @@ GroundingMatch: TypeAlias = Literal["exact", "normalized", "derived"]
 """How a grounded argument's value is matched against what the agent has seen."""
 MATCHES: Final[tuple[GroundingMatch, ...]] = ("exact", "normalized", "derived")
 MAX_RECENT_NUMBERS: Final = 256
-"""Derivations use the numbers seen most recently, at most this many distinct ones."""
+"""Derivations use the numbers seen most recently: the last this many that arrived."""
 MAX_DERIVED: Final = 10**15
 """Numbers this large or larger (ids rather than amounts) are neither derived nor operands."""
 MAX_SIGNIFICANT_DIGITS: Final = 15
@@ -82,6 +81,15 @@ STRIP: Final = ".,;:!?()[]{}<>\"'`"
 
 _NUMBER: Final = re.compile(r"([-+]?)(?:([$€£¥])\s?)?([-+]?)(0|[1-9]\d{0,2}(?:,\d{3})+|[1-9]\d*)(?:\.(\d+))?([$€£¥]?)", re.ASCII)
 _NUMBER_START: Final = frozenset("0123456789-+$€£¥")
+_NUMBER_CHARS: Final = frozenset("0123456789-+$€£¥,. ")
+_CURRENCY: Final = frozenset("$€£¥")
+_HAS_DIGIT: Final = re.compile(r"\d").search
+_CANDIDATE: Final = re.compile(r"[#0-9$€£¥+-]\S*")
+"""Where an id, a number or a date may start (a character class first: the scan runs in C)."""
+_WORD_START: Final = frozenset(" " + ".,;:!?()[]{}<>\"'`")
+_MONTH_NEAR: Final = re.compile("jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec")
+_ASCII_SPACE: Final = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
+"""What ``str.split()`` splits ASCII text at, besides the space."""
 _MONTH_START: Final = frozenset("jfmasond")
 
 _MONTH = (
@@ -117,7 +125,17 @@ _DAY_OF_YEAR: Final = "md*"
 
 def fold(text: str) -> str:
     """``text`` casefolded, with runs of whitespace as one space and none at the ends."""
-    return " ".join(text.casefold().split())
+    t = text.casefold()
+    if t.isprintable() and "  " not in t and t[:1] != " " and t[-1:] != " ":
+        return t  # its only whitespace is single spaces (every other kind is not printable)
+    if len(t) < 256 or not t.isascii():
+        return " ".join(t.split())
+    for c in _ASCII_SPACE:  # the same result, without a string per word (informed documents)
+        if c in t:
+            t = t.replace(c, " ")
+    while "  " in t:
+        t = t.replace("  ", " ")
+    return t.strip(" ")
 
 
 def parse_number(text: str) -> Number | None:
@@ -126,6 +144,8 @@ def parse_number(text: str) -> Number | None:
     Integral values are ``int`` (exact at any length); others ``float``, only when they have
     at most :data:`MAX_SIGNIFICANT_DIGITS` significant digits.
     """
+    if not _NUMBER_CHARS.issuperset(text) or (" " in text and not _CURRENCY.intersection(text[:2])):
+        return None  # most text fails here, before the regex (a space only follows a currency symbol)
     m = _NUMBER.fullmatch(text)
     if m is None:
         return None
@@ -213,6 +233,21 @@ def _read(m: re.Match[str]) -> dt.datetime | str | tuple[str, str] | None:
     return (_YEARLESS, _md(iso)) if iso is not None else None
 
 
+def _iso_forms(f: str, forms: set[Hashable]) -> None:
+    """Forms of an ISO date or date-time token (folded) into ``forms``, without a regex when it is plain."""
+    if len(f) == 10:  # the date itself is the token, in the pool; a bad one gives a form no lookup makes
+        forms.add((_DAY_OF_YEAR, "-" + f[4:]))
+        return
+    try:
+        moment = dt.datetime.fromisoformat(f[:-1] + "+00:00" if f[-1:] == "z" else f)
+    except ValueError:
+        for m in _DATES.finditer(f):
+            forms.update(_seen_date_forms(m))
+        return
+    day = moment.date().isoformat()
+    forms.update((_canonical(moment), day, (_DAY_OF_YEAR, _md(day))))
+
+
 def _seen_date_forms(m: re.Match[str]) -> tuple[Hashable, ...]:
     """Forms of one date or date-time found in arriving text."""
     what = _read(m)
@@ -232,7 +267,12 @@ def parse_date(text: str) -> tuple[Hashable, ...]:
     matches); a date-time gives its canonical form (UTC when it has an offset) and, at
     midnight, its date's forms too.
     """
-    m = _DATES.fullmatch(fold(text)) if 5 <= len(text) <= 64 else None
+    return _folded_date(fold(text)) if 5 <= len(text) <= 64 else ()
+
+
+def _folded_date(f: str) -> tuple[Hashable, ...]:
+    """:func:`parse_date` of folded text."""
+    m = _DATES.fullmatch(f) if 5 <= len(f) <= 64 else None
     if m is None:
         return ()
     what = _read(m)
@@ -265,18 +305,7 @@ def _object_forms(value: dt.date) -> tuple[Hashable, ...]:
 def value_forms(value: object) -> tuple[Hashable, ...]:
     """Every normalised form a looked-up value is matched by."""
     if type(value) is str:
-        if len(value) > MAX_FORM_LENGTH:
-            return ()
-        f = fold(value)
-        c = f[:1]
-        if c == "#":
-            return (f, f[1:].lstrip())
-        if c in _NUMBER_START:
-            n = parse_number(f)
-            if n is not None:
-                return (f, n)
-            return (f, *parse_date(f))
-        return (f, *parse_date(f)) if c in _MONTH_START else (f,)
+        return _folded_forms(fold(value)) if len(value) <= MAX_FORM_LENGTH else ()
     if value is None or isinstance(value, bool):
         return ()
     if isinstance(value, dt.date):
@@ -289,99 +318,76 @@ def value_forms(value: object) -> tuple[Hashable, ...]:
     return ()
 
 
+def _folded_forms(f: str) -> tuple[Hashable, ...]:
+    """The forms of folded text ``f`` (``f`` first): an id without its ``#``, a number, a date."""
+    c = f[:1]
+    if c == "#":
+        return (f, f[1:].lstrip())
+    if c in _NUMBER_START:
+        n = parse_number(f)
+        if n is not None:
+            return (f, n)
+    if c.isdigit() or (c in _MONTH_START and _HAS_DIGIT(f) is not None):
+        return (f, *_folded_date(f))
+    return (f,)
+
+
 # -- derived values -----------------------------------------------------------------------------
-class RecentNumbers:
-    """The :data:`MAX_RECENT_NUMBERS` distinct numbers seen most recently (a bounded ordered set).
-
-    Adding is O(1); a number seen again becomes the most recent.
-    """
-
-    __slots__ = ("_items", "limit")
-
-    def __init__(self, limit: int = MAX_RECENT_NUMBERS) -> None:
-        self._items: OrderedDict[Number, None] = OrderedDict()
-        self.limit = limit
-
-    def add(self, x: Number) -> None:
-        """Note ``x`` as the most recent number (integral floats as ints, others rounded to 9 places)."""
-        k = _key(x)
-        if k is None:
-            return
-        items = self._items
-        if k in items:
-            items.move_to_end(k)
-            return
-        items[k] = None
-        if len(items) > self.limit:
-            items.popitem(last=False)
-
-    def __contains__(self, x: object) -> bool:
-        return x in self._items
-
-    def __iter__(self) -> Iterator[Number]:
-        """Newest first."""
-        return reversed(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __bool__(self) -> bool:
-        return bool(self._items)
+_SCALE: Final = 10**6
+"""Derivations compare numbers in millionths, as integers: sums and products of amounts are exact."""
 
 
-def _key(x: Number) -> Number | None:
-    """The number as derivations compare it: exact ints; floats rounded to 9 places (``0.1 + 0.2 == 0.3``)."""
-    if type(x) is int:
-        return x
-    if not math.isfinite(x):
+def _units(x: Number) -> int | None:
+    """``x`` in millionths (``19.99`` -> ``19_990_000``), or ``None`` (not finite, or :data:`MAX_DERIVED` or more)."""
+    if isinstance(x, int):
+        return int(x) * _SCALE if -MAX_DERIVED < x < MAX_DERIVED else None
+    if not -MAX_DERIVED < x < MAX_DERIVED:  # also NaN
         return None
-    r = round(x, 9)
-    return int(r) if r.is_integer() else r
+    return round(x * _SCALE)
 
 
-def _show(x: Number) -> str:
-    return str(x) if type(x) is int else repr(x)
+def _show(u: int) -> str:
+    whole, rest = divmod(u, _SCALE)
+    if not rest:
+        return str(whole)
+    return format(Decimal(u) / _SCALE, "f").rstrip("0")
 
 
-def derivation(value: object, recent: Collection[Number], contains: Container[object]) -> str | None:
-    """How ``value`` is computed from two recent numbers (``"150 = 3 * 50"``), or ``None``.
+def derivation(value: object, recent: Iterable[Number]) -> str | None:
+    """How ``value`` is computed from two of the ``recent`` numbers (``"150 = 3 * 50"``), or ``None``.
 
-    Checks, for each recent number ``a`` (newest first), whether ``v / a`` or ``v * a`` is
-    one too (products and quotients first: a coincidence is less likely there than in a sum
-    with a small number), then ``v - a`` or ``v + a``: O(len(recent)) set lookups. Identities
-    (``v = v + 0``, ``v = v * 1``) are skipped: they would say only that ``v`` itself was seen.
-
-    Args:
-        value: the looked-up value (a number, or text that writes one).
-        recent: the operands to try, e.g. a :class:`RecentNumbers` (iterated twice).
-        contains: membership of the other operand, normally the same :class:`RecentNumbers`.
+    Checks, for each distinct recent number ``a`` (in the order given: newest first from
+    :meth:`FormIndex.derive`), whether ``v / a`` or ``v * a`` is one too (products and
+    quotients first: a coincidence is less likely there than in a sum with a small number),
+    then ``v - a`` or ``v + a``: O(len(recent)) integer operations and set lookups. Numbers are
+    compared in millionths (``0.1 + 0.2`` is ``0.3``). The two may be the same number.
+    Identities (``v = v + 0``, ``v = v * 1``) are skipped: they would say only that ``v``
+    itself was seen. Numbers of :data:`MAX_DERIVED` or more (ids) take no part.
     """
     n = _number_of(value)
-    v = _key(n) if n is not None and abs(n) < MAX_DERIVED else None
+    v = _units(n) if n is not None else None
     if v is None:
         return None
-    for a in recent:
-        if a and a != 1 and abs(a) < MAX_DERIVED:
-            b = _key(v / a)
-            if b is not None and b != v and b in contains and _close(a * b, v):
+    keys: dict[int, None] = {}
+    for x in recent:
+        u = _units(x)
+        if u is not None:
+            keys[u] = None
+    scaled = v * _SCALE
+    for a in keys:
+        if a and a != _SCALE:
+            if not scaled % a and (b := scaled // a) != v and b in keys:
                 return f"{_show(v)} = {_show(a)} * {_show(b)}"
-            b = _key(v * a)
-            if b is not None and b != v and b in contains and _close(b / a, v):
+            product = v * a
+            if not product % _SCALE and (b := product // _SCALE) != v and b in keys:
                 return f"{_show(v)} = {_show(b)} / {_show(a)}"
-    for a in recent:
-        if a and abs(a) < MAX_DERIVED:
-            b = _key(v - a)
-            if b is not None and b in contains:
-                return f"{_show(v)} = {_show(a)} + {_show(b)}"
-            b = _key(v + a)
-            if b is not None and b in contains:
-                return f"{_show(v)} = {_show(b)} - {_show(a)}"
+    for a in keys:
+        if a:
+            if v - a in keys:
+                return f"{_show(v)} = {_show(a)} + {_show(v - a)}"
+            if v + a in keys:
+                return f"{_show(v)} = {_show(v + a)} - {_show(a)}"
     return None
-
-
-def _close(x: float, v: Number) -> bool:
-    """``x`` is ``v`` up to rounding (a quotient rounded to 0 is not a factor)."""
-    return math.isclose(x, v, rel_tol=1e-9, abs_tol=1e-9)
 
 
 # -- the index of what arrived ------------------------------------------------------------------
@@ -395,63 +401,83 @@ class FormIndex:
 
     __slots__ = ("forms", "numbers")
 
-    def __init__(self) -> None:
+    def __init__(self, recent: int = MAX_RECENT_NUMBERS) -> None:
         self.forms: set[Hashable] = set()
-        self.numbers = RecentNumbers()
+        """Forms of what was seen that differ from its exact value."""
+        self.numbers: deque[Number] = deque(maxlen=recent)
+        """The numbers seen most recently (occurrences), the operands of derivations."""
 
     def add_token(self, s: str) -> None:
-        """Forms of one string without whitespace (a result field, a word)."""
-        f = s.casefold()
+        """Forms of one string without whitespace (a result field); O(len(s))."""
         forms = self.forms
-        if f != s:
-            forms.add(f)
+        if s.isascii() and s.islower():  # nothing to fold (ids, words): no copy made
+            f = s
+        else:
+            f = s.casefold()
+            if f != s:
+                forms.add(f)
         c = f[:1]
         if c == "#":
             forms.add(f[1:])
         elif c in _NUMBER_START:
+            if len(f) >= 10 and f[4] == "-" and f[7] == "-":  # ISO dates and date-times, the common ones
+                _iso_forms(f, forms)
+                return
             n = parse_number(f)
             if n is not None:
                 forms.add(n)
-                self.numbers.add(n)
+                self.numbers.append(n)
             elif len(f) >= 8 and c.isdigit():
                 for m in _DATES.finditer(f):
                     forms.update(_seen_date_forms(m))
 
-    def add_text(self, text: str, *, words: bool = True) -> None:
+    def add_text(self, text: str, *, folded: str | None = None, words: bool = True) -> None:
         """Forms of a text: the whole, its words (ids, numbers) and its dates; O(len(text)).
 
         Args:
-            words: also the casefolded words (``False`` for long texts, whose words the
-                substring search over informed text already finds).
+            text: the text as it arrived.
+            folded: ``fold(text)``, when the caller has it.
+            words: also the casefolded whole and words (``False`` for long informed texts, which
+                the substring search finds in any case).
         """
         forms = self.forms
+        f = fold(text) if folded is None else folded
         if words:
-            whole = fold(text)
-            if whole != text:
-                forms.add(whole)
-        numbers = self.numbers
-        for word in text.split():
-            w = word.strip(STRIP)
-            if not w:
-                continue
-            f = w.casefold()
-            if words and f != w:
+            if f != text:
                 forms.add(f)
-            c = f[:1]
+            raw = text.split()
+            low = f.split(" ") if f else []
+            if len(raw) == len(low):  # casefolding never makes or removes whitespace
+                for r, w in zip(raw, low, strict=True):
+                    if r != w and (w := w.strip(STRIP)):
+                        forms.add(w)
+        numbers = self.numbers
+        size = len(f)
+        for m in _CANDIDATE.finditer(f):
+            start = m.start()
+            if start and f[start - 1] not in _WORD_START:  # inside a word: "hat039"
+                continue
+            token = m.group().rstrip(STRIP)
+            if len(token) < 2 and not token.isdigit():  # a dash or a lone sign
+                continue
+            c = token[:1]
             if c == "#":
-                forms.add(f[1:])
-            elif c in _NUMBER_START:
-                n = parse_number(f)
-                if n is not None:
-                    forms.add(n)
-                    numbers.add(n)
-        if any(c.isdigit() for c in text):
-            for m in _DATES.finditer(text.casefold()):
-                forms.update(_seen_date_forms(m))
+                forms.add(token[1:])
+                continue
+            n = parse_number(token)
+            if n is not None:
+                forms.add(n)
+                numbers.append(n)
+            if c.isdigit():  # a date starts here, or a written one is around this day number
+                end = m.end()
+                lo = max(0, start - 12) if _MONTH_NEAR.search(f, max(0, start - 12), end + 20) else start
+                if lo < start or n is None:
+                    for d in _DATES.finditer(f, lo, min(size, end + 32)):
+                        forms.update(_seen_date_forms(d))
 
     def add_number(self, x: Number) -> None:
         """A number leaf of a result (its exact form is in the pool already)."""
-        self.numbers.add(x)
+        self.numbers.append(x)
 
     def add_object(self, obj: object) -> None:
         """A leaf that is not a plain scalar: ``date``, ``datetime`` and ``Decimal`` values have forms."""
@@ -465,7 +491,7 @@ class FormIndex:
             n = _number_of(obj)
             if n is not None:
                 self.forms.add(n)
-                self.numbers.add(n)
+                self.numbers.append(n)
 
     def find(self, value: object, pool: Container[object]) -> bool:
         """Whether a normalised form of ``value`` is here or in the exact ``pool``; O(number of forms).
@@ -475,9 +501,18 @@ class FormIndex:
         forms = self.forms
         if type(value) is int:  # the common grounded number: no tuple of forms built
             return value in forms or str(value) in forms
+        if type(value) is str:
+            return len(value) <= MAX_FORM_LENGTH and self.find_folded(fold(value), pool)
         return any(f in forms or f in pool for f in value_forms(value))
+
+    def find_folded(self, f: str, pool: Container[object]) -> bool:
+        """:meth:`find` of text already folded (:func:`fold`)."""
+        forms = self.forms
+        if f in forms or f in pool:
+            return True
+        return any(g in forms or g in pool for g in _folded_forms(f)[1:])
 
     def derive(self, value: object) -> str | None:
         """How ``value`` is computed from two recent numbers, or ``None`` (see :func:`derivation`)."""
         numbers = self.numbers
-        return derivation(value, numbers, numbers) if numbers else None
+        return derivation(value, reversed(numbers)) if numbers else None

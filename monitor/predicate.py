@@ -341,29 +341,41 @@ def _information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -
     """The information check: ``None`` every value was seen, the failure, or the derivations it accepted."""
     notes: tuple[str, ...] = ()
     for path, match in spec.grounded_match:
-        value = args.get(path) if "." not in path and "[]" not in path else None
-        if value is not None and state.seen(value, match):  # fast path: a plain argument seen
-            continue
+        if "." not in path and "[]" not in path:
+            value = args.get(path)
+            if value is None or state.seen(value, match):  # fast path: a plain argument seen
+                continue
+            if not isinstance(value, (Mapping, list, tuple)):  # not seen: not looked up again
+                outcome = _ungrounded(state, spec, path, value, match)
+                if isinstance(outcome, Failure):
+                    return outcome
+                notes += (outcome,)
+                continue
         for loc, value in values_at(args, path):
             if isinstance(value, (Mapping, list, tuple)) or state.seen(value, match):
                 continue
-            if match == "derived":
-                how = state.derivation(value)
-                if how is not None:
-                    notes += (f"{loc}: {how}",)
-                    continue
-                computed = ", nor computed from two numbers seen recently"
-            else:
-                computed = ""
-            return Failure(
-                cause=Cause.INFORMATION,
-                code="ungrounded",
-                reason=(
-                    f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages or any earlier tool "
-                    f"result{computed}"
-                ),
-            )
+            outcome = _ungrounded(state, spec, loc, value, match)
+            if isinstance(outcome, Failure):
+                return outcome
+            notes += (outcome,)
     return notes or None
+
+
+def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match: str) -> Failure | str:
+    """A value that was not seen: how it was derived (``"amount: 150 = 3 * 50"``), or the failure."""
+    computed = ""
+    if match == "derived":
+        how = state.derivation(value)
+        if how is not None:
+            return f"{loc}: {how}"
+        computed = ", nor computed from two numbers seen recently"
+    return Failure(
+        cause=Cause.INFORMATION,
+        code="ungrounded",
+        reason=(
+            f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages or any earlier tool result{computed}"
+        ),
+    )
 
 
 def check(

@@ -9,12 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import re
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .grounding import FormIndex, GroundingMatch
+from .grounding import FormIndex, GroundingMatch, fold
 from .verdict import quote
 
 __all__ = (
@@ -86,7 +85,7 @@ class TrackedState:
         self._bindings: dict[Hashable, dict[str, Binding]] = {}
         self._pool: set[Hashable] = set()
         self._texts: list[str] = []
-        """Every text informed (casefolded), searched by substring for :meth:`seen`."""
+        """Every text informed (casefolded, runs of whitespace as one space), searched by substring for :meth:`seen`."""
         self._user_texts: list[str] = []
         """The user's texts among them, for :meth:`user_said`."""
         self._forms = FormIndex()
@@ -178,13 +177,14 @@ class TrackedState:
             user: the user said it (text the user typed also satisfies ``Ref(kind, user=True)``).
         """
         if isinstance(value, str):
-            folded = value.casefold()
+            folded = fold(value)
             self._texts.append(folded)
             if user:
                 self._user_texts.append(folded)
-            self._add_words(value)
-            if len(value) > MAX_TOKENISED_LENGTH:  # its words are found by substring; its numbers and dates are not
-                self._forms.add_text(value, words=False)
+            if len(value) <= MAX_TOKENISED_LENGTH:
+                self._add_words(value, folded)
+            else:  # its words are found by substring search; its numbers and dates are not
+                self._forms.add_text(value, folded=folded, words=False)
         else:
             self.ingest(value)
 
@@ -214,6 +214,7 @@ class TrackedState:
         if t is dict:
             budget[0] -= 1  # containers count too: a result sharing lists (a DAG, a cycle) stays bounded
             pool = self._pool
+            token = self._forms.add_token
             for k, v in obj.items():
                 if budget[0] <= 0:
                     return
@@ -224,7 +225,7 @@ class TrackedState:
                         if " " in v or "\n" in v:
                             self._add_words(v)
                         else:
-                            self._forms.add_token(v)
+                            token(v)
                     else:
                         pool.add(_long(v))
                     if k in produce and isinstance(k, str):
@@ -275,11 +276,11 @@ class TrackedState:
             else:
                 pool.add(k)
                 pool.add(str(obj))
-                self._forms.add_number(obj)
+                self._forms.numbers.append(obj)
         if key is not None and key in produce:
             self.bind(produce[key], obj, tool=tool)
 
-    def _add_words(self, text: str) -> None:
+    def _add_words(self, text: str, folded: str | None = None) -> None:
         if len(text) > MAX_TOKENISED_LENGTH:
             return
         pool = self._pool
@@ -290,7 +291,7 @@ class TrackedState:
                 stripped = word.strip(_STRIP)
                 if stripped:
                     pool.add(stripped)
-            self._forms.add_text(text)
+            self._forms.add_text(text, folded=folded)
         else:
             self._forms.add_token(text)
 
@@ -300,7 +301,7 @@ class TrackedState:
         Args:
             value: the value to look up.
             match: ``"exact"``: as it is (an equal value or word, or, for text and numbers, a
-                case-insensitive substring of informed text); ``"normalized"`` (and
+                substring of informed text, ignoring case and runs of whitespace); ``"normalized"`` (and
                 ``"derived"``, whose derivations :meth:`derivation` finds): also in any form
                 :mod:`prefixmon.grounding` normalises (``#W123`` for ``W123``, ``May 1st, 2024``
                 for ``2024-05-01``, ``$1,234.50`` for ``1234.5``). Each form is one set lookup;
@@ -313,10 +314,13 @@ class TrackedState:
             key = _long(value)
         if key in self._pool:
             return True
+        if isinstance(value, str):
+            needle = fold(value)  # the substring search ignores case and runs of whitespace
+            if match != "exact" and len(value) <= MAX_TOKENISED_LENGTH and self._forms.find_folded(needle, self._pool):
+                return True
+            return bool(needle) and any(needle in text for text in self._texts)
         if match != "exact" and self._forms.find(value, self._pool):
             return True
-        if isinstance(value, str):
-            return self._in_texts(value, normalized=match != "exact")
         if type(value) is int:  # its only text form
             form = str(value)
             return form in self._pool or any(form in t for t in self._texts)
@@ -326,20 +330,6 @@ class TrackedState:
         if isinstance(value, float) and value.is_integer():
             text_forms.add(str(int(value)))
         return any(form in self._pool or any(form in t for t in self._texts) for form in text_forms)
-
-    def _in_texts(self, value: str, *, normalized: bool) -> bool:
-        """Whether ``value`` is a case-insensitive substring of informed text; O(length of that text).
-
-        Normalised, runs of whitespace in either match any run (one pass, as exact): a
-        superset of the exact search.
-        """
-        needle = value.casefold()
-        if normalized and len(words := needle.split()) > 1:
-            pattern = re.compile(r"\s+".join(map(re.escape, words)))
-            return any(pattern.search(text) is not None for text in self._texts)
-        if normalized and words:
-            needle = words[0]
-        return bool(needle) and any(needle in text for text in self._texts)
 
     def derivation(self, value: Any) -> str | None:
         """How ``value`` is computed from two numbers seen recently (``"150 = 3 * 50"``), or ``None``.
@@ -354,5 +344,5 @@ class TrackedState:
         """Whether ``value`` appears in the user's messages (text given with ``inform(..., user=True)``)."""
         if value is None or isinstance(value, bool):
             return False
-        needle = str(value).casefold()
+        needle = fold(str(value))
         return bool(needle) and any(needle in text for text in self._user_texts)
