@@ -32,7 +32,7 @@ small numbers seen, many values are derivable, so it is opt-in per argument.
 
 Cost: forms of what arrives are computed once, on arrival (O(size of what arrived)); a
 value is looked up by its own forms, O(1) each; a derivation costs O(:data:`MAX_RECENT_NUMBERS`)
-set lookups and runs only when every other lookup failed.
+integer operations and set lookups and runs only when every other lookup failed.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ __all__ = (
     "MAX_RECENT_NUMBERS",
     "MAX_SIGNIFICANT_DIGITS",
     "STRIP",
+    "TOKEN_START",
     "FormIndex",
     "GroundingMatch",
     "Number",
@@ -81,11 +82,13 @@ STRIP: Final = ".,;:!?()[]{}<>\"'`"
 
 _NUMBER: Final = re.compile(r"([-+]?)(?:([$€£¥])\s?)?([-+]?)(0|[1-9]\d{0,2}(?:,\d{3})+|[1-9]\d*)(?:\.(\d+))?([$€£¥]?)", re.ASCII)
 _NUMBER_START: Final = frozenset("0123456789-+$€£¥")
+TOKEN_START: Final = frozenset("#0123456789-+$€£¥")
+"""A lower-case ASCII token that starts with none of these has no forms (callers may skip it)."""
 _NUMBER_CHARS: Final = frozenset("0123456789-+$€£¥,. ")
 _CURRENCY: Final = frozenset("$€£¥")
 _HAS_DIGIT: Final = re.compile(r"\d").search
 _CANDIDATE: Final = re.compile(r"[#0-9$€£¥+-]\S*")
-"""Where an id, a number or a date may start (a character class first: the scan runs in C)."""
+"""Where an id, a number or a date may start; only these tokens of a text are looked at."""
 _WORD_START: Final = frozenset(" " + ".,;:!?()[]{}<>\"'`")
 _MONTH_NEAR: Final = re.compile("jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec")
 _ASCII_SPACE: Final = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
@@ -395,8 +398,8 @@ class FormIndex:
     """The normalised forms of everything an episode's agent has seen, and its recent numbers.
 
     A :class:`~prefixmon.TrackedState` keeps one beside its exact pool: forms equal to the
-    exact value are not stored again (a lookup checks both), so what is written in
-    lower case, or a plain ``int``, costs nothing here.
+    exact value are not stored again (a lookup checks both), so a lower-case id costs nothing
+    here and a number one append to :attr:`numbers`.
     """
 
     __slots__ = ("forms", "numbers")

@@ -13,7 +13,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .grounding import FormIndex, GroundingMatch, fold
+from .grounding import TOKEN_START, FormIndex, GroundingMatch, fold
 from .verdict import quote
 
 __all__ = (
@@ -224,7 +224,7 @@ class TrackedState:
                         pool.add(v)
                         if " " in v or "\n" in v:
                             self._add_words(v)
-                        else:
+                        elif not (v.isascii() and v.islower()) or v[:1] in TOKEN_START:  # else it has no forms
                             token(v)
                     else:
                         pool.add(_long(v))
@@ -260,7 +260,7 @@ class TrackedState:
                 pool.add(obj)
                 if " " in obj or "\n" in obj:
                     self._add_words(obj)
-                else:
+                elif not (obj.isascii() and obj.islower()) or obj[:1] in TOKEN_START:  # else it has no forms
                     self._forms.add_token(obj)
             else:
                 pool.add(_long(obj))
