@@ -23,6 +23,11 @@ chunk and run between chunks (so a collection pause lands on neither side).
 4. Throughput, telemetry off, one process: episodes of 20 calls one after another (records
    built; with and without a JSON Lines sink), and 1,000 concurrent episodes x 20 calls
    (the agent yields to the event loop between calls). Target: >= 50,000 checked calls/s.
+5. A grounded argument (``episode.check``, interleaved): a value seen as it is, under the
+   default ``normalized`` matching against ``exact`` (the lookup as it was before
+   normalisation existed). Target: <= 1.1x. Also, in microseconds: a value seen only in
+   another form (an id without its ``#``, a date written out), an amount derived from two of
+   256 recent numbers (pair found last, and no pair at all), and a miss.
 """
 
 from __future__ import annotations
@@ -49,13 +54,14 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Span, SpanKind, Tracer
 from opentelemetry.util.types import AttributeValue
 
-from prefixmon import Decision, Episode, Monitor, Observer, Ref, Toolset, TrackedState, Verdict, read_records
+from prefixmon import Decision, Episode, Grounded, Monitor, Observer, Ref, Toolset, TrackedState, Verdict, read_records
 from prefixmon import semconv as sc
 from prefixmon.telemetry import Telemetry
 
 OVERHEAD_TARGET_US: Final = 5.0
 OTEL_RATIO_TARGET: Final = 1.3
 STATE_RATIO_TARGET: Final = 1.2
+GROUNDED_RATIO_TARGET: Final = 1.1
 THROUGHPUT_TARGET: Final = 50_000
 CHUNK: Final = 500
 """Calls per timed chunk (one episode per chunk)."""
@@ -648,6 +654,78 @@ async def throughput(tools: Toolset, episodes: int) -> None:
     )
 
 
+# -- 5. grounded arguments -------------------------------------------------------------------
+def grounding_tools() -> Toolset:
+    """``note_<match>(text)``: one grounded argument per matching mode."""
+    tools = Toolset()
+    for match in ("exact", "normalized", "derived"):
+        tools.add_schema(f"note_{match}", {"type": "object", "properties": {"text": {}}}, grounded={"text": Grounded(match)})
+    return tools
+
+
+async def grounded(calls: int) -> None:
+    print("\n5. a grounded argument: episode.check, interleaved (per-call perf_counter_ns)")
+    monitor = Monitor(grounding_tools(), policy="block")
+    pc = time.perf_counter_ns
+    rounds = max(1, calls // CHUNK)
+    ep = monitor.open_episode(task_id="grounded")
+    ep.user("please send 2 of the blue mug, order #W123, on May 1st, 2024")
+    ep.state.ingest({"name": "blue mug", "prices": [19.99, 30.01]})  # the pair a derived amount needs, oldest
+    ep.state.ingest({"filler": [1_000_003 + 7 * i for i in range(254)]})  # 256 recent numbers in all
+    cases: dict[str, tuple[str, Any]] = {
+        "seen as is, exact": ("note_exact", "blue mug"),
+        "seen as is, normalized": ("note_normalized", "blue mug"),
+        "int in the user's words, exact": ("note_exact", 2),
+        "int in the user's words, normalized": ("note_normalized", 2),
+        "id without its '#'": ("note_normalized", "W123"),
+        "date written out": ("note_normalized", "2024-05-01"),
+        "derived (pair found last of 256)": ("note_derived", 50),
+        "not derivable (all 256 tried)": ("note_derived", 51.5),
+        "miss, exact": ("note_exact", "green cup"),
+        "miss, normalized": ("note_normalized", "green cup"),
+    }
+    expect = {name: (name.startswith(("seen", "int", "id", "date", "derived"))) for name in cases}
+    t: dict[str, list[int]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, (tool, value) in cases.items():
+            args = {"text": value}
+            samples = t[name]
+            with timed_chunk():
+                for _ in range(CHUNK):
+                    t0 = pc()
+                    v = ep.check(tool, args)
+                    samples.append(pc() - t0)
+            assert v.executable is expect[name], (name, v)
+    await ep.aclose()
+    for kind in ("seen as is", "int in the user's words"):
+        exact, normalized = pct(t[f"{kind}, exact"], 50), pct(t[f"{kind}, normalized"], 50)
+        ratio = normalized / exact
+        add(
+            f"grounded value {kind}: normalized / exact matching, p50",
+            f"{ratio:.2f}x",
+            f"<= {GROUNDED_RATIO_TARGET:g}x",
+            ratio <= GROUNDED_RATIO_TARGET,
+            f"{exact:.2f} us vs {normalized:.2f} us",
+        )
+    base = pct(t["seen as is, normalized"], 50)
+    for name in ("id without its '#'", "date written out", "derived (pair found last of 256)", "not derivable (all 256 tried)"):
+        add(
+            f"grounded value, {name}, p50",
+            f"{pct(t[name], 50):.2f} us",
+            "",
+            None,
+            f"{pct(t[name], 50) / base:.2f}x a value seen as is",
+        )
+    miss_e, miss_n = pct(t["miss, exact"], 50), pct(t["miss, normalized"], 50)
+    add(
+        "ungrounded value (a failure): normalized / exact, p50",
+        f"{miss_n / miss_e:.2f}x",
+        "",
+        None,
+        f"{miss_e:.2f} us vs {miss_n:.2f} us",
+    )
+
+
 # -- main ------------------------------------------------------------------------------------
 def markdown() -> str:
     lines = [
@@ -666,7 +744,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=5_000, help="sequential episodes in the throughput run")
     parser.add_argument("--quick", action="store_true", help="a short run (10,000 calls, 1,000 episodes)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as markdown")
-    parser.add_argument("--only", default="1234", help="sections to run, e.g. 13 (default: all)")
+    parser.add_argument("--only", default="12345", help="sections to run, e.g. 13 (default: all)")
     ns = parser.parse_args(argv)
     calls, episodes = (10_000, 1_000) if ns.quick else (ns.calls, ns.episodes)
     print(f"prefixmon hot path: python {sys.version.split()[0]}, {os.cpu_count()} cores, {calls:,} calls per side")
@@ -680,6 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lambda: with_otel(tools, calls),
             lambda: state_size(tools, calls),
             lambda: throughput(tools, episodes),
+            lambda: grounded(calls),
         ]
         for number, section in enumerate(sections, 1):
             if str(number) in ns.only:

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from ._cel import Expression, ExpressionError, NotObserved, compile_expression
 from .exceptions import SpecError
-from .spec import MISSING, Precondition, Probe, Produce, Ref, ToolSpec, resolve_path, values_at
+from .spec import MISSING, Grounded, Precondition, Probe, Produce, Ref, ToolSpec, resolve_path, values_at
 from .specfile import LetRule, SpecFile, ToolRules
 from .verdict import Undetermined, quote
 
@@ -67,7 +67,11 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
         if root != "args" and root not in rules.let:
             raise SpecError(f"{where('tools', name, 'let', var)}: tools.{name}.let.{var}: {let.id!r} starts with no known name")
     refs = [*base.refs, *((path, Ref(arg.ref, user=arg.user)) for path, arg in rules.args.items() if arg.ref)]
-    grounded = (*base.grounded, *(p for p, a in rules.args.items() if a.grounded and not a.derived and p not in base.grounded))
+    grounded = (*base.grounded, *(p for p, a in rules.args.items() if a.grounded and p not in base.grounded))
+    grounding = {
+        **base.grounding,
+        **{p: Grounded("normalized" if a.grounded is True else a.grounded) for p, a in rules.args.items() if a.grounded},
+    }
     produces = (*base.produces, *(Produce(kind=k, key=v) for k, v in rules.produces.items()))
     requires = [*base.requires, *_preconditions(spec, name, rules)]
     access = rules.access or spec.defaults.access
@@ -99,6 +103,7 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
         description=rules.description if rules.description is not None else base.description,
         refs=tuple(refs),
         grounded=tuple(dict.fromkeys(grounded)),
+        grounding=grounding,
         produces=produces,
         invalidates=base.invalidates | frozenset(rules.invalidates),
         requires=tuple(requires),

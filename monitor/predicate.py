@@ -59,7 +59,7 @@ MAX_DETAIL_CHARS: Final = 2_000
 
 
 _executable: Final = trusted_constructor(
-    Verdict, ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined")
+    Verdict, ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined", "derived")
 )
 """Every executable call makes a verdict: built without the frozen ``__init__`` (a measurable
 share of the per-call overhead)."""
@@ -321,23 +321,62 @@ def acceptance(
 
 
 # 5. information ----------------------------------------------------------------------------
-def check_information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | None:
-    """Every grounded argument's value must have appeared in what the agent has seen."""
-    for path in spec.grounded:
-        value = args.get(path) if "." not in path and "[]" not in path else None
-        if value is not None and state.seen(value):  # fast path: a plain argument seen as is
-            continue
-        for loc, value in values_at(args, path):
-            if isinstance(value, (Mapping, list, tuple)) or state.seen(value):
-                continue
-            return Failure(
-                cause=Cause.INFORMATION,
-                code="ungrounded",
-                reason=(
-                    f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages or any earlier tool result"
-                ),
-            )
+def check_information(
+    state: TrackedState, spec: ToolSpec, args: Mapping[str, Any], derived: list[str] | None = None
+) -> Failure | None:
+    """Every grounded argument's value must have appeared in what the agent has seen.
+
+    Each argument is matched as its :class:`~prefixmon.Grounded` says (``exact``,
+    ``normalized``, ``derived``). Values that passed as derived are appended to ``derived``
+    (``"amount: 150 = 3 * 50"``) when it is given.
+    """
+    outcome = _information(state, spec, args)
+    if outcome is None or isinstance(outcome, Failure):
+        return outcome
+    if derived is not None:
+        derived.extend(outcome)
     return None
+
+
+def _information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | tuple[str, ...] | None:
+    """The information check: ``None`` every value was seen, the failure, or the derivations it accepted."""
+    notes: tuple[str, ...] = ()
+    for path, match in spec.grounded_match:
+        if "." not in path and "[]" not in path:
+            value = args.get(path)
+            if value is None or state.seen(value, match):  # fast path: a plain argument seen
+                continue
+            if not isinstance(value, (Mapping, list, tuple)):  # not seen: not looked up again
+                outcome = _ungrounded(state, spec, path, value, match)
+                if isinstance(outcome, Failure):
+                    return outcome
+                notes += (outcome,)
+                continue
+        for loc, value in values_at(args, path):
+            if isinstance(value, (Mapping, list, tuple)) or state.seen(value, match):
+                continue
+            outcome = _ungrounded(state, spec, loc, value, match)
+            if isinstance(outcome, Failure):
+                return outcome
+            notes += (outcome,)
+    return notes or None
+
+
+def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match: str) -> Failure | str:
+    """A value that was not seen: how it was derived (``"amount: 150 = 3 * 50"``), or the failure."""
+    computed = ""
+    if match == "derived":
+        how = state.derivation(value)
+        if how is not None:
+            return f"{loc}: {how}"
+        computed = ", nor computed from two numbers seen recently"
+    return Failure(
+        cause=Cause.INFORMATION,
+        code="ungrounded",
+        reason=(
+            f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages or any earlier tool result{computed}"
+        ),
+    )
 
 
 def check(
@@ -384,10 +423,14 @@ def judge(
         failures.append(dependency)
     if spec.requires and (failure := check_preconditions(state, spec, args, faults, undetermined, watch)) is not None:
         failures.append(failure)
-    if spec.grounded and (failure := check_information(state, spec, args)) is not None:
-        failures.append(failure)
+    derived: tuple[str, ...] = ()
+    if spec.grounded and (information := _information(state, spec, args)) is not None:
+        if isinstance(information, Failure):
+            failures.append(information)
+        else:
+            derived = information
     if not failures and not faults and not undetermined:  # the common case
-        return _executable(spec.name, call_id, depth, True, (), args, (), ())
+        return _executable(spec.name, call_id, depth, True, (), args, (), (), derived)
     return Verdict(
         tool=spec.name,
         call_id=call_id,
@@ -397,6 +440,7 @@ def judge(
         args=args,
         faults=tuple(faults),
         undetermined=tuple(undetermined),
+        derived=derived,
     )
 
 

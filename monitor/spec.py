@@ -16,6 +16,7 @@ from typing import Any, Final, TypeVar
 from ._validation import Validator
 from .deprecation import moved_names
 from .exceptions import SpecError
+from .grounding import MATCHES, GroundingMatch
 from .verdict import Undetermined
 
 __all__ = (
@@ -66,8 +67,35 @@ class Grounded:
     """Marks an argument whose value must be available information.
 
     The value must have appeared in the user's messages or in an earlier tool result (no
-    invented phone numbers, amounts or ids).
+    invented phone numbers, amounts or ids): ``Annotated[str, Grounded()]``, or
+    ``grounded={"amount": Grounded("derived")}`` in :meth:`Toolset.tool` and
+    :meth:`Toolset.add_schema`. A list-valued argument is checked element by element.
+
+    Matching (``match``; see :mod:`prefixmon.grounding` and docs/grounding.md):
+
+    - ``"exact"``: the value as it is: equal to a value of a result, to a message or one of
+      its words; text and numbers also as a case-insensitive substring of informed text.
+    - ``"normalized"`` (default): ``exact``, or the same value in another written form: text
+      with other case or whitespace (``Blue  Mug`` ↔ ``blue mug``), an id with or without a
+      leading ``#`` (``#W123`` ↔ ``w123``), a number with thousands separators, a currency
+      symbol or trailing zeros (``$1,234.50`` ↔ ``1234.5``), a date written out, in ISO or
+      unambiguously in digits (``May 1st, 2024`` ↔ ``1 May 2024`` ↔ ``2024-05-01``; a date
+      written without a year matches that day of any year), an ISO date-time with any
+      offset (compared in UTC; a date-time's date counts as seen).
+    - ``"derived"``: ``normalized``, or a number that is the sum, difference, product or
+      quotient of two numbers seen recently (a refund of two item prices, ``150 = 3 * 50``);
+      the verdict lists it in :attr:`~prefixmon.Verdict.derived`. Loose by nature (with small
+      numbers seen, many values are derivable): meant for computed amounts.
+
+    Raises:
+        SpecError: ``match`` is not one of these.
     """
+
+    match: GroundingMatch = "normalized"
+
+    def __post_init__(self) -> None:
+        if self.match not in MATCHES:
+            raise SpecError(f"Grounded(match={self.match!r}): match must be one of {', '.join(map(repr, MATCHES))}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,6 +278,9 @@ class ToolSpec:
     refs: tuple[tuple[str, Ref], ...] = ()
     """(argument, Ref) pairs in declaration order."""
     grounded: tuple[str, ...] = ()
+    """Paths of grounded arguments (see :class:`Grounded`)."""
+    grounding: Mapping[str, Grounded] = field(default_factory=dict)
+    """Options of grounded arguments given any; the others are matched as ``Grounded()``."""
     error_result: ErrorResult | None = None
     exposed: bool = True
     """Whether the tool is available from the start of an episode."""
@@ -262,9 +293,17 @@ class ToolSpec:
     also applied to the results of probes, which change nothing else."""
     produce_map: Mapping[str, str] = field(init=False, repr=False, compare=False)
     """``{result key: kind}`` of :attr:`produces`, derived once so no call rebuilds it."""
+    grounded_match: tuple[tuple[str, GroundingMatch], ...] = field(init=False, repr=False, compare=False)
+    """``(path, match)`` of every grounded argument, derived once for the information check."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "produce_map", MappingProxyType({p.key: p.kind for p in self.produces}))
+        unknown = [path for path in self.grounding if path not in self.grounded]
+        if unknown:
+            raise SpecError(f"tool {self.name!r}: grounding options for arguments that are not grounded: {', '.join(unknown)}")
+        options = self.grounding
+        default = Grounded()
+        object.__setattr__(self, "grounded_match", tuple((path, options.get(path, default).match) for path in self.grounded))
 
 
 def values_at(args: Mapping[str, Any], path: str) -> Iterator[tuple[str, Any]]:

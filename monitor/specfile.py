@@ -89,8 +89,11 @@ class ArgRule(_Model):
 
     ref: str | None = Field(default=None, description="Reference kind: the value must have been returned by an earlier call.")
     user: bool = Field(default=False, description="With ref: a value the user stated is accepted too.")
-    grounded: bool = Field(default=False, description="The value must have appeared in what the agent saw.")
-    derived: bool = Field(default=False, description="The value is computed from seen values (not checked for grounding).")
+    grounded: bool | Literal["exact", "normalized", "derived"] = Field(
+        default=False,
+        description="The value must have appeared in what the agent saw: true (normalized forms count), "
+        "exact, or derived (a sum, difference, product or quotient of two seen numbers counts too).",
+    )
     evidence: Evidence | None = None
 
 

@@ -13,6 +13,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .grounding import TOKEN_START, FormIndex, GroundingMatch, fold
 from .observed import ObservedObjects
 from .verdict import quote
 
@@ -75,7 +76,7 @@ class TrackedState:
         turn: current turn (0-based).
     """
 
-    __slots__ = ("_bindings", "_pool", "_texts", "_user_texts", "depth", "env", "exposed", "facts", "objects", "turn")
+    __slots__ = ("_bindings", "_forms", "_pool", "_texts", "_user_texts", "depth", "env", "exposed", "facts", "objects", "turn")
 
     def __init__(self, *, facts: Mapping[str, Any] | None = None, env: Any = None, exposed: Iterable[str] | None = None) -> None:
         self.facts: dict[str, Any] = dict(facts or {})
@@ -88,9 +89,11 @@ class TrackedState:
         """What tool results showed of the environment's objects, by kind and id (spec-file rules read it)."""
         self._pool: set[Hashable] = set()
         self._texts: list[str] = []
-        """Every text informed (casefolded), searched by substring for :meth:`seen`."""
+        """Every text informed (casefolded, runs of whitespace as one space), searched by substring for :meth:`seen`."""
         self._user_texts: list[str] = []
         """The user's texts among them, for :meth:`user_said`."""
+        self._forms = FormIndex()
+        """Normalised forms of what is in the pool and the texts, and the recent numbers."""
 
     # -- references -----------------------------------------------------------------------
     def bind(self, kind: str, value: Any, *, tool: str | None = None, depth: int | None = None) -> None:
@@ -178,11 +181,14 @@ class TrackedState:
             user: the user said it (text the user typed also satisfies ``Ref(kind, user=True)``).
         """
         if isinstance(value, str):
-            folded = value.casefold()
+            folded = fold(value)
             self._texts.append(folded)
             if user:
                 self._user_texts.append(folded)
-            self._add_words(value)
+            if len(value) <= MAX_TOKENISED_LENGTH:
+                self._add_words(value, folded)
+            else:  # its words are found by substring search; its numbers and dates are not
+                self._forms.add_text(value, folded=folded, words=False)
         else:
             self.ingest(value)
 
@@ -212,6 +218,7 @@ class TrackedState:
         if t is dict:
             budget[0] -= 1  # containers count too: a result sharing lists (a DAG, a cycle) stays bounded
             pool = self._pool
+            token = self._forms.add_token
             for k, v in obj.items():
                 if budget[0] <= 0:
                     return
@@ -221,6 +228,8 @@ class TrackedState:
                         pool.add(v)
                         if " " in v or "\n" in v:
                             self._add_words(v)
+                        elif not (v.isascii() and v.islower()) or v[:1] in TOKEN_START:  # else it has no forms
+                            token(v)
                     else:
                         pool.add(_long(v))
                     if k in produce and isinstance(k, str):
@@ -255,11 +264,15 @@ class TrackedState:
                 pool.add(obj)
                 if " " in obj or "\n" in obj:
                     self._add_words(obj)
+                elif not (obj.isascii() and obj.islower()) or obj[:1] in TOKEN_START:  # else it has no forms
+                    self._forms.add_token(obj)
             else:
                 pool.add(_long(obj))
         else:
             k = _key(obj)
             if k is None:
+                if obj is not None and type(obj) is not bool:  # dates and decimals have forms
+                    self._forms.add_object(obj)
                 return
             if isinstance(obj, str):  # a str subclass
                 pool.add(k if len(obj) <= MAX_TOKENISED_LENGTH else _long(obj))
@@ -267,10 +280,11 @@ class TrackedState:
             else:
                 pool.add(k)
                 pool.add(str(obj))
+                self._forms.numbers.append(obj)
         if key is not None and key in produce:
             self.bind(produce[key], obj, tool=tool)
 
-    def _add_words(self, text: str) -> None:
+    def _add_words(self, text: str, folded: str | None = None) -> None:
         if len(text) > MAX_TOKENISED_LENGTH:
             return
         pool = self._pool
@@ -281,19 +295,36 @@ class TrackedState:
                 stripped = word.strip(_STRIP)
                 if stripped:
                     pool.add(stripped)
+            self._forms.add_text(text, folded=folded)
+        else:
+            self._forms.add_token(text)
 
-    def seen(self, value: Any) -> bool:
-        """Whether ``value`` appeared in a user message or an earlier tool result."""
+    def seen(self, value: Any, match: GroundingMatch = "exact") -> bool:
+        """Whether ``value`` appeared in a user message or an earlier tool result.
+
+        Args:
+            value: the value to look up.
+            match: ``"exact"``: as it is (an equal value or word, or, for text and numbers, a
+                substring of informed text, ignoring case and runs of whitespace); ``"normalized"`` (and
+                ``"derived"``, whose derivations :meth:`derivation` finds): also in any form
+                :mod:`prefixmon.grounding` normalises (``#W123`` for ``W123``, ``May 1st, 2024``
+                for ``2024-05-01``, ``$1,234.50`` for ``1234.5``). Each form is one set lookup;
+                only the substring search reads the informed text.
+        """
         key = _key(value)
         if key is None:
-            return False
+            return match != "exact" and self._forms.find(value, self._pool)  # dates, decimals
         if isinstance(value, str) and len(value) > MAX_TOKENISED_LENGTH:
             key = _long(value)
         if key in self._pool:
             return True
         if isinstance(value, str):
-            needle = value.casefold()
+            needle = fold(value)  # the substring search ignores case and runs of whitespace
+            if match != "exact" and len(value) <= MAX_TOKENISED_LENGTH and self._forms.find_folded(needle, self._pool):
+                return True
             return bool(needle) and any(needle in text for text in self._texts)
+        if match != "exact" and self._forms.find(value, self._pool):
+            return True
         if type(value) is int:  # its only text form
             form = str(value)
             return form in self._pool or any(form in t for t in self._texts)
@@ -304,9 +335,18 @@ class TrackedState:
             text_forms.add(str(int(value)))
         return any(form in self._pool or any(form in t for t in self._texts) for form in text_forms)
 
+    def derivation(self, value: Any) -> str | None:
+        """How ``value`` is computed from two numbers seen recently (``"150 = 3 * 50"``), or ``None``.
+
+        Sums, differences, products and quotients of two of the
+        :data:`~prefixmon.grounding.MAX_RECENT_NUMBERS` distinct numbers seen most recently;
+        O(that many) set lookups. See :func:`prefixmon.grounding.derivation`.
+        """
+        return self._forms.derive(value)
+
     def user_said(self, value: Any) -> bool:
         """Whether ``value`` appears in the user's messages (text given with ``inform(..., user=True)``)."""
         if value is None or isinstance(value, bool):
             return False
-        needle = str(value).casefold()
+        needle = fold(str(value))
         return bool(needle) and any(needle in text for text in self._user_texts)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from . import _rules
 from ._validation import Coercion, UnknownArguments, model_validator, schema_validator
 from .exceptions import SpecError
+from .grounding import MATCHES, GroundingMatch
 from .spec import (
     Effect,
     ErrorResult,
@@ -36,7 +37,7 @@ from .spec import (
 )
 from .specfile import SpecFile, load_spec, parse_spec
 
-__all__ = ("Produces", "Toolset")
+__all__ = ("Grounding", "Produces", "Toolset")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,6 +69,41 @@ def _sync_rules(name: str, effects: Iterable[Effect], error_result: ErrorResult 
     return out
 
 
+Grounding = str | Iterable[str] | Mapping[str, Grounded | GroundingMatch] | None
+"""Grounded arguments: a name (or path), several, or ``{name: Grounded(...) or a match}``."""
+
+
+def _grounding(grounded: Grounding, tool: str) -> tuple[tuple[str, ...], dict[str, Grounded]]:
+    """The grounded paths and the options of those given any, from a :data:`Grounding`."""
+    if grounded is None:
+        return (), {}
+    if isinstance(grounded, str):
+        return (grounded,), {}
+    if isinstance(grounded, Mapping):
+        options: dict[str, Grounded] = {}
+        for path, option in grounded.items():
+            if not isinstance(path, str):
+                raise SpecError(f"tool {tool!r}: grounded argument names must be strings, got {type(path).__name__}")
+            if isinstance(option, Grounded):
+                options[path] = option
+            elif isinstance(option, str):
+                try:
+                    options[path] = Grounded(option)  # type: ignore[arg-type]  # checked in Grounded
+                except SpecError as e:
+                    raise SpecError(f"tool {tool!r}: grounded[{path!r}]: {e}") from None
+            else:
+                raise SpecError(
+                    f"tool {tool!r}: grounded[{path!r}] must be a Grounded or one of "
+                    f"{', '.join(map(repr, MATCHES))}, got {type(option).__name__}"
+                )
+        return tuple(options), options
+    paths = tuple(grounded)
+    for path in paths:
+        if not isinstance(path, str):
+            raise SpecError(f"tool {tool!r}: grounded argument names must be strings, got {type(path).__name__}")
+    return paths, {}
+
+
 def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -78,7 +114,7 @@ def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 def _signature_model(
     func: Callable[..., Any], name: str, strict: bool
-) -> tuple[type[BaseModel], tuple[tuple[str, Ref], ...], tuple[str, ...]]:
+) -> tuple[type[BaseModel], tuple[tuple[str, Ref], ...], dict[str, Grounded]]:
     sig = inspect.signature(func)
     try:
         hints = get_type_hints(func, include_extras=True)
@@ -86,7 +122,7 @@ def _signature_model(
         raise SpecError(f"tool {name!r}: cannot resolve its type hints: {e}") from e
     fields: dict[str, Any] = {}
     refs: list[tuple[str, Ref]] = []
-    grounded: list[str] = []
+    grounded: dict[str, Grounded] = {}
     for pname, param in sig.parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise SpecError(f"tool {name!r}: *args/**kwargs cannot be described as tool arguments")
@@ -97,15 +133,17 @@ def _signature_model(
             for meta in get_args(annotation)[1:]:
                 if isinstance(meta, Ref):
                     refs.append((pname, meta))
-                elif isinstance(meta, Grounded) or meta is Grounded:
-                    grounded.append(pname)
+                elif isinstance(meta, Grounded):
+                    grounded[pname] = meta
+                elif meta is Grounded:
+                    grounded[pname] = Grounded()
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (annotation, default)
     config = ConfigDict(extra="forbid", strict=strict, arbitrary_types_allowed=True)
     with warnings.catch_warnings():  # an argument named like a BaseModel attribute (schema, json) is fine here
         warnings.filterwarnings("ignore", message=r"Field name .* shadows an attribute in parent", category=UserWarning)
         model = create_model(f"{name}_args", __config__=config, **fields)
-    return model, tuple(refs), tuple(grounded)
+    return model, tuple(refs), grounded
 
 
 class Toolset:
@@ -264,7 +302,7 @@ class Toolset:
         effects: Iterable[Effect] = (),
         produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
-        grounded: str | Iterable[str] | None = None,
+        grounded: Grounding = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
         strict: bool = False,
@@ -281,7 +319,7 @@ class Toolset:
         effects: Iterable[Effect] = (),
         produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
-        grounded: str | Iterable[str] | None = None,
+        grounded: Grounding = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
         strict: bool = False,
@@ -296,8 +334,9 @@ class Toolset:
             produces: reference kinds the result binds: a kind (the key of the same name),
                 several kinds or ``(kind, key)`` pairs, or ``{kind: key}``.
             invalidates: reference kinds whose argument values are stale after success.
-            grounded: arguments whose values must be available information (also
-                ``Annotated[..., Grounded()]``).
+            grounded: arguments whose values must be available information: names, or
+                ``{name: Grounded(match=...)}`` (also ``Annotated[..., Grounded()]``; an
+                option given here wins).
             error_result: recognises results that mean the environment rejected the call.
             exposed: ``False`` declares a tool that is not available until exposed.
             strict: pydantic strict mode for the arguments (no coercion of ``"5"`` to 5).
@@ -307,7 +346,8 @@ class Toolset:
             tool_name = name or getattr(f, "__name__", None)
             if not tool_name:
                 raise SpecError(f"cannot name tool {f!r}; pass name=")
-            model, refs, grounded_marks = _signature_model(f, tool_name, strict)
+            model, refs, marks = _signature_model(f, tool_name, strict)
+            paths, options = _grounding(grounded, tool_name)
             doc = inspect.getdoc(f) or ""
             self.add(
                 ToolSpec(
@@ -322,7 +362,8 @@ class Toolset:
                     produces=_produce_tuple(produces),
                     invalidates=frozenset(_names(invalidates)),
                     refs=refs,
-                    grounded=tuple(dict.fromkeys(grounded_marks + _names(grounded))),
+                    grounded=tuple(dict.fromkeys((*marks, *paths))),
+                    grounding={**marks, **options},
                     error_result=error_result,
                     exposed=exposed,
                 )
@@ -345,7 +386,7 @@ class Toolset:
         produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
         refs: Mapping[str, str | Ref] | None = None,
-        grounded: str | Iterable[str] | None = None,
+        grounded: Grounding = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
         coercion: Coercion = "lax",
@@ -363,7 +404,8 @@ class Toolset:
             func: an implementation called as ``func(**args)`` when the monitor runs the tool.
             refs: ``{argument: kind}`` (or ``Ref``) for reference arguments; the key may be
                 a path into nested arguments (``payment_methods[].payment_id``, see
-                :func:`values_at`). ``grounded`` names accept paths too.
+                :func:`values_at`). ``grounded`` names accept paths too, and so does
+                ``{path: Grounded(match=...)}``.
             coercion: how the server reads argument values: ``"lax"`` (default; what
                 pydantic's lax mode accepts, e.g. ``"3"`` for an integer: Python MCP SDK /
                 FastMCP servers) or ``"strict"`` (JSON types as they are: zod / ajv servers).
@@ -387,6 +429,7 @@ class Toolset:
         if not isinstance(json_schema, Mapping):
             raise SpecError(f"tool {name!r}: the schema must be a JSON object, got {type(json_schema).__name__}")
         schema: Mapping[str, Any] = json_schema
+        grounded_paths, grounding = _grounding(grounded, name)
         ref_pairs = tuple((arg, r if isinstance(r, Ref) else Ref(r)) for arg, r in (refs or {}).items())
         return self.add(
             ToolSpec(
@@ -401,7 +444,8 @@ class Toolset:
                 produces=_produce_tuple(produces),
                 invalidates=frozenset(_names(invalidates)),
                 refs=ref_pairs,
-                grounded=_names(grounded),
+                grounded=grounded_paths,
+                grounding=grounding,
                 error_result=error_result,
                 exposed=exposed,
                 metadata=dict(metadata or {}),

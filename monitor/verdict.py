@@ -134,6 +134,9 @@ class Verdict:
     """Monitor-internal errors met while checking."""
     undetermined: tuple[str, ...] = ()
     """Preconditions that could not be decided from what was observed."""
+    derived: tuple[str, ...] = ()
+    """Grounded values that were not seen but computed from two numbers that were, each as
+    ``"amount: 150 = 3 * 50"`` (arguments declared ``Grounded(match="derived")``)."""
 
     @property
     def cause(self) -> Cause | None:

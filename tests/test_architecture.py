@@ -34,6 +34,7 @@ BASE: Final = frozenset(
         "_writer",
         "semconv",
         "commands",
+        "grounding",
     }
 )
 """Leaf modules: plain data, helpers and vocabulary every layer may use."""

@@ -106,14 +106,14 @@ class TestGroundedMatching:
         [
             ("call mum", True),  # a whole value of the result
             ("mum", True),  # one word of a value
-            ("Call mum", False),  # results match exactly: case matters
+            ("Call mum", True),  # in another case: Grounded() matches normalized forms (Grounded("exact") does not)
             ("all m", False),  # and never as a substring
         ],
     )
     async def test_result_values_match_whole_or_word_by_word(
         self, todos: dict[str, dict[str, Any]], title: str, grounded: bool
     ) -> None:
-        """Against tool results a value matches a whole leaf value or one of its words, exactly."""
+        """Against tool results a value matches a whole leaf value or one of its words (in any case or spacing), never a part."""
         monitor = Monitor(todo_tools(todos))
         async with monitor.episode(task_id="t") as ep:
             await ep.call("list_todos")

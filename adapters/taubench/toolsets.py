@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from prefixmon import Precondition, Ref, Toolset, TrackedState
+from prefixmon import Grounded, Precondition, Ref, Toolset, TrackedState
 
 from . import _airline, _retail
 from ._calculator import CALCULATOR_CHARS, evaluate
@@ -94,7 +94,7 @@ class ToolRules:
     requires: tuple[Precondition, ...] = ()
     produces: tuple[tuple[str, str], ...] = ()
     effects: tuple[Effect, ...] = ()
-    grounded: tuple[str, ...] = ()
+    grounded: tuple[str, ...] | Mapping[str, Grounded] = ()
 
 
 # -- reading the live database ------------------------------------------------------------------
@@ -538,7 +538,11 @@ def _rules(domain: Domain) -> dict[str, ToolRules]:
             "search_direct_flight": ToolRules(produces=(("flight_number", "flight_number"),)),
             "search_onestop_flight": ToolRules(produces=(("flight_number", "flight_number"),)),
             "send_certificate": ToolRules(
-                refs={"user_id": USER}, requires=(user_exists,), effects=(_bind_certificate,), grounded=("amount",)
+                refs={"user_id": USER},
+                requires=(user_exists,),
+                effects=(_bind_certificate,),
+                # The policy computes compensation (per passenger, per night): derived from seen numbers.
+                grounded={"amount": Grounded("derived")},
             ),
             "think": ToolRules(),
             "transfer_to_human_agents": ToolRules(),

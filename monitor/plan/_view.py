@@ -12,6 +12,7 @@ import copy
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Final, cast
 
+from ..grounding import GroundingMatch
 from ..observed import ObservedObjects
 from ..spec import Produce, ToolSpec
 from ..state import Binding, TrackedState
@@ -369,12 +370,20 @@ class PlanState(TrackedState):
         return self._parent.binding_count + len(self._bindings)
 
     # -- information pool -----------------------------------------------------------------
-    def seen(self, value: Any) -> bool:
+    def seen(self, value: Any, match: GroundingMatch = "exact") -> bool:
         """Seen in the parent, informed in the view, or an earlier step's output."""
         if type(value) is PlanRef:
             sim = self._sim
             return sim is not None and sim.earlier(value.step) is not None
-        return self._parent.seen(value) or ((bool(self._pool) or bool(self._texts)) and TrackedState.seen(self, value))
+        return self._parent.seen(value, match) or (
+            (bool(self._pool) or bool(self._texts)) and TrackedState.seen(self, value, match)
+        )
+
+    def derivation(self, value: Any) -> str | None:
+        """Derived from the parent's recent numbers, or from those informed in the view."""
+        if type(value) is PlanRef:
+            return None
+        return self._parent.derivation(value) or TrackedState.derivation(self, value)
 
     def user_said(self, value: Any) -> bool:
         """Whether the user's messages (parent or view) contain ``value``."""
