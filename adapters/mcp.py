@@ -40,6 +40,7 @@ bind references.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Collection, Hashable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import replace
@@ -66,6 +67,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from prefixmon import Episode, Monitor, PendingCall, SpecError, ToolBlocked, Toolset, current_episode
 from prefixmon.deprecation import moved_names
 from prefixmon.logging import get_logger
+from prefixmon.specfile import SpecFile, load_spec, parse_spec
 
 __all__ = [
     "MAX_LIST_PAGES",
@@ -146,6 +148,7 @@ def declare_tools(
     tools: Iterable[Tool | Mapping[str, Any]],
     *,
     rules: Mapping[str, Mapping[str, Any]] | None = None,
+    spec: SpecSource | None = None,
     coercion: CoercionChoice = "auto",
     server_info: Any = None,
 ) -> list[str]:
@@ -156,6 +159,8 @@ def declare_tools(
         tools: ``Tool`` models (``list_tools().tools``) or their wire dicts.
         rules: ``{name: options}``: :meth:`Toolset.add_schema` options per tool, e.g.
             ``{"search_contacts": {"produces": "person_id"}}``.
+        spec: a spec file (path, mapping or loaded) whose rules are merged onto the tools it
+            names that the server lists.
         coercion: how the server reads argument values (see :func:`coercion_for` for ``"auto"``);
             a rule's own ``coercion`` wins.
         server_info: the server's implementation info, for ``"auto"``.
@@ -164,7 +169,7 @@ def declare_tools(
         The names declared or changed.
     """
     _check_coercion(coercion)
-    return _declare(toolset, tools, rules, coercion=coercion, server_info=server_info)
+    return _declare(toolset, tools, rules, coercion=coercion, server_info=server_info, spec=_load(spec))
 
 
 def _declare(
@@ -175,6 +180,7 @@ def _declare(
     *,
     coercion: CoercionChoice,
     server_info: Any = None,
+    spec: SpecFile | None = None,
 ) -> list[str]:
     """:func:`declare_tools`; names in ``force`` are re-declared even when they look unchanged."""
     rules = rules or {}
@@ -207,7 +213,31 @@ def _declare(
         except TypeError as e:  # a misspelt option
             raise SpecError(f"rules[{name!r}]: {e}; options are those of Toolset.add_schema") from e
         changed.append(name)
+    _apply(toolset, spec, changed)
     return changed
+
+
+SpecSource = SpecFile | str | os.PathLike[str] | Mapping[str, Any]
+"""A spec file: a path (YAML or JSON), its mapping, or a loaded :class:`~prefixmon.specfile.SpecFile`."""
+
+
+def _load(spec: SpecSource | None) -> SpecFile | None:
+    """The spec, loaded now: a bad file fails when the adapter is built, not at call time."""
+    if spec is None or isinstance(spec, SpecFile):
+        return spec
+    return parse_spec(spec) if isinstance(spec, Mapping) else load_spec(spec)
+
+
+def _apply(toolset: Toolset, spec: SpecFile | None, names: Iterable[str]) -> None:
+    """Merge the spec's rules onto the (re-)declared tools it names; probes need their tool listed too."""
+    if spec is None:
+        return
+    chosen = {n: r for n, r in spec.tools.items() if n in set(names)}
+    if not chosen:
+        return
+    known = set(toolset.names) | set(chosen)
+    chosen = {n: r.model_copy(update={"probes": tuple(p for p in r.probes if p.call in known)}) for n, r in chosen.items()}
+    toolset.apply_spec(spec.model_copy(update={"tools": chosen}))
 
 
 def blocked_result(blocked: ToolBlocked) -> CallToolResult:
@@ -289,6 +319,8 @@ class MonitorSession:
         monitor: a monitor to use; its toolset receives the server's tools. Default: a new
             ``Monitor(Toolset(), policy=policy, **monitor_options)``.
         rules: per-tool :meth:`Toolset.add_schema` options (references, preconditions, ...).
+        spec: a spec file (path, mapping or loaded) merged onto the server's tools as they are
+            listed; loaded here, so a bad file fails now with its file and line.
         policy: used when ``monitor`` is not given (default ``"block"``).
         coercion: how the server reads argument values; ``"auto"`` (default) chooses from
             the server's implementation info and each tool's schema (:func:`coercion_for`).
@@ -304,6 +336,7 @@ class MonitorSession:
         monitor: Monitor | None = None,
         *,
         rules: Mapping[str, Mapping[str, Any]] | None = None,
+        spec: SpecSource | None = None,
         policy: str = "block",
         coercion: CoercionChoice = "auto",
         **monitor_options: Any,
@@ -315,6 +348,8 @@ class MonitorSession:
         self.session = session
         self.monitor = monitor if monitor is not None else Monitor(Toolset(), policy=policy, **monitor_options)
         self.rules: dict[str, Mapping[str, Any]] = dict(rules or {})
+        self.spec = _load(spec)
+        """Rules merged onto the server's tools as they are listed (a spec file)."""
         self._declared: set[str] = set()
         self._gone: set[str] = set()
         """Tools an earlier complete listing had and the last one did not: hidden in the episodes."""
@@ -365,7 +400,9 @@ class MonitorSession:
     def _learn(self, tools: Iterable[Tool]) -> None:
         tools = list(tools)
         listed = _names_of(tools)
-        changed = _declare(self.toolset, tools, self.rules, coercion=self.coercion, server_info=self.session.server_info)
+        changed = _declare(
+            self.toolset, tools, self.rules, coercion=self.coercion, server_info=self.session.server_info, spec=self.spec
+        )
         self._declared |= listed
         back = self._gone & listed
         self._gone -= listed
@@ -472,6 +509,7 @@ class MonitorMiddleware:
             **monitor_options)``; the server's tools are declared from its own
             ``tools/list`` (with ``rules``) before the first call is checked.
         rules: per-tool :meth:`Toolset.add_schema` options.
+        spec: a spec file merged onto the tools as they are listed (see :class:`MonitorSession`).
         policy: used when ``monitor`` is not given (default ``"block"``).
         coercion: how the guarded server reads argument values: ``"lax"`` (default:
             ``MCPServer`` validates with pydantic's lax mode) or ``"strict"`` (a low-level
@@ -500,6 +538,7 @@ class MonitorMiddleware:
         monitor: Monitor | None = None,
         *,
         rules: Mapping[str, Mapping[str, Any]] | None = None,
+        spec: SpecSource | None = None,
         policy: str = "block",
         coercion: CoercionChoice = "lax",
         task_id: str | None = None,
@@ -513,6 +552,8 @@ class MonitorMiddleware:
         self.coercion: CoercionChoice = coercion
         self.monitor = monitor if monitor is not None else Monitor(Toolset(), policy=policy, **monitor_options)
         self.rules: dict[str, Mapping[str, Any]] = dict(rules or {})
+        self.spec = _load(spec)
+        """Rules merged onto the server's tools as they are listed (a spec file)."""
         self.key = key
         self.task_id = task_id
         self.labels: dict[str, str] = dict(labels or {})
@@ -661,7 +702,9 @@ class MonitorMiddleware:
         if tools is None:
             return
         listed = _names_of(tools)
-        changed = _declare(self.toolset, tools, self.rules, force=self._unchecked & listed, coercion=self.coercion)
+        changed = _declare(
+            self.toolset, tools, self.rules, force=self._unchecked & listed, coercion=self.coercion, spec=self.spec
+        )
         self._unchecked -= listed
         self._declared |= listed
         back = self._gone & listed

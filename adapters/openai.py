@@ -24,6 +24,7 @@ request to the model's final answer) on an ``openai.AsyncOpenAI`` client.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -52,6 +53,7 @@ import anyio
 from pydantic import BaseModel
 
 from prefixmon import Episode, EpisodeRecord, Monitor, Outcome, PendingCall, ToolBlocked, Toolset
+from prefixmon.specfile import SpecFile
 
 __all__ = [
     "ChatRun",
@@ -83,6 +85,7 @@ def toolset_from_openai(
     rules: Mapping[str, Mapping[str, Any]] | None = None,
     toolset: Toolset | None = None,
     coercion: Literal["lax", "strict"] = "strict",
+    spec: SpecFile | str | os.PathLike[str] | Mapping[str, Any] | None = None,
 ) -> Toolset:
     """Declare every function tool of an OpenAI ``tools`` list in a toolset.
 
@@ -91,7 +94,8 @@ def toolset_from_openai(
     The tools run here, as your functions (or ``execute=``) called with the decoded JSON
     arguments, and nothing between the model and them converts ``"3"`` into ``3``. Pass
     ``coercion="lax"`` when your functions validate with pydantic (a ``rules`` entry's own
-    ``coercion`` wins for its tool).
+    ``coercion`` wins for its tool). ``spec`` is a spec file merged onto the declared tools
+    (see :meth:`prefixmon.Toolset.apply_spec`).
     """
     listed = [cast(Mapping[str, Any], t) for t in tools]
     per_tool: dict[str, Mapping[str, Any]] = {}
@@ -102,7 +106,7 @@ def toolset_from_openai(
             per_tool[name] = {"coercion": coercion}
     for name, options in (rules or {}).items():
         per_tool[name] = {**per_tool.get(name, {}), **options}
-    return Toolset.from_openai(listed, functions=functions, rules=per_tool, toolset=toolset)
+    return Toolset.from_openai(listed, functions=functions, rules=per_tool, toolset=toolset, spec=spec)
 
 
 def result_text(result: Any) -> str:

@@ -416,6 +416,8 @@ class TranscriptSource:
         problems: list[Problem] = []
         try:
             tools = read_tool_definitions(request.tools)
+            for spec in request.specs:  # rules the tool definitions cannot carry (a bad file names its line)
+                tools.apply_spec(spec)
             conversations = list(read_conversations(path, problems))
             records = anyio.run(
                 lambda: replay_conversations(conversations, tools, labels=request.labels, on_record=summary.count)

@@ -1,7 +1,7 @@
 """CEL expressions for spec-file preconditions (Google's CEL runtime, ``cel-expr-python``).
 
 An expression is compiled and type-checked once, when its spec file is loaded, against the
-variables it may read (``args``, the objects its rule binds, ``const``); an undeclared name
+variables it may read (``args``, the objects its rule binds, ``constants``); an undeclared name
 or a syntax error is a load-time error. It is evaluated with an activation that holds only
 those variables, so its cost does not depend on the size of the state. A field the
 expression reads that the observed object lacks is *not observed*, which the caller turns

@@ -125,7 +125,7 @@ def _let(spec: SpecFile, name: str, rules: ToolRules, var: str, i: int) -> LetRu
 
 
 def _preconditions(spec: SpecFile, name: str, rules: ToolRules) -> Iterator[Precondition]:
-    variables = ("args", "const", *rules.let)
+    variables = ("args", "constants", *rules.let)
     for i, rule in enumerate(rules.requires):
         if not rule.enabled:
             continue
@@ -193,7 +193,7 @@ class _Expression:
         self.message = message
 
     def __call__(self, state: Any, args: Mapping[str, Any]) -> bool | str | Undetermined:
-        values: dict[str, Any] = {"args": args, "const": self.constants}
+        values: dict[str, Any] = {"args": args, "constants": self.constants}
         objects = state.objects
         for var, let in self.lets:
             ident = resolve_path(let.id, values)

@@ -134,7 +134,7 @@ class LetRule(_Model):
 
 
 class RequireRule(_Model):
-    """A precondition: a CEL expression over ``args``, the tool's ``let`` variables and ``const``."""
+    """A precondition: a CEL expression over ``args``, the tool's ``let`` variables and ``constants``."""
 
     expr: str = Field(min_length=1, description="CEL; true means the call may run.")
     name: str | None = Field(default=None, pattern=f"^{_IDENT}$", description="For codes and logs (default: rule_<n>).")
@@ -249,7 +249,7 @@ class SpecFile(_Model):
     """A spec file: rules for tools, constants for expressions, probe limits."""
 
     schema_: Literal["prefixmon.spec/1"] = Field(alias="schema", description="Format version.")
-    constants: dict[str, Any] = Field(default_factory=dict, description="Named values expressions read as const.<name>.")
+    constants: dict[str, Any] = Field(default_factory=dict, description="Named values expressions read as constants.<name>.")
     defaults: Defaults = Field(default_factory=Defaults)
     tools: dict[str, ToolRules] = Field(default_factory=dict)
     probe_budget: int = Field(default=8, ge=0, description="Probes the monitor makes at most per episode.")

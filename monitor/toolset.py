@@ -211,6 +211,7 @@ class Toolset:
         rules: Mapping[str, Mapping[str, Any]] | None = None,
         error_result: ErrorResult | None = None,
         toolset: Toolset | None = None,
+        spec: SpecFile | str | os.PathLike[str] | Mapping[str, Any] | None = None,
     ) -> Toolset:
         """Declare every function tool of an OpenAI-style ``tools`` list (no SDK needed).
 
@@ -226,6 +227,7 @@ class Toolset:
                 ``{"send_message": {"refs": {"person_id": "person_id"}}}``.
             error_result: the error-result recogniser of every tool without its own in ``rules``.
             toolset: add to this toolset instead of a new one.
+            spec: a spec file (see :meth:`apply_spec`) merged onto the declared tools.
 
         Raises:
             SpecError: a definition is malformed (named by its index, ``tools[3]``), or
@@ -248,7 +250,7 @@ class Toolset:
                 raise SpecError(f"rules[{name!r}]: {e}; options are those of Toolset.add_schema") from e
             except SpecError as e:
                 raise SpecError(f"{where}: {e}") from e
-        return out
+        return out.apply_spec(spec) if spec is not None else out
 
     # -- spec files -----------------------------------------------------------------------
     def apply_spec(self, spec: SpecFile | str | os.PathLike[str] | Mapping[str, Any]) -> Toolset:

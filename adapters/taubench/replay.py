@@ -95,12 +95,16 @@ async def replay_tau(
     labels: Mapping[str, str] | None = None,
     data: str | os.PathLike[str] | None = None,
     on_record: Callable[[EpisodeRecord, ReplayStats], None] | None = None,
+    specs: Iterable[str | os.PathLike[str]] = (),
 ) -> list[EpisodeRecord]:
     """Replay τ-bench rollouts of one domain; returns one record per rollout, in order.
 
     Labels: ``dataset`` and ``domain`` (``tau-<domain>``), ``trial``, then ``labels``.
     """
-    monitor = Monitor(toolset(domain, data=data), policy="observe")
+    tools = toolset(domain, data=data)
+    for spec in specs:
+        tools.apply_spec(spec)
+    monitor = Monitor(tools, policy="observe")
     records = []
     for index, rollout in enumerate(rollouts):
         trial = "0" if rollout.trial is None else str(rollout.trial)
@@ -162,13 +166,17 @@ class TauReplaySource:
         try:
             if fmt == "tau":
                 rollouts = read_tau_trajectories(path)
-                records = anyio.run(lambda: replay_tau(rollouts, domain, labels=labels, data=data, on_record=summary.count))
+                records = anyio.run(
+                    lambda: replay_tau(rollouts, domain, labels=labels, data=data, on_record=summary.count, specs=request.specs)
+                )
             else:
 
                 def factory() -> Sandbox:
                     return Sandbox(domain, data=data, replica=True)
 
                 tools = toolset(domain, data=data)
+                for spec in request.specs:
+                    tools.apply_spec(spec)
                 labels = {"dataset": f"tau-{domain}", "domain": f"tau-{domain}", **labels}
                 conversations = list(read_conversations(path, problems))
                 records = anyio.run(
