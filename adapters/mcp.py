@@ -346,6 +346,8 @@ class MonitorSession:
         _check_coercion(coercion)
         self.coercion: CoercionChoice = coercion
         self.session = session
+        if monitor is None:  # a spec file's probes call the server's read-only tools through this session
+            monitor_options.setdefault("probe", self._probe)
         self.monitor = monitor if monitor is not None else Monitor(Toolset(), policy=policy, **monitor_options)
         self.rules: dict[str, Mapping[str, Any]] = dict(rules or {})
         self.spec = _load(spec)
@@ -486,6 +488,13 @@ class MonitorSession:
     def user(self, message: Any) -> None:
         """Add what the user said to the current episode's information pool."""
         self._episode().user(message)
+
+    async def _probe(self, tool: str, args: dict[str, Any]) -> Any:
+        """A spec file's probe: the server's own read-only tool, straight through the session (not an action)."""
+        result = await self.session.call_tool(tool, args)
+        if _is_error(result):
+            return {"isError": True, "content": [{"type": "text", "text": _error_text(result)}]}
+        return result_value(result)
 
 
 def _settle(pending: PendingCall, result: CallToolResult | Mapping[str, Any]) -> None:

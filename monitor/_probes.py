@@ -42,22 +42,26 @@ async def probe(
     if not isinstance(parsed, dict):
         return
     objects = state.objects
+    values: dict[str, Any] = {"args": parsed}
+    """What later probes' paths may read: the arguments, and each object an earlier probe is for."""
     for p in spec.probes:
-        ident = resolve_path(p.id, {"args": parsed})
+        ident = resolve_path(p.id, values)
         if ident is MISSING or ident is None or isinstance(ident, (dict, list)):
             continue
         seen = objects.get(p.object, ident)
+        if seen is None or not seen.current:
+            call_args = p.arguments(values)
+            if call_args is None:
+                continue
+            if len(records) >= p.budget:
+                records.append(ProbeRecord(depth=depth, tool=p.call, object=p.object, ok=False, error="no probe budget left"))
+                return
+            record = await _run(state, p, call_args, depth, run, toolset, fault)
+            if record is not None:
+                records.append(record)
+            seen = objects.get(p.object, ident)
         if seen is not None and seen.current:
-            continue
-        call_args = p.arguments(parsed)
-        if call_args is None:
-            continue
-        if len(records) >= p.budget:
-            records.append(ProbeRecord(depth=depth, tool=p.call, object=p.object, ok=False, error="no probe budget left"))
-            return
-        record = await _run(state, p, call_args, depth, run, toolset, fault)
-        if record is not None:
-            records.append(record)
+            values[p.name] = seen.fields
 
 
 async def _run(

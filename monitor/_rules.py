@@ -72,11 +72,15 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
         **base.grounding,
         **{p: Grounded("normalized" if a.grounded is True else a.grounded) for p, a in rules.args.items() if a.grounded},
     }
-    produces = (*base.produces, *(Produce(kind=k, key=v) for k, v in rules.produces.items()))
+    produces = (
+        *base.produces,
+        *(Produce(kind=k, key=v) for k, v in rules.produces.items() if v not in (".", "*") and v[0] != "~"),
+    )
+    binders = tuple((k, v) for k, v in rules.produces.items() if v in (".", "*") or v[0] == "~")
     requires = [*base.requires, *_preconditions(spec, name, rules)]
     access = rules.access or spec.defaults.access
     observe = base.observe
-    if rules.observes or rules.effects or access != "read":
+    if rules.observes or rules.effects or rules.stale or binders or access != "read":
         observe = _Observe(name, rules, writes=access != "read", then=base.observe)
     recognisers = [*spec.defaults.errors, *rules.errors]
     error_result = base.error_result
@@ -227,7 +231,7 @@ def _fill(template: str, values: Mapping[str, Any]) -> str:
 class _Observe:
     """After an accepted call: what a write may have changed goes stale, results are observed, declared effects apply."""
 
-    __slots__ = ("__name__", "observes", "then", "tool", "updates", "writes")
+    __slots__ = ("__name__", "binders", "kinds", "observes", "then", "tool", "updates", "writes")
 
     def __init__(self, tool: str, rules: ToolRules, *, writes: bool, then: Any) -> None:
         self.__name__ = "observe"
@@ -235,6 +239,9 @@ class _Observe:
         self.writes = writes
         self.observes = rules.observes
         self.updates = rules.effects
+        self.kinds = rules.stale
+        self.binders = _binders(rules)
+        """References bound from the whole result: ``(kind, "." | "*" | "~REGEX")``."""
         self.then = then
         """An earlier spec file's observation of the same tool, applied first."""
 
@@ -249,6 +256,10 @@ class _Observe:
             for value in _named_ids(args):
                 kept = frozenset(e.object for e in self.updates if not e.delete and resolve_path(e.id, values) == value)
                 objects.stale(value, by=self.tool, depth=depth, keep=kept if value in declared else frozenset())
+        for kind in self.kinds:
+            objects.stale_kind(kind, by=self.tool, depth=depth)
+        if self.binders and result is not None:
+            _bind_whole(state, self.tool, self.binders, result)
         if self.observes and result is not None:
             data = _as_data(result)
             for rule in self.observes:
@@ -264,6 +275,30 @@ class _Observe:
                 objects.forget(effect.object, ident, depth=depth, tool=self.tool)
             else:
                 objects.update(effect.object, ident, effect.set, depth=depth, tool=self.tool)
+
+
+def _binders(rules: ToolRules) -> tuple[tuple[str, str], ...]:
+    """``produces`` entries that bind from the result as a whole (``.``, ``*``, ``~REGEX``), not from a key."""
+    return tuple((k, v) for k, v in rules.produces.items() if v in (".", "*") or v.startswith("~"))
+
+
+def _bind_whole(state: Any, tool: str, binders: tuple[tuple[str, str], ...], result: Any) -> None:
+    """References a result holds as a whole: the answer itself, each value of an object, each pattern match."""
+    for kind, how in binders:
+        if how == ".":
+            value = result.strip() if isinstance(result, str) else result
+            if isinstance(value, (str, int)) and not isinstance(value, bool) and value != "":
+                state.bind(kind, value, tool=tool)
+        elif how == "*":
+            data = _as_data(result)
+            if isinstance(data, Mapping):
+                for value in data.values():
+                    if isinstance(value, (str, int)) and not isinstance(value, bool):
+                        state.bind(kind, value, tool=tool)
+        else:
+            for found in re.findall(how[1:], _text(result)):
+                if isinstance(found, str) and found:
+                    state.bind(kind, found, tool=tool)
 
 
 def _named_ids(args: Mapping[str, Any]) -> Iterator[Hashable]:

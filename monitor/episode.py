@@ -437,6 +437,25 @@ class Episode:
         self.outcome = Outcome(outcome)
 
     # -- checking ----------------------------------------------------------------------------
+    async def probe(self, name: str, args: Mapping[str, Any] | str | bytes | None = None) -> None:
+        """Make the spec-file probes a call of ``name`` would make before it is judged, without emitting it.
+
+        :meth:`begin` does this for every call; use it before :meth:`check` to judge a call
+        with what its probes observe. Probes are recorded in :attr:`probes`, never as actions.
+        """
+        spec = self.monitor.toolset.get(name)
+        if spec is not None and spec.probes:
+            await probe(
+                self.state,
+                spec,
+                args,
+                self.state.depth + 1,
+                run=self.monitor.run_probe,
+                toolset=self.monitor.toolset,
+                records=self.probes,
+                fault=self._fault,
+            )
+
     def check(self, name: str, args: Mapping[str, Any] | str | bytes | None = None, *, call_id: str | None = None) -> Verdict:
         """Judge a call as if it were emitted next, without recording anything."""
         return self._judge(name, args, self.state.depth + 1, call_id)

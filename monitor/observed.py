@@ -42,12 +42,14 @@ class ObservedObjects:
     never change what the episode observed.
     """
 
-    __slots__ = ("_by_id", "_objects", "_parent")
+    __slots__ = ("_by_id", "_kinds_stale", "_objects", "_parent")
 
     def __init__(self, parent: ObservedObjects | None = None) -> None:
         self._objects: dict[tuple[str, Hashable], Observation] = {}
         self._by_id: dict[Hashable, set[str]] = {}
         """``{id: kinds}``: which kinds of object have this id (a write on an id makes them stale)."""
+        self._kinds_stale: dict[str, tuple[int, str]] = {}
+        """``{kind: (depth, tool)}``: every object of the kind seen before ``depth`` may have changed."""
         self._parent = parent
 
     def __len__(self) -> int:
@@ -63,8 +65,19 @@ class ObservedObjects:
         key = (kind, _key(id))
         found = self._objects.get(key)
         if found is None and self._parent is not None:
-            return self._parent.get(kind, id)
+            found = self._parent.get(kind, id)
+        if found is not None and found.current and self._kinds_stale:
+            staled = self._kinds_stale.get(kind)
+            if staled is not None and found.depth < staled[0]:
+                own = self._own(kind, key[1])
+                if own is not None:
+                    own.current, own.stale_depth, own.stale_by = False, staled[0], staled[1]
+                    return own
         return found
+
+    def stale_kind(self, kind: str, *, by: str, depth: int) -> None:
+        """A write may have changed any object of ``kind``: those seen before now no longer decide (O(1))."""
+        self._kinds_stale[kind] = (depth, by)
 
     def observe(self, kind: str, id: Any, fields: Mapping[str, Any], *, depth: int, tool: str | None) -> None:
         """A result showed the object: it is current with these fields (replacing what was seen)."""

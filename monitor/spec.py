@@ -222,7 +222,8 @@ class Probe:
     object: str
     """The kind of object it looks up."""
     id: str
-    """Path of the object's id in the call (``args.order_id``)."""
+    """Path of the object's id: into the call (``args.order_id``) or an object an earlier probe
+    of the same call observed (``reservation.user_id``)."""
     call: str
     """The read-only tool it calls."""
     args: Mapping[str, Any]
@@ -232,12 +233,16 @@ class Probe:
     timeout: float = 5.0
     """Seconds the probe may take before it is abandoned (the call is then checked without it)."""
 
-    def arguments(self, call_args: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The probe's arguments for a call, or ``None`` when a path has no value."""
-        values = {"args": call_args}
+    def arguments(self, values: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The probe's arguments, or ``None`` when a path has no value.
+
+        Args:
+            values: ``{"args": the checked call's arguments, <let name>: object fields, ...}``;
+                a string argument whose first part names one of them is a path into it.
+        """
         out: dict[str, Any] = {}
         for key, spec in self.args.items():
-            value = resolve_path(spec, values) if isinstance(spec, str) and spec.startswith("args.") else spec
+            value = resolve_path(spec, values) if isinstance(spec, str) and spec.split(".", 1)[0] in values else spec
             if value is MISSING or value is None:
                 return None
             out[key] = value

@@ -203,13 +203,18 @@ class ToolRules(_Model):
     )
     args: dict[str, ArgRule] = Field(default_factory=dict, description="Rules per argument path.")
     produces: dict[str, str] = Field(
-        default_factory=dict, description="{kind: result key}: values under the key become references of the kind."
+        default_factory=dict,
+        description="{kind: where}: values under a result key become references of the kind; '.' the whole result "
+        "(a text or number answer), '*' every value of a result object, '~REGEX' every match in the result's text.",
     )
     invalidates: tuple[str, ...] = Field(default=(), description="Reference kinds its reference arguments stop being.")
     observes: tuple[ObserveRule, ...] = ()
     let: dict[str, LetRule] = Field(default_factory=dict, description="Variables for requires: {name: 'kind[path]'}.")
     requires: tuple[RequireRule, ...] = ()
     effects: tuple[EffectRule, ...] = ()
+    stale: tuple[str, ...] = Field(
+        default=(), description="Object kinds the tool may change beyond those it names: what was seen of them stops deciding."
+    )
     probes: tuple[ProbeRule, ...] = ()
     errors: tuple[ErrorRule, ...] = ()
     evidence: Evidence | None = None
@@ -228,6 +233,19 @@ class ToolRules(_Model):
                 rule = {"object": m.group(1), "id": m.group(2)}
             out[name] = rule
         return out
+
+    @field_validator("produces")
+    @classmethod
+    def _produce_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for kind, key in value.items():
+            if key.startswith("~"):
+                try:
+                    re.compile(key[1:])
+                except re.error as e:
+                    raise ValueError(f"produces.{kind}: {key[1:]!r} is not a regular expression ({e})") from None
+            elif not key:
+                raise ValueError(f"produces.{kind}: give a result key, '.', '*' or '~REGEX'")
+        return value
 
     @field_validator("args")
     @classmethod

@@ -27,21 +27,22 @@ import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
-from prefixmon import Episode, Monitor, ToolBlocked
+from prefixmon import Episode, Monitor, ToolBlocked, current_episode
 
 from .data import TauTask, load_policy, load_tasks, split_domain
 from .gold import DEFAULT_SPLITS, seed_context
 from .sandbox import Sandbox, is_error_result
-from .toolsets import toolset
+from .toolsets import spec_toolset, toolset
 
 __all__ = (
     "ID_ARGS",
     "INVENTED",
     "SCHEMA_KINDS",
+    "Rules",
     "Summary",
     "Trial",
     "format_summary",
@@ -119,6 +120,12 @@ class Summary:
     def confusion(self) -> Counter[tuple[bool, bool]]:
         """(predicted executable, accepted) → count."""
         return Counter((t.predicted, t.accepted) for t in self.trials)
+
+    def prediction(self) -> tuple[float | None, float | None]:
+        """Pre-call prediction of the sandbox's rejections: (precision, recall); ``None`` when undefined."""
+        c = self.confusion()
+        tp, fp, fn = c[(False, False)], c[(False, True)], c[(True, False)]
+        return (tp / (tp + fp) if tp + fp else None, tp / (tp + fn) if tp + fn else None)
 
     def by_kind(self) -> dict[str, tuple[int, int]]:
         """Perturbation kind → (agreeing, total)."""
@@ -230,7 +237,9 @@ def perturbations(
 
 
 # -- the suite ------------------------------------------------------------------------------------
-async def _task_trials(monitor: Monitor, split: str, task: TauTask, rng: random.Random, data: Any) -> list[Trial]:
+async def _task_trials(
+    monitor: Monitor, split: str, task: TauTask, rng: random.Random, data: Any, *, probes: bool = False
+) -> list[Trial]:
     domain = split_domain(split)
     sandbox = Sandbox(domain, data=data)
     trials: list[Trial] = []
@@ -242,6 +251,8 @@ async def _task_trials(monitor: Monitor, split: str, task: TauTask, rng: random.
             spec = monitor.toolset.get(action.name)
             required = list(spec.parameters.get("required", ())) if spec is not None else []
             for kind, name, args in perturbations(action.name, action.kwargs, sandbox.db, rng, required):
+                if probes:
+                    await ep.probe(name, args)
                 verdict = ep.check(name, args)
                 result = sandbox.fork().invoke(name, args)
                 error = is_error_result(result)
@@ -270,17 +281,38 @@ async def _advance(ep: Episode, sandbox: Sandbox, name: str, args: Mapping[str, 
     pending.done(sandbox.invoke(pending.call.name, pending.args))
 
 
+Rules = Literal["database", "spec", "spec+probes"]
+"""``database``: the adapter's rules over the sandbox's database; ``spec``: the shipped
+observation-only spec files, which read only what results showed; ``spec+probes``: the same,
+with the files' probes reading (on the sandbox, read-only tools only) what a call needs and
+nobody observed yet."""
+
+
 async def run_suite(
-    splits: Sequence[str] = DEFAULT_SPLITS, *, seed: int = 0, data: str | os.PathLike[str] | None = None
+    splits: Sequence[str] = DEFAULT_SPLITS,
+    *,
+    seed: int = 0,
+    data: str | os.PathLike[str] | None = None,
+    rules: Rules = "database",
 ) -> Summary:
     """Judge and execute every gold call of ``splits`` and its perturbations."""
     rng = random.Random(seed)
     summary = Summary()
+    build = toolset if rules == "database" else spec_toolset
     for split in splits:
-        monitor = Monitor(toolset(split_domain(split), data=data), policy="observe")
+        monitor = Monitor(build(split_domain(split), data=data), policy="observe", probe=_probe_on_the_sandbox)
+        probes = rules == "spec+probes"
         for task in load_tasks(split, data):
-            summary.trials.extend(await _task_trials(monitor, split, task, rng, data))
+            summary.trials.extend(await _task_trials(monitor, split, task, rng, data, probes=probes))
     return summary
+
+
+def _probe_on_the_sandbox(tool: str, args: dict[str, Any]) -> Any:
+    """Probes run on the episode's own sandbox (read-only tools: the state does not change)."""
+    episode = current_episode()
+    if episode is None or not isinstance(episode.state.env, Sandbox):
+        raise LookupError("no sandbox to probe")
+    return episode.state.env.invoke(tool, args)
 
 
 def format_summary(summary: Summary, *, show: int = 10) -> str:

@@ -32,7 +32,26 @@ class TauBench:
         print()
         summary = anyio.run(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data))
         print(agreement.format_summary(summary, show=args.show))
+        print()
+        observed = anyio.run(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data, rules="spec"))
+        probed = anyio.run(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data, rules="spec+probes"))
+        print("observation-only spec files with their probes (examples/specs/tau_*.yaml: no database):")
+        print(agreement.format_summary(probed, show=args.show))
+        print()
+        print(_comparison({"rules over the database": summary, "observation-only spec": observed, "  + probes": probed}))
         return 0
+
+
+def _comparison(summaries: dict[str, agreement.Summary]) -> str:
+    """Pre-call prediction of the sandbox's rejections, rule sets side by side."""
+    lines = ["pre-call prediction of sandbox rejections  precision  recall  refused-but-accepted"]
+    for name, summary in summaries.items():
+        precision, recall = summary.prediction()
+        flagged = summary.confusion()[(False, True)]
+        p = "—" if precision is None else f"{precision:.4f}"
+        r = "—" if recall is None else f"{recall:.4f}"
+        lines.append(f"  {name:<40} {p:>9}  {r:>6}  {flagged:>20}")
+    return "\n".join(lines)
 
 
 BENCH: Final = TauBench()

@@ -101,6 +101,8 @@ def seed_context(state: TrackedState, sandbox: Sandbox, task: TauTask, tools: To
         state.ingest(result, produce={p.key: p.kind for p in spec.produces}, tool=name)
         for effect in spec.effects:
             effect(state, kwargs, result)
+        if spec.observe is not None:  # what the result shows of the environment's objects (spec-file rules)
+            spec.observe(state, kwargs, result)
         return json.loads(result) if result[:1] in "{[" else result
 
     state.bind("user_id", task.user_id, tool="task", depth=0)

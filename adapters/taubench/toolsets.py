@@ -26,6 +26,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from prefixmon import Grounded, Precondition, Ref, Toolset, TrackedState
@@ -45,6 +46,7 @@ __all__ = (
     "PRODUCT",
     "RESERVATION",
     "RESERVATION_PRODUCES",
+    "SPECS",
     "USER",
     "USER_PRODUCES",
     "Check",
@@ -52,6 +54,7 @@ __all__ = (
     "ToolRules",
     "airline_toolset",
     "retail_toolset",
+    "spec_toolset",
     "toolset",
 )
 
@@ -673,3 +676,18 @@ def airline_toolset(*, data: str | os.PathLike[str] | None = None) -> Toolset:
 def retail_toolset(*, data: str | os.PathLike[str] | None = None) -> Toolset:
     """The retail domain's toolset (16 tools)."""
     return toolset("retail", data=data)
+
+
+SPECS: Final = Path(__file__).resolve().parent / "specs"
+"""The observation-only spec files we ship (``tau_airline.yaml``, ``tau_retail.yaml``)."""
+
+
+def spec_toolset(domain: Domain, *, data: str | os.PathLike[str] | None = None) -> Toolset:
+    """A toolset from the domain's tool schemas and its observation-only spec file: no database access.
+
+    What the rules know comes from the tools' results only (``examples/specs/tau_<domain>.yaml``),
+    as for a tool layer nobody modelled.
+    """
+    definitions = load_schemas(domain, data)
+    strict = {d.get("function", d)["name"]: {"coercion": "strict", "unknown": "forbid"} for d in definitions}
+    return Toolset.from_openai(definitions, rules=strict, spec=SPECS / f"tau_{domain}.yaml")
