@@ -145,10 +145,12 @@ def _preconditions(spec: SpecFile, name: str, rules: ToolRules) -> Iterator[Prec
             root = field.split(".", 1)[0]
             if root not in variables:
                 raise SpecError(f"{where}: tools.{name}.requires.{i}: the message reads {{{field}}}, which names nothing")
+        needed = _needed(reads, rules.let)
+        projections = {var: _fields_read(rule.expr, rule.message or "", var, rules.let) for var in needed}
         check = _Expression(
             name=rule.name or f"rule_{i + 1}",
             expression=expression,
-            lets=tuple((var, rules.let[var]) for var in _needed(reads, rules.let)),
+            lets=tuple((var, rules.let[var], projections[var]) for var in needed),
             constants=dict(spec.constants),
             message=rule.message,
         )
@@ -159,6 +161,22 @@ def _reads(source: str, lets: Mapping[str, LetRule]) -> list[str]:
     """The let variables an expression names (outside string literals)."""
     code = _STRING.sub('""', source)
     return [var for var in lets if re.search(rf"(?<![\w.]){re.escape(var)}\b", code)]
+
+
+def _fields_read(expr: str, message: str, var: str, lets: Mapping[str, LetRule]) -> frozenset[str] | None:
+    """The fields of ``var`` an expression and its message read, when it reads only ``var.field``s; else ``None``.
+
+    Binding just those fields keeps the activation as small as what the expression reads: a
+    large observed object costs nothing beyond the fields a rule looks at.
+    """
+    fields: set[str] = set()
+    code = _STRING.sub('""', expr) + " " + " ".join(_TEMPLATE.findall(message))
+    code += " " + " ".join(let.id for let in lets.values())  # a later let's id may read this one
+    for m in re.finditer(rf"(?<![\w.]){re.escape(var)}\b(\.([A-Za-z_][A-Za-z0-9_]*))?", code):
+        if m.group(2) is None:
+            return None  # used as a whole (indexed, passed to a function, compared)
+        fields.add(m.group(2))
+    return frozenset(fields)
 
 
 def _needed(reads: Iterable[str], lets: Mapping[str, LetRule]) -> list[str]:
@@ -186,7 +204,7 @@ class _Expression:
         *,
         name: str,
         expression: Expression,
-        lets: tuple[tuple[str, LetRule], ...],
+        lets: tuple[tuple[str, LetRule, frozenset[str] | None], ...],
         constants: dict[str, Any],
         message: str | None,
     ) -> None:
@@ -199,7 +217,7 @@ class _Expression:
     def __call__(self, state: Any, args: Mapping[str, Any]) -> bool | str | Undetermined:
         values: dict[str, Any] = {"args": args, "constants": self.constants}
         objects = state.objects
-        for var, let in self.lets:
+        for var, let, fields in self.lets:
             ident = resolve_path(let.id, values)
             if ident is MISSING or ident is None:
                 return Undetermined(f"{let.id} has no value, so the {let.object} is not known")
@@ -208,7 +226,8 @@ class _Expression:
                 return Undetermined(f"{let.object} {quote(ident)} was not observed")
             if not seen.current:
                 return Undetermined(f"{let.object} {quote(ident)} may have changed since {seen.stale_by or 'a write'} ran")
-            values[var] = seen.fields
+            whole = seen.fields
+            values[var] = whole if fields is None else {f: whole[f] for f in fields if f in whole}
         try:
             result = self.expression.evaluate(values)
         except NotObserved as e:
