@@ -1,0 +1,220 @@
+"""The client side: :class:`MonitorSession` checks each ``call_tool`` before it is sent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from mcp import Client, MCPError
+from mcp.types import CallToolResult, ListToolsResult, PaginatedRequestParams, Tool
+from mcp_types import CONNECTION_CLOSED
+
+from prefixmon import Episode, Monitor, SpecError, ToolBlocked, Toolset, current_episode
+
+from ._common import (
+    MAX_LIST_PAGES,
+    CoercionChoice,
+    SpecSource,
+    ToolSession,
+    blocked_result,
+    check_coercion,
+    declare,
+    error_text,
+    expose,
+    is_error,
+    load_source,
+    names_of,
+    result_value,
+    settle,
+    transport_failure,
+)
+
+__all__ = ["MonitorSession"]
+
+
+class MonitorSession:
+    """An MCP client session whose ``call_tool`` is checked before anything is sent.
+
+    Args:
+        session: an initialized ``mcp.ClientSession`` or an entered ``mcp.Client``.
+        monitor: a monitor to use; its toolset receives the server's tools. Default: a new
+            ``Monitor(Toolset(), policy=policy, **monitor_options)``.
+        rules: per-tool :meth:`Toolset.add_schema` options (references, preconditions, ...).
+        spec: a spec file (path, mapping or loaded) merged onto the server's tools as they are
+            listed; loaded here, so a bad file fails now with its file and line.
+        policy: used when ``monitor`` is not given (default ``"block"``).
+        coercion: how the server reads argument values; ``"auto"`` (default) chooses from
+            the server's implementation info and each tool's schema (:func:`coercion_for`).
+        **monitor_options: further :class:`Monitor` options (``sink=``, ``observers=``, ...).
+
+    Use it as an async context manager (it lists the server's tools on entry), open one
+    episode per agent run with :meth:`episode`, and call tools with :meth:`call_tool`.
+    """
+
+    def __init__(
+        self,
+        session: ToolSession,
+        monitor: Monitor | None = None,
+        *,
+        rules: Mapping[str, Mapping[str, Any]] | None = None,
+        spec: SpecSource | None = None,
+        policy: str = "block",
+        coercion: CoercionChoice = "auto",
+        **monitor_options: Any,
+    ) -> None:
+        if monitor is not None and monitor_options:
+            raise SpecError(f"pass either monitor= or Monitor options, not both (got {', '.join(sorted(monitor_options))})")
+        check_coercion(coercion)
+        self.coercion: CoercionChoice = coercion
+        self.session = session
+        if monitor is None:  # a spec file's probes call the server's read-only tools through this session
+            monitor_options.setdefault("probe", self._probe)
+        self.monitor = monitor if monitor is not None else Monitor(Toolset(), policy=policy, **monitor_options)
+        self.rules: dict[str, Mapping[str, Any]] = dict(rules or {})
+        self.spec = load_source(spec)
+        """Rules merged onto the server's tools as they are listed (a spec file)."""
+        self._declared: set[str] = set()
+        self._gone: set[str] = set()
+        """Tools an earlier complete listing had and the last one did not: hidden in the episodes."""
+        self._connection_lost = False
+
+    @property
+    def toolset(self) -> Toolset:
+        """The toolset the server's tools are declared in."""
+        return self.monitor.toolset
+
+    async def __aenter__(self) -> MonitorSession:
+        await self.refresh_tools()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def list_tools(self, cursor: str | None = None) -> ListToolsResult:
+        """One ``tools/list`` page; the listed tools are declared (or updated) in the toolset."""
+        if isinstance(self.session, Client):
+            result = await self.session.list_tools(cursor=cursor)
+        else:
+            result = await self.session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+        self._learn(result.tools)
+        return result
+
+    async def refresh_tools(self) -> list[str]:
+        """List every tool the server offers (all pages); returns the names.
+
+        Tools an earlier listing had and this one does not are hidden in the current
+        episode and in episodes opened later (a call to one is refused as unavailable).
+        """
+        names: list[str] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            result = await self.list_tools(cursor)
+            names.extend(t.name for t in result.tools)
+            cursor = result.next_cursor
+            if not cursor:
+                break
+        if not cursor:  # a complete listing: what it lacks is gone
+            self._gone = self._declared - set(names)
+            ep = current_episode()
+            if ep is not None and ep.monitor is self.monitor and self._gone:
+                ep.hide(*self._gone)
+        return names
+
+    def _learn(self, tools: Iterable[Tool]) -> None:
+        tools = list(tools)
+        listed = names_of(tools)
+        changed = declare(
+            self.toolset, tools, self.rules, coercion=self.coercion, server_info=self.session.server_info, spec=self.spec
+        )
+        self._declared |= listed
+        back = self._gone & listed
+        self._gone -= listed
+        ep = current_episode()
+        if ep is not None and ep.monitor is self.monitor:
+            for name in {*changed, *back}:
+                expose(ep, name)
+
+    @asynccontextmanager
+    async def episode(
+        self, task_id: str | None = None, labels: Mapping[str, str] | None = None, **options: Any
+    ) -> AsyncIterator[Episode]:
+        """One agent run: ``async with guarded.episode(task_id=...) as ep`` (see ``Monitor.episode``)."""
+        async with self.monitor.episode(task_id, labels, **options) as ep:
+            if self._gone and "exposed" not in options:
+                ep.hide(*self._gone)
+            yield ep
+
+    def _episode(self) -> Episode:
+        ep = current_episode()
+        if ep is None or ep.monitor is not self.monitor:
+            raise RuntimeError(
+                "MonitorSession.call_tool runs inside an episode: wrap the agent run in `async with guarded.episode(task_id=...)`"
+            )
+        return ep
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        read_timeout_seconds: float | None = None,
+        *,
+        call_id: str | None = None,
+        **kwargs: Any,
+    ) -> CallToolResult:
+        """Check the call, then send it unless the policy stops it.
+
+        Args:
+            name: the tool.
+            arguments: a dict, or the model's raw JSON text (malformed JSON is a schema
+                failure, reported to the model).
+            read_timeout_seconds: as for ``ClientSession.call_tool``.
+            call_id: the model's tool call id, recorded as ``gen_ai.tool.call.id``.
+            **kwargs: further ``ClientSession.call_tool`` options (``meta=``, ...).
+
+        Returns:
+            the server's result, or an ``isError`` result with the reason when the call was
+            not sent.
+
+        Raises:
+            MCPError: as ``ClientSession.call_tool``. A transport failure (connection closed,
+                read timeout) is no answer from the tool: the call is recorded as abandoned
+                (not sent at all when the connection was already known to be closed), not
+                as rejected; a JSON-RPC error answer is the tool rejecting the call.
+        """
+        ep = self._episode()
+        try:
+            pending = await ep.begin(name, arguments, call_id=call_id)
+        except ToolBlocked as blocked:
+            return blocked_result(blocked)
+        lost_before = self._connection_lost
+        try:
+            result = await self.session.call_tool(pending.call.name, pending.args, read_timeout_seconds, **kwargs)
+        except anyio.get_cancelled_exc_class():
+            pending.abandon()
+            raise
+        except Exception as exc:
+            if not transport_failure(exc):
+                pending.failed(exc)
+                raise
+            if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
+                self._connection_lost = True  # the SDK sends nothing on a closed connection
+            pending.abandon(f"no answer: {type(exc).__name__}: {exc}", started=not lost_before)
+            raise
+        if not isinstance(result, CallToolResult):  # pragma: no cover - claimed extension results
+            pending.done(result)
+            raise TypeError(f"call_tool returned {type(result).__name__}, not CallToolResult")
+        settle(pending, result)
+        return result
+
+    def user(self, message: Any) -> None:
+        """Add what the user said to the current episode's information pool."""
+        self._episode().user(message)
+
+    async def _probe(self, tool: str, args: dict[str, Any]) -> Any:
+        """A spec file's probe: the server's own read-only tool, straight through the session (not an action)."""
+        result = await self.session.call_tool(tool, args)
+        if is_error(result):
+            return {"isError": True, "content": [{"type": "text", "text": error_text(result)}]}
+        return result_value(result)
