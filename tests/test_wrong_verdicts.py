@@ -1,0 +1,178 @@
+"""Wrong verdicts and crashes (tracker issue 19): each test failed on the code it fixes.
+
+Rules that would silently be wrong (``async def`` preconditions, effects and error
+recognisers), hook answers of the wrong type or too late, a ``Grounded()`` default the agent
+never sent, argument objects and user information that raise, an episode closed in another
+task, a stray ``CancelledError`` from an observer, and observers or redaction hooks that
+change the arguments a tool runs with or the result the agent gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any
+
+import anyio
+import pytest
+
+from prefixmon import (
+    Approve,
+    Cause,
+    Decision,
+    Edit,
+    Grounded,
+    Monitor,
+    Observer,
+    Policy,
+    Precondition,
+    Replan,
+    SpecError,
+    Telemetry,
+    ToolBlocked,
+    ToolCall,
+    Toolset,
+    TrackedState,
+    Verdict,
+    verify_plan,
+)
+from prefixmon.records import ActionRecord
+
+
+class TestAsyncRulesAreRefused:
+    """An ``async def`` rule would be silently wrong (a coroutine is truthy; effects never run): refused at declaration."""
+
+    def test_async_precondition(self) -> None:
+        """An async precondition, bare or wrapped, is a SpecError naming it."""
+        tools = Toolset()
+
+        async def logged_in(state: TrackedState, args: Any) -> bool:
+            return False
+
+        with pytest.raises(SpecError, match="precondition logged_in is an async function"):
+
+            @tools.tool(requires=[logged_in])
+            def act() -> None: ...
+
+        with pytest.raises(SpecError, match="async function"):
+            Precondition(check=logged_in, name="logged_in")
+
+    def test_async_effect_and_error_result(self) -> None:
+        """Async effects and error recognisers, and callable objects with an async ``__call__``, are refused."""
+        tools = Toolset()
+
+        async def remember(state: TrackedState, args: Any, result: Any) -> None:
+            state.facts["x"] = 1
+
+        class Recogniser:
+            async def __call__(self, result: Any) -> str | None:
+                return "error"
+
+        with pytest.raises(SpecError, match="effect remember is an async function"):
+
+            @tools.tool(effects=[remember])
+            def a() -> None: ...
+
+        with pytest.raises(SpecError, match="error_result Recogniser is an async function"):
+
+            @tools.tool(error_result=Recogniser())
+            def b() -> None: ...
+
+        with pytest.raises(SpecError, match="async function"):
+            tools.add_schema("c", {"type": "object"}, effects=[remember])
+
+
+class TestHookAnswers:
+    """Replan and escalation answers of the wrong type, or too late, never run anything."""
+
+    @pytest.mark.parametrize(
+        "answer",
+        [
+            Replan(call="search_contacts"),  # type: ignore[arg-type]
+            Replan(call={"name": "search_contacts", "args": {}}),  # type: ignore[arg-type]
+            {"name": "search_contacts", "args": {}},
+            Replan(guidance="look it up", call=("search_contacts", {})),  # type: ignore[arg-type]
+        ],
+        ids=["call-str", "call-dict", "dict", "call-tuple"],
+    )
+    async def test_replan_with_a_call_that_is_not_a_tool_call_blocks(self, tools: Toolset, answer: Any) -> None:
+        """A replacement that is not a ToolCall falls back to block (an AttributeError used to reach the agent)."""
+
+        async def replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> Any:
+            return answer
+
+        monitor = Monitor(tools, policy="replan", replan=replan)
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked) as info:
+                await ep.call("remove_contact", {"person_id": "ghost"})
+        assert info.value.decision == "block"
+        assert monitor.stats.internal_errors == 1
+        assert ep.record is not None
+        (action,) = ep.record.actions
+        assert action.decision is Decision.BLOCK and not action.reached_environment and action.replacement is None
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+    async def test_an_approval_after_the_timeout_is_denied(self, tools: Toolset, anyio_backend: str) -> None:
+        """A hook that shields itself from the timeout and approves late is denied: a timeout denies."""
+
+        async def escalate(verdict: Verdict, call: ToolCall) -> Approve:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.2)
+            return Approve()
+
+        monitor = Monitor(tools, policy="escalate", escalate=escalate, escalate_timeout=0.05)
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked, match=r"no human answered within 0\.05 s") as info:
+                await ep.call("send_money", {"phone_number": "+1 000", "amount": 5})
+        assert info.value.decision == "deny"
+        assert ep.record is not None and ep.record.actions[0].decision is Decision.DENY
+        assert not ep.record.actions[0].reached_environment
+
+    async def test_an_approval_that_swallows_the_cancellation_is_denied(self, tools: Toolset) -> None:
+        """A hook that catches the timeout's cancellation and approves anyway is denied (asyncio lets it)."""
+
+        async def escalate(verdict: Verdict, call: ToolCall) -> Approve:
+            try:
+                await anyio.sleep(3600)
+            except asyncio.CancelledError:
+                pass
+            return Approve()
+
+        monitor = Monitor(tools, policy="escalate", escalate=escalate, escalate_timeout=0.05)
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked) as info:
+                await ep.call("send_money", {"phone_number": "+1 000", "amount": 5})
+        assert info.value.decision == "deny"
+
+    async def test_a_late_edit_is_denied_and_a_late_replan_blocks(self, tools: Toolset) -> None:
+        """An edit that arrives after the escalation timeout, and a replacement after the replan timeout, do not run."""
+
+        async def escalate(verdict: Verdict, call: ToolCall) -> Edit:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.2)
+            return Edit({"phone_number": "+1 555 0100", "amount": 5})
+
+        async def replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> Replan:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.2)
+            return Replan(call=ToolCall(name="search_contacts", args={"name": "Amara"}))
+
+        monitor = Monitor(
+            tools,
+            policy=Policy(default="escalate", tools={"remove_contact": "replan"}),
+            escalate=escalate,
+            escalate_timeout=0.05,
+            replan=replan,
+            replan_timeout=0.05,
+        )
+        async with monitor.episode(task_id="t") as ep:
+            ep.user("send 5 to +1 555 0100")
+            with pytest.raises(ToolBlocked) as denied:
+                await ep.call("send_money", {"phone_number": "+1 000", "amount": 5})
+            with pytest.raises(ToolBlocked) as blocked:
+                await ep.call("remove_contact", {"person_id": "ghost"})
+        assert denied.value.decision == "deny" and blocked.value.decision == "block"
+        assert ep.record is not None
+        assert [a.reached_environment for a in ep.record.actions] == [False, False]
+        assert [a.replacement for a in ep.record.actions] == [None, None]
