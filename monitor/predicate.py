@@ -20,7 +20,7 @@ for the runtime and for plan simulation alike.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any, Final, Protocol
 
 from ._trusted import trusted_constructor
@@ -121,9 +121,18 @@ def check_schema(
     toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
 ) -> tuple[ToolSpec | None, dict[str, Any] | None, Failure | None]:
     """Tool existence and exposure, argument parsing and schema fit."""
+    spec, _, args, failure = _check_schema(toolset, state, name, raw)
+    return spec, args, failure
+
+
+def _check_schema(
+    toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
+) -> tuple[ToolSpec | None, dict[str, Any] | None, dict[str, Any] | None, Failure | None]:
+    """:func:`check_schema`, also returning the parsed arguments (the names the call carried)."""
     spec = toolset.get(name)
     if spec is None:
         return (
+            None,
             None,
             None,
             Failure(
@@ -136,6 +145,7 @@ def check_schema(
         return (
             spec,
             None,
+            None,
             Failure(
                 cause=Cause.SCHEMA,
                 code="not_exposed",
@@ -144,18 +154,19 @@ def check_schema(
         )
     parsed = parse_arguments(raw)
     if isinstance(parsed, str):
-        return spec, None, Failure(cause=Cause.SCHEMA, code="invalid_json", reason=f"{name}: {parsed}")
+        return spec, None, None, Failure(cause=Cause.SCHEMA, code="invalid_json", reason=f"{name}: {parsed}")
     try:
         args = spec.validate(parsed)
     except ArgumentError as e:
-        return spec, None, schema_failure(name, e)
+        return spec, parsed, None, schema_failure(name, e)
     except RecursionError:
         return (
             spec,
+            parsed,
             None,
             Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: arguments are nested too deeply"),
         )
-    return spec, args, None
+    return spec, parsed, args, None
 
 
 def schema_failure(name: str, error: ArgumentError) -> Failure:
@@ -321,9 +332,18 @@ def acceptance(
 
 
 # 5. information ----------------------------------------------------------------------------
-def check_information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | None:
-    """Every grounded argument's value must have appeared in what the agent has seen."""
+def check_information(
+    state: TrackedState, spec: ToolSpec, args: Mapping[str, Any], sent: Container[str] | None = None
+) -> Failure | None:
+    """Every grounded argument's value must have appeared in what the agent has seen.
+
+    Args:
+        sent: the argument names the call carried; a grounded argument it left out (filled in
+            by its default) is not judged: the agent stated nothing. ``None``: every argument.
+    """
     for path in spec.grounded:
+        if sent is not None and _top(path) not in sent:
+            continue
         value = args.get(path) if "." not in path and "[]" not in path else None
         if value is not None and state.seen(value):  # fast path: a plain argument seen as is
             continue
@@ -340,6 +360,16 @@ def check_information(state: TrackedState, spec: ToolSpec, args: Mapping[str, An
     return None
 
 
+def _top(path: str) -> str:
+    """The argument name a path starts with (``card.number`` and ``items[].id`` start with ``card`` and ``items``)."""
+    end = len(path)
+    for mark in (".", "["):
+        at = path.find(mark)
+        if at != -1 and at < end:
+            end = at
+    return path[:end]
+
+
 def check(
     toolset: Toolset,
     state: TrackedState,
@@ -350,11 +380,11 @@ def check(
     call_id: str | None = None,
 ) -> Verdict:
     """Judge one call before it runs (checks 1, 2, 3 and 5)."""
-    spec, args, failure = check_schema(toolset, state, name, raw_args)
+    spec, parsed, args, failure = _check_schema(toolset, state, name, raw_args)
     if spec is None or args is None:
         assert failure is not None
         return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
-    return judge(toolset, state, spec, args, depth=depth, call_id=call_id)
+    return judge(toolset, state, spec, args, depth=depth, call_id=call_id, sent=parsed)
 
 
 def judge(
@@ -367,6 +397,7 @@ def judge(
     call_id: str | None = None,
     watch: PreconditionWatch | None = None,
     dependency: Failure | None = None,
+    sent: Container[str] | None = None,
 ) -> Verdict:
     """Checks 2, 3 and 5 of arguments that passed check 1.
 
@@ -374,6 +405,8 @@ def judge(
         watch: lets plan verification decide which precondition outcomes are undetermined.
         dependency: a dependency failure the caller already found (a plan step's placeholder
             that names no earlier step); the reference arguments are then not checked again.
+        sent: the argument names the call carried (its parsed arguments); grounded arguments
+            it left out are not judged (see :func:`check_information`).
     """
     failures: list[Failure] = []
     faults: list[Fault] = []
@@ -384,7 +417,7 @@ def judge(
         failures.append(dependency)
     if spec.requires and (failure := check_preconditions(state, spec, args, faults, undetermined, watch)) is not None:
         failures.append(failure)
-    if spec.grounded and (failure := check_information(state, spec, args)) is not None:
+    if spec.grounded and (failure := check_information(state, spec, args, sent)) is not None:
         failures.append(failure)
     if not failures and not faults and not undetermined:  # the common case
         return _executable(spec.name, call_id, depth, True, (), args, (), ())

@@ -176,3 +176,46 @@ class TestHookAnswers:
         assert ep.record is not None
         assert [a.reached_environment for a in ep.record.actions] == [False, False]
         assert [a.replacement for a in ep.record.actions] == [None, None]
+
+
+class TestGroundedDefaults:
+    """A ``Grounded()`` argument is judged on what the call carried, never on a default the agent did not send."""
+
+    def _tools(self) -> Toolset:
+        tools = Toolset()
+
+        @tools.tool
+        def search(query: Annotated[str, Grounded()] = "everything", limit: Annotated[int, Grounded()] = 25) -> list[str]:
+            """Search with a default query."""
+            return [query]
+
+        return tools
+
+    async def test_a_default_never_sent_is_not_judged(self) -> None:
+        """Leaving out grounded arguments with defaults is executable; the defaults still run."""
+        monitor = Monitor(self._tools(), policy="block")
+        async with monitor.episode(task_id="t") as ep:
+            assert await ep.call("search", {}) == ["everything"]
+            assert await ep.call("search", "{}") == ["everything"]
+            ep.user("find flights to Oslo")
+            assert await ep.call("search", '{"query": "Oslo"}') == ["Oslo"]
+        assert ep.record is not None and ep.record.executable
+
+    async def test_a_sent_value_is_still_judged(self) -> None:
+        """An invented value the agent did send is an information failure, also when it equals nothing seen."""
+        monitor = Monitor(self._tools(), policy="block")
+        async with monitor.episode(task_id="t") as ep:
+            ep.user("find flights to Oslo")
+            with pytest.raises(ToolBlocked, match="'Bergen' for 'query'"):
+                await ep.call("search", {"query": "Bergen"})
+            with pytest.raises(ToolBlocked, match="'everything' for 'query'"):
+                await ep.call("search", {"query": "everything"})  # sent explicitly: judged like any value
+            with pytest.raises(ToolBlocked, match="25 for 'limit'"):
+                await ep.call("search", {"query": "Oslo", "limit": 25})
+        assert ep.record is not None and [a.cause for a in ep.record.actions] == [Cause.INFORMATION] * 3
+
+    def test_plan_verification_agrees(self) -> None:
+        """A plan step that leaves the default out is executable too (one predicate for plans and runtime)."""
+        tools = self._tools()
+        assert verify_plan(tools, [{"tool": "search", "args": {}}]).approved
+        assert not verify_plan(tools, [{"tool": "search", "args": {"query": "Bergen"}}]).approved
