@@ -440,7 +440,10 @@ class Episode:
             self._fault(f"checking {name}", e)
             if monitor.fail_closed:
                 return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(_fault_failure(name),))
-            parsed = predicate.parse_arguments(args)
+            try:
+                parsed = predicate.parse_arguments(args)
+            except Exception:  # fail-open must not raise what the check already reported
+                parsed = {}
             return Verdict(
                 tool=name, call_id=call_id, depth=depth, executable=True, args=parsed if isinstance(parsed, dict) else {}
             )

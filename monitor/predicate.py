@@ -81,7 +81,10 @@ def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, An
         return raw
     if type(raw) is not str:  # JSON text, the other common case, skips these checks
         if isinstance(raw, Mapping):
-            return dict(raw)
+            try:
+                return dict(raw)
+            except Exception as e:  # a framework's mapping that raises when read: nothing can run with it
+                return f"the arguments could not be read ({type(e).__name__})"
         if isinstance(raw, (bytes, bytearray, memoryview)):
             raw = bytes(raw)
             try:

@@ -219,3 +219,52 @@ class TestGroundedDefaults:
         tools = self._tools()
         assert verify_plan(tools, [{"tool": "search", "args": {}}]).approved
         assert not verify_plan(tools, [{"tool": "search", "args": {"query": "Bergen"}}]).approved
+
+
+class _Unreadable(Mapping[str, Any]):
+    """A framework's argument object that raises when it is read."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise RuntimeError("the arguments are gone")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["x"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+class TestArgumentsThatRaise:
+    """Arguments that raise when read never reach the agent as an exception."""
+
+    @pytest.mark.parametrize("failure_mode", ["fail_open", "fail_closed"])
+    async def test_unreadable_arguments_are_a_schema_failure(self, tools: Toolset, failure_mode: Any) -> None:
+        """The call is not executable (nothing can run with them); the agent gets ToolBlocked, not RuntimeError."""
+        ran: list[int] = []
+        tools.add_schema("clean", {"type": "object", "properties": {"x": {"type": "integer"}}}, func=lambda x: ran.append(x))
+        monitor = Monitor(tools, failure_mode=failure_mode)
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked, match=r"clean: the arguments could not be read \(RuntimeError\)"):
+                await ep.call("clean", _Unreadable())
+            assert await ep.call("set_cellular", {"on": True}) == {"cellular": True}
+        assert ran == []
+        assert ep.record is not None
+        first = ep.record.actions[0]
+        assert first.cause is Cause.SCHEMA and not first.reached_environment
+        assert ep.record.actions[1].executable
+
+    async def test_a_fault_after_parsing_still_lets_the_call_run_fail_open(self) -> None:
+        """A check that raises on readable arguments is a monitor fault: fail-open runs the call with them."""
+        tools = Toolset()
+
+        def broken(state: TrackedState, args: Any) -> bool:
+            raise KeyError("rule bug")
+
+        @tools.tool(requires=[broken])
+        def act(x: int) -> int:
+            return x + 1
+
+        monitor = Monitor(tools)
+        async with monitor.episode(task_id="t") as ep:
+            assert await ep.call("act", '{"x": 1}') == 2
+        assert monitor.stats.internal_errors == 1
