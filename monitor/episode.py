@@ -394,15 +394,22 @@ class Episode:
         """Add what the user said (text or data) to the information pool.
 
         Values the user states count as seen information, and satisfy ``Ref(kind, user=True)``.
+        An object that breaks indexing is a counted monitor fault, as it is in a tool result.
         """
-        self.state.inform(message, user=True)
+        try:
+            self.state.inform(message, user=True)
+        except Exception as e:
+            self._fault("tracking what the user said", e)
 
     def inform(self, value: Any) -> None:
         """Add other information the agent has seen (a system prompt, a policy document) to the pool.
 
         It counts as seen information, but not as something the user said.
         """
-        self.state.inform(value)
+        try:
+            self.state.inform(value)
+        except Exception as e:
+            self._fault("tracking informed values", e)
 
     def expose(self, *names: str) -> None:
         """Make tools available from now on."""

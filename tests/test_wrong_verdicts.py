@@ -268,3 +268,58 @@ class TestArgumentsThatRaise:
         async with monitor.episode(task_id="t") as ep:
             assert await ep.call("act", '{"x": 1}') == 2
         assert monitor.stats.internal_errors == 1
+
+
+class _NoDump:
+    """An object with a ``model_dump`` that raises."""
+
+    def model_dump(self) -> Any:
+        raise RuntimeError("cannot dump")
+
+
+class _BadItems(Mapping[str, Any]):
+    def __getitem__(self, key: str) -> Any:
+        raise LookupError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("cannot iterate")
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _BadStr(str):
+    def casefold(self) -> str:
+        raise RuntimeError("no casefold")
+
+
+class _BadHash(str):
+    def __hash__(self) -> int:
+        raise TypeError("unhashable text")
+
+
+ODD = [_NoDump(), _BadItems(), _BadStr("my id is u-1"), _BadHash("u-2"), [{"k": _NoDump()}]]
+
+
+class TestOddInformation:
+    """``ep.user()`` and ``ep.inform()`` survive what tool results survive."""
+
+    @pytest.mark.parametrize("value", ODD, ids=lambda v: type(v).__name__)
+    async def test_user_and_inform_never_raise(self, value: Any) -> None:
+        """An object that breaks indexing is a counted fault, as it is in a result; the episode goes on."""
+        tools = Toolset()
+
+        @tools.tool
+        def echo() -> Any:
+            return value
+
+        monitor = Monitor(tools)
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("echo")  # a result: tracked, or a counted fault
+            as_result = monitor.stats.internal_errors
+            ep.user(value)
+            ep.inform(value)
+            ep.user("and my name is Ada")
+        assert monitor.stats.internal_errors == as_result + 2  # the user's and the other information: counted
+        assert ep.state.seen("Ada")
+        assert ep.record is not None and ep.record.status == "finished"
