@@ -366,7 +366,11 @@ class Episode:
             with self._hooks.episode_contexts(self):
                 yield self
         finally:
-            _current.reset(reset)
+            try:
+                _current.reset(reset)
+            except ValueError:  # exited in another task: the entering task's context is not ours to restore
+                if _current.get() is self:
+                    _current.set(None if reset.old_value is reset.MISSING else reset.old_value)
 
     def follow(self, plan: PlanTracker | Any) -> PlanTracker:
         """Condition the rest of the episode on a plan: later actions note the step they matched.

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Container, Mapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import UTC, datetime
 from time import time_ns
@@ -227,6 +228,42 @@ class _Call:
             otel_context.detach(detach)  # type: ignore[arg-type]
 
 
+_HOME: Final[ContextVar[None]] = ContextVar("prefixmon_episode_span_home")
+"""Set while an episode span is current: tells whether an exit happens in the context that entered."""
+
+
+class _Current:
+    """Makes an episode span current while its episode is active in a task.
+
+    An episode entered in one task may be exited in another (an exit stack closed by a
+    framework's callback): that task's context never held the span, so nothing is detached
+    there (OpenTelemetry would log a failed detach).
+    """
+
+    __slots__ = ("home", "span", "token")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.token: object = None
+        self.home: Token[None] | None = None
+
+    def __enter__(self) -> Span:
+        self.home = _HOME.set(None)
+        self.token = otel_context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, *exc: object) -> None:
+        token, home = self.token, self.home
+        self.token = self.home = None
+        if token is None or home is None:
+            return
+        try:
+            _HOME.reset(home)
+        except ValueError:  # another task's context
+            return
+        otel_context.detach(token)  # type: ignore[arg-type]
+
+
 class Telemetry(Observer):
     """Reports episodes as OpenTelemetry spans, events and metrics.
 
@@ -396,7 +433,7 @@ class Telemetry(Observer):
         st = self._episodes.get(id(episode))
         if st is None or not st.own:
             return None
-        return trace.use_span(st.span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+        return _Current(st.span)
 
     def _episode_start_attributes(self, episode: Episode) -> dict[str, Any]:
         attrs: dict[str, Any] = {

@@ -323,3 +323,42 @@ class TestOddInformation:
         assert monitor.stats.internal_errors == as_result + 2  # the user's and the other information: counted
         assert ep.state.seen("Ada")
         assert ep.record is not None and ep.record.status == "finished"
+
+
+class TestEpisodeExitedElsewhere:
+    """An episode entered in one task and exited in another closes normally."""
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+    async def test_exit_in_another_task(
+        self, tools: Toolset, anyio_backend: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The record says finished, exiting raises nothing (a ContextVar reset used to raise ValueError),
+        and no observer context is exited in a context it was not entered in."""
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        spans = InMemorySpanExporter()
+        tp = TracerProvider()
+        tp.add_span_processor(SimpleSpanProcessor(spans))
+        monitor = Monitor(tools, observers=[Telemetry(tracer_provider=tp)])
+        cm = monitor.episode(task_id="t")
+        ep = await cm.__aenter__()
+        assert await ep.call("set_cellular", {"on": True}) == {"cellular": True}
+        ep.finish("success")
+        errors: list[BaseException] = []
+
+        async def close() -> None:
+            try:
+                await cm.__aexit__(None, None, None)
+            except BaseException as e:  # noqa: BLE001  (the test reports it below)
+                errors.append(e)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(close)
+        assert errors == []
+        assert ep.record is not None and ep.record.status == "finished" and ep.record.error is None
+        assert monitor.stats.internal_errors == 0
+        assert sorted(s.name for s in spans.get_finished_spans()) == ["execute_tool set_cellular", "invoke_agent"]
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+        tp.shutdown()
