@@ -9,14 +9,20 @@ own exception.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
-__all__ = ("PER_CALL_HOOKS", "Dispatch", "FaultFn")
+__all__ = ("OBSERVER_ERRORS", "PER_CALL_HOOKS", "Dispatch", "FaultFn")
 
 PER_CALL_HOOKS: Final = ("call_started", "call_checked", "execution_context", "call_result", "call_finished")
 """The observer hooks called for every tool call, in the order they happen."""
+
+OBSERVER_ERRORS: Final = (Exception, asyncio.CancelledError)
+"""What an observer's hook may raise and have counted as its own fault. Hooks are plain
+functions: a ``CancelledError`` one raises is stray (a real cancellation reaches a task at an
+``await``), so it must not mark the episode cancelled."""
 
 FaultFn = Callable[[str, BaseException], None]
 """``(where, error)``: report an error the monitor caught in itself."""
@@ -45,7 +51,7 @@ class Dispatch:
         for i, obs in enumerate(self.observers):
             try:
                 taking_part = _hooks_of(obs)
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 self._fault(obs, "call_hooks", e)
                 continue
             for name in PER_CALL_HOOKS:
@@ -75,7 +81,7 @@ class Dispatch:
                     if cm is not None:
                         cm.__enter__()
                         stack.push(self._guarded_exit(obs, cm))
-                except Exception as e:
+                except OBSERVER_ERRORS as e:
                     self._fault(obs, "episode_context", e)
             yield
 
@@ -86,7 +92,7 @@ class Dispatch:
         def exit_(exc_type: Any, exc: Any, tb: Any) -> bool:
             try:
                 cm.__exit__(exc_type, exc, tb)
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 if e is not exc:  # re-raising the agent's own exception is not an observer error
                     self._fault(obs, "episode_context", e)
             return False
@@ -103,14 +109,14 @@ class Dispatch:
             obs = started[0][1]
             try:
                 return (obs.call_started(episode, name, call_id, depth),)
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 self._fault(obs, "call_started", e)
                 return (None,)
         tokens: list[Any] = [None] * self.size
         for i, obs in started:
             try:
                 tokens[i] = obs.call_started(episode, name, call_id, depth)
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 self._fault(obs, "call_started", e)
         return tuple(tokens)
 
@@ -119,7 +125,7 @@ class Dispatch:
         for i, obs in self.checked:
             try:
                 obs.call_checked(episode, verdict, decision, token[i])
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 self._fault(obs, "call_checked", e)
 
     def enter_execution(self, episode: Any, call: Any, token: tuple[Any, ...]) -> Entered | None:
@@ -133,7 +139,7 @@ class Dispatch:
                     if entered is None:
                         entered = []
                     entered.append((obs, cm))
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 self._fault(obs, "execution_context", e)
         return entered
 
@@ -145,7 +151,7 @@ class Dispatch:
                     cm.__exit__(None, None, None)
                 else:
                     cm.__exit__(type(error), error, error.__traceback__)
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 self._fault(obs, "execution_context", e)
 
     def call_result(self, episode: Any, depth: int, result: Any, token: tuple[Any, ...]) -> None:
@@ -153,7 +159,7 @@ class Dispatch:
         for i, obs in self.result:
             try:
                 obs.call_result(episode, depth, result, token[i])
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 self._fault(obs, "call_result", e)
 
     def call_finished(self, episode: Any, action: Any, verdict: Any, token: tuple[Any, ...]) -> None:
@@ -161,5 +167,5 @@ class Dispatch:
         for i, obs in self.finished:
             try:
                 obs.call_finished(episode, action, verdict, token[i])
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 self._fault(obs, "call_finished", e)

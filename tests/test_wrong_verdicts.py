@@ -362,3 +362,62 @@ class TestEpisodeExitedElsewhere:
         assert sorted(s.name for s in spans.get_finished_spans()) == ["execute_tool set_cellular", "invoke_agent"]
         assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
         tp.shutdown()
+
+
+class _StrayCancel(Observer):
+    """An observer whose hooks raise ``asyncio.CancelledError`` although nobody cancelled anything."""
+
+    def __init__(self, *hooks: str) -> None:
+        self.hooks = set(hooks)
+
+    def _maybe(self, hook: str) -> None:
+        if hook in self.hooks:
+            raise asyncio.CancelledError(f"stray from {hook}")
+
+    def episode_started(self, episode: Any) -> None:
+        self._maybe("episode_started")
+
+    def call_started(self, episode: Any, tool: str, call_id: str | None, depth: int) -> Any:
+        self._maybe("call_started")
+        return "token"
+
+    def call_checked(self, episode: Any, verdict: Verdict, decision: Decision, token: Any) -> None:
+        self._maybe("call_checked")
+
+    def call_result(self, episode: Any, depth: int, result: Any, token: Any) -> None:
+        self._maybe("call_result")
+
+    def call_finished(self, episode: Any, action: ActionRecord, verdict: Verdict, token: Any) -> None:
+        self._maybe("call_finished")
+
+    def episode_finished(self, episode: Any, record: Any) -> None:
+        self._maybe("episode_finished")
+
+    def episode_context(self, episode: Any) -> Any:
+        self._maybe("episode_context")
+        return None
+
+
+HOOKS = ["episode_started", "episode_context", "call_started", "call_checked", "call_result", "call_finished", "episode_finished"]
+
+
+class TestStrayCancellation:
+    """A ``CancelledError`` an observer raises is an observer fault, not a cancellation of the episode."""
+
+    @pytest.mark.parametrize("hook", HOOKS)
+    async def test_one_hook(self, tools: Toolset, hook: str) -> None:
+        """The call runs, the record says finished, and the error is counted."""
+        monitor = Monitor(tools, observers=[_StrayCancel(hook)])
+        async with monitor.episode(task_id="t") as ep:
+            assert await ep.call("set_cellular", {"on": True}) == {"cellular": True}
+        assert ep.record is not None and ep.record.status == "finished"
+        assert ep.record.actions[0].executable and ep.record.actions[0].error is None
+        assert monitor.stats.internal_errors == 1
+
+    async def test_a_real_cancellation_still_cancels(self, tools: Toolset) -> None:
+        """A genuine cancellation of the agent's task still marks the episode cancelled."""
+        monitor = Monitor(tools, observers=[_StrayCancel()])
+        with anyio.move_on_after(0.05):
+            async with monitor.episode(task_id="t") as ep:
+                await anyio.sleep(3600)
+        assert ep.record is not None and ep.record.status == "cancelled"
