@@ -290,7 +290,7 @@ def check_preconditions(
             undetermined.append(pre.name)
             continue
         if error is not None:
-            faults.append(Fault(where=f"precondition {pre.name} of {spec.name}", error=error))
+            faults.append(Fault(where=f"precondition {pre.name or callable_name(pre.check)} of {spec.name}", error=error))
         elif isinstance(outcome, Undetermined):
             undetermined.append(pre.name)
         elif outcome is not None:

@@ -13,6 +13,7 @@ file an exporter wrote. Then it checks that opt-in capture applies redaction and
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -29,7 +30,21 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from prefixmon import Deny, Edit, Grounded, Monitor, Policy, Ref, Replan, ToolBlocked, ToolCall, Toolset, TrackedState, Verdict
+from prefixmon import (
+    Deny,
+    Edit,
+    Grounded,
+    Monitor,
+    Policy,
+    Precondition,
+    Ref,
+    Replan,
+    ToolBlocked,
+    ToolCall,
+    Toolset,
+    TrackedState,
+    Verdict,
+)
 from prefixmon import semconv as sc
 from prefixmon.logging import LiveLog, configure_json_logging
 from prefixmon.otel_setup import OtlpJsonFileSpanExporter
@@ -252,6 +267,115 @@ class TestDefaultsSendNothing:
         text = channels.text()
         assert "arguments_differ" in text and sc.UNKNOWN_TOOL in text
         assert CANARY not in text
+
+
+def keyed_rule(state: TrackedState, args: Any, api_key: str) -> bool:
+    """the account service must accept the key"""
+    raise ConnectionError("service down")
+
+
+def keyed_effect(state: TrackedState, args: Any, result: Any, api_key: str) -> None:
+    raise ConnectionError("service down")
+
+
+class KeyedCallable:
+    """A callable object whose repr shows the key it holds (as API clients' reprs often do)."""
+
+    def __init__(self, api_key: str) -> None:
+        self.api_key = api_key
+
+    def __call__(self, *args: Any) -> Any:
+        raise ConnectionError("service down")
+
+    def __repr__(self) -> str:
+        return f"KeyedCallable(api_key={self.api_key!r})"
+
+
+class Forwarding:
+    """A callable proxy whose ``__getattr__`` answers any attribute (``__name__`` included) from its config."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    def __getattr__(self, name: str) -> str:
+        return f"{name} at {self._url}"
+
+    def __call__(self, *args: Any) -> Any:
+        raise ConnectionError("service down")
+
+
+class TestFaultsNamedWithoutReprs:
+    """A rule without a ``__name__`` is named by its function or type, never by its repr (which may hold a key)."""
+
+    def _tools(self) -> Toolset:
+        tools = Toolset()
+        secret_url = f"https://api.example/v1?token={CANARY}"
+
+        @tools.tool(requires=[functools.partial(keyed_rule, api_key=CANARY)])
+        def partial_rule() -> str:
+            return "ok"
+
+        @tools.tool(effects=[functools.partial(keyed_effect, api_key=CANARY)])
+        def partial_effect() -> str:
+            return "ok"
+
+        @tools.tool(requires=[KeyedCallable(CANARY)], effects=[KeyedCallable(CANARY)], error_result=KeyedCallable(CANARY))
+        def object_rules() -> str:
+            return "ok"
+
+        @tools.tool(requires=[Forwarding(secret_url)], effects=[Forwarding(secret_url)])
+        def forwarding_rules() -> str:
+            return "ok"
+
+        @tools.tool(requires=[Precondition(check=KeyedCallable(CANARY))])
+        def unnamed_precondition() -> str:
+            return "ok"
+
+        return tools
+
+    @pytest.mark.parametrize("failure_mode", ["fail_open", "fail_closed"])
+    async def test_no_repr_reaches_any_channel(self, channels: Channels, failure_mode: Any) -> None:
+        """Fault locations in the log line, span events, metrics and the OTLP file name the function or type only."""
+        monitor = Monitor(self._tools(), observers=channels.observers(), failure_mode=failure_mode)
+        async with monitor.episode(task_id="t") as ep:
+            for name in ("partial_rule", "partial_effect", "object_rules", "forwarding_rules", "unnamed_precondition"):
+                with contextlib.suppress(ToolBlocked):
+                    await ep.call(name)
+        text = channels.text()
+        assert CANARY not in text and "api.example" not in text
+        wheres = [json.loads(line)["where"] for line in channels.log_stream.getvalue().splitlines() if '"where"' in line]
+        expected = [
+            "precondition keyed_rule of partial_rule",
+            "effect keyed_effect of partial_effect",
+            "precondition KeyedCallable of object_rules",
+            "error_result of object_rules",
+            "effect KeyedCallable of object_rules",
+            "precondition Forwarding of forwarding_rules",
+            "effect Forwarding of forwarding_rules",
+            "precondition KeyedCallable of unnamed_precondition",
+        ]
+        if failure_mode == "fail_closed":  # a faulty precondition blocks the call: it never runs
+            expected = [w for w in expected if w.endswith(("partial_rule", "partial_effect")) or w.startswith("precondition")]
+        assert wheres == expected
+        assert monitor.stats.internal_errors == len(expected)
+
+    async def test_a_partial_precondition_fails_with_its_function_s_message(self) -> None:
+        """The default message of a partial precondition is its function's docstring, not functools.partial's."""
+        tools = Toolset()
+
+        def account_open(state: TrackedState, args: Any, api_key: str) -> bool:
+            """the account must be open"""
+            return False
+
+        @tools.tool(requires=[functools.partial(account_open, api_key=CANARY)])
+        def withdraw() -> str:
+            return "ok"
+
+        monitor = Monitor(tools, policy="block")
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked, match="withdraw: the account must be open$"):
+                await ep.call("withdraw")
+        assert ep.record is not None and CANARY not in json.dumps(str(ep.record))
 
 
 class TestOptInCapture:
