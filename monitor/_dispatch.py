@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
+
+from ._readonly import MappingView, view
+from ._trusted import trusted_constructor
+from .verdict import ToolCall, Verdict
 
 __all__ = ("OBSERVER_ERRORS", "PER_CALL_HOOKS", "Dispatch", "FaultFn")
 
@@ -42,7 +46,7 @@ class Dispatch:
     """The observers of one episode, by hook. Each hook's list holds ``(index, observer)``,
     ``index`` being the observer's slot in a call's token tuple."""
 
-    __slots__ = ("any", "checked", "context", "fault", "finished", "observers", "result", "size", "started")
+    __slots__ = ("any", "checked", "context", "fault", "finished", "observers", "result", "size", "started", "viewed")
 
     def __init__(self, observers: Sequence[Any], fault: FaultFn) -> None:
         self.observers = tuple(observers)
@@ -66,6 +70,17 @@ class Dispatch:
         """Length of a call's token tuple: one slot per observer."""
         self.any = any(hooks.values())
         """Whether any observer takes part in any per-call hook."""
+        self.viewed: tuple[Verdict | None, Verdict | None] = (None, None)
+        """The last verdict given to observers and its read-only form (call_checked, then call_finished, share it)."""
+
+    def _viewed(self, verdict: Verdict) -> Verdict:
+        """``verdict`` with its arguments read-only, made once per verdict."""
+        source, viewed = self.viewed
+        if source is verdict and viewed is not None:
+            return viewed
+        viewed = _viewed(verdict)
+        self.viewed = (verdict, viewed)
+        return viewed
 
     def _fault(self, obs: Any, hook: str, error: BaseException) -> None:
         self.fault(f"observer {type(obs).__name__}.{hook}", error)
@@ -121,7 +136,8 @@ class Dispatch:
         return tuple(tokens)
 
     def call_checked(self, episode: Any, verdict: Any, decision: Any, token: tuple[Any, ...]) -> None:
-        """The policy lets the call run."""
+        """The policy lets the call run (observers see its arguments read-only: they cannot change what runs)."""
+        verdict = self._viewed(verdict)
         for i, obs in self.checked:
             try:
                 obs.call_checked(episode, verdict, decision, token[i])
@@ -131,6 +147,11 @@ class Dispatch:
     def enter_execution(self, episode: Any, call: Any, token: tuple[Any, ...]) -> Entered | None:
         """Enter the observers' execution contexts; ``None`` when none was entered."""
         entered: Entered | None = None
+        args = call.args
+        if type(args) is dict or (args is not None and not isinstance(args, (str, bytes)) and isinstance(args, Mapping)):
+            source, viewed = self.viewed  # the emitted dict is often the validated one, already viewed
+            shown = viewed.args if viewed is not None and source is not None and source.args is args else view(args)
+            call = _call(call.name, shown, call.call_id)
         for i, obs in self.context:
             try:
                 cm = obs.execution_context(episode, call, token[i])
@@ -155,7 +176,8 @@ class Dispatch:
                 self._fault(obs, "execution_context", e)
 
     def call_result(self, episode: Any, depth: int, result: Any, token: tuple[Any, ...]) -> None:
-        """The raw result of the call at ``depth``."""
+        """The raw result of the call at ``depth`` (read-only: the agent gets it next)."""
+        result = view(result)
         for i, obs in self.result:
             try:
                 obs.call_result(episode, depth, result, token[i])
@@ -164,8 +186,32 @@ class Dispatch:
 
     def call_finished(self, episode: Any, action: Any, verdict: Any, token: tuple[Any, ...]) -> None:
         """The call's action was recorded."""
+        verdict = self._viewed(verdict)
         for i, obs in self.finished:
             try:
                 obs.call_finished(episode, action, verdict, token[i])
             except OBSERVER_ERRORS as e:
                 self._fault(obs, "call_finished", e)
+
+
+_verdict: Final = trusted_constructor(
+    Verdict, ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined")
+)
+_call: Final = trusted_constructor(ToolCall, ("name", "args", "call_id"))
+
+
+def _viewed(verdict: Verdict) -> Verdict:
+    """``verdict`` with its arguments as a read-only view (the same verdict when it has none)."""
+    args = verdict.args
+    if args is None or type(args) is MappingView:
+        return verdict
+    return _verdict(
+        verdict.tool,
+        verdict.call_id,
+        verdict.depth,
+        verdict.executable,
+        verdict.failures,
+        MappingView(args),
+        verdict.faults,
+        verdict.undetermined,
+    )
