@@ -35,6 +35,7 @@ from prefixmon import (
     Deny,
     Edit,
     Grounded,
+    JsonlSink,
     Monitor,
     Policy,
     Precondition,
@@ -528,3 +529,79 @@ class TestReviewSheetFormulaInjection:
         path.write_text("episode_id,attribution,note\n'=e1,tool,'hi\n", encoding="utf-8")
         (note,) = read_annotations(path)
         assert note.episode_id == "=e1" and note.note == "'hi"  # a reviewer's own apostrophe before 'h' stays
+
+
+class TestRecordRedaction:
+    """Records keep model-readable reasons and tool error text; JsonlSink(redact=...) masks or drops them before writing."""
+
+    async def _run(self, monitor: Monitor) -> Any:
+        async with monitor.episode(task_id="t", labels={"model": "m"}) as ep:
+            ep.user("pay 1.5")
+            calls: list[tuple[str, dict[str, Any]]] = [
+                ("transfer", {"account_id": CANARY, "memo": "x"}),  # the reason quotes the value
+                ("pay", {"phone": CANARY, "amount": 1.5}),
+            ]
+            for name, args in calls:
+                with contextlib.suppress(ToolBlocked):
+                    await ep.call(name, args)
+            await ep.call("fetch", {"key": CANARY})  # error-result text
+            with contextlib.suppress(PermissionError):
+                await ep.call("explode", {"key": CANARY})  # exception text
+            ep.finish("failure")
+        return ep
+
+    async def test_what_records_hold_by_default(self, tmp_path: Path) -> None:
+        """Without a hook the record file quotes argument values and error text (documented in docs/security.md)."""
+        path = tmp_path / "plain.jsonl"
+        monitor = Monitor(secret_tools(), policy="block", sink=path)
+        await self._run(monitor)
+        assert isinstance(monitor.sink, JsonlSink) and monitor.sink.flush(5)
+        assert CANARY in path.read_text(encoding="utf-8")
+
+    async def test_patterns_are_masked_and_metrics_unchanged(self, tmp_path: Path) -> None:
+        """record_redactor masks the pattern in every free-text field; causes, depths, FED and outcome are the same."""
+        from prefixmon import read_records
+        from prefixmon.redaction import record_redactor
+
+        plain, masked = tmp_path / "plain.jsonl", tmp_path / "masked.jsonl"
+        await self._run(Monitor(secret_tools(), policy="block", sink=plain))
+        sink = JsonlSink(masked, redact=record_redactor(r"CANARY-[\w-]+"))
+        ep = await self._run(Monitor(secret_tools(), policy="block", sink=sink))
+        sink.close()
+        text = masked.read_text(encoding="utf-8")
+        assert CANARY not in text and text.count("[REDACTED]") >= 4
+        (a,), (b,) = read_records(plain), read_records(masked)
+        assert (a.fed, a.horizon, a.outcome, a.executable) == (b.fed, b.horizon, b.outcome, b.executable)
+        assert [(x.cause, x.decision, x.tool) for x in a.actions] == [(x.cause, x.decision, x.tool) for x in b.actions]
+        assert ep.record is not None and CANARY in json.dumps(str(ep.record))  # in memory the record is whole
+
+    async def test_drop_text(self, tmp_path: Path) -> None:
+        """drop_text removes reasons and error text altogether."""
+        from prefixmon import read_records
+        from prefixmon.redaction import record_redactor
+
+        path = tmp_path / "dropped.jsonl"
+        with JsonlSink(path, redact=record_redactor(drop_text=True)) as sink:
+            await self._run(Monitor(secret_tools(), policy="block", sink=sink))
+        (rec,) = read_records(path)
+        assert all(a.reason is None and a.error is None for a in rec.actions)
+        assert rec.first_failure is not None and rec.first_failure.reason == "" and rec.first_failure.cause is not None
+        with pytest.raises(ValueError, match="patterns"):
+            record_redactor()
+
+    @pytest.mark.parametrize("hook", ["raises", "returns a dict"])
+    async def test_a_failing_hook_loses_the_record_never_writes_it_unredacted(self, tmp_path: Path, hook: str) -> None:
+        """A hook that raises or returns something else: the record is counted lost and logged, nothing is written."""
+
+        def redact(record: Any) -> Any:
+            if hook == "raises":
+                raise RuntimeError("redactor bug")
+            return {"episode_id": record.episode_id}
+
+        path = tmp_path / "r.jsonl"
+        monitor = Monitor(secret_tools(), policy="block", sink=JsonlSink(path, redact=redact))
+        await self._run(monitor)
+        assert monitor.stats.records_lost == 1 and monitor.stats.sink_errors == 1
+        assert not path.exists() or path.read_text(encoding="utf-8") == ""
+        with pytest.raises(TypeError, match="callable"):
+            JsonlSink(tmp_path / "x.jsonl", redact="mask")  # type: ignore[arg-type]
