@@ -351,8 +351,8 @@ def check_information(
         if value is not None and state.seen(value):  # fast path: a plain argument seen as is
             continue
         for loc, value in values_at(args, path):
-            if isinstance(value, (Mapping, list, tuple)) or state.seen(value):
-                continue
+            if isinstance(value, (Mapping, list, tuple)) or state.seen(value) or not state.pool_complete:
+                continue  # (a pool that had to leave values out cannot tell that this one was never seen)
             return Failure(
                 cause=Cause.INFORMATION,
                 code="ungrounded",

@@ -17,6 +17,7 @@ from .observed import ObservedObjects
 from .verdict import quote
 
 __all__ = (
+    "MAX_POOL_BYTES",
     "MAX_TOKENISED_LENGTH",
     "MAX_WALK_DEPTH",
     "MAX_WALK_ITEMS",
@@ -31,6 +32,15 @@ MAX_WALK_ITEMS: Final = 200_000
 MAX_TOKENISED_LENGTH: Final = 2_000
 """Strings up to this length are also indexed word by word; longer ones from tool results are
 pooled as their length and hash only (an exact match still counts as seen)."""
+MAX_POOL_BYTES: Final = 8 * 2**20
+"""About how much memory one episode's information pool may hold verbatim: every pooled string
+counts its length plus 80 bytes (what CPython spends on a small string and its set slot), every
+number 80 bytes. Past the bound, strings are pooled as a length + hash key (128 bytes) only, so
+an exact reuse still counts as seen, while their words and numbers are not pooled; past twice
+the bound nothing new is. A pool that left anything out is no longer complete
+(:attr:`TrackedState.pool_complete`)."""
+_ENTRY: Final = 80
+_KEY_COST: Final = 128
 
 _STRIP = ".,;:!?()[]{}<>\"'`"
 
@@ -75,7 +85,20 @@ class TrackedState:
         turn: current turn (0-based).
     """
 
-    __slots__ = ("_bindings", "_pool", "_texts", "_user_texts", "depth", "env", "exposed", "facts", "objects", "turn")
+    __slots__ = (
+        "_bindings",
+        "_pool",
+        "_pool_bytes",
+        "_pool_lossy",
+        "_texts",
+        "_user_texts",
+        "depth",
+        "env",
+        "exposed",
+        "facts",
+        "objects",
+        "turn",
+    )
 
     def __init__(self, *, facts: Mapping[str, Any] | None = None, env: Any = None, exposed: Iterable[str] | None = None) -> None:
         self.facts: dict[str, Any] = dict(facts or {})
@@ -87,6 +110,10 @@ class TrackedState:
         self.objects = ObservedObjects()
         """What tool results showed of the environment's objects, by kind and id (spec-file rules read it)."""
         self._pool: set[Hashable] = set()
+        self._pool_bytes = 0
+        """Estimated memory the pool holds (see :data:`MAX_POOL_BYTES`)."""
+        self._pool_lossy = False
+        """Whether the bound made the pool leave out a word, a number or a value."""
         self._texts: list[str] = []
         """Every text informed (casefolded), searched by substring for :meth:`seen`."""
         self._user_texts: list[str] = []
@@ -199,11 +226,15 @@ class TrackedState:
                 result = json.loads(result)
         budget = [MAX_WALK_ITEMS]
         self._walk(result, None, produce or {}, tool, 0, budget)
+        if budget[0] <= 0:  # the rest of the result was not indexed
+            self._pool_lossy = True
 
     def _walk(
         self, obj: Any, key: str | None, produce: Mapping[str, str], tool: str | None, level: int, budget: list[int]
     ) -> None:
         if level > MAX_WALK_DEPTH or budget[0] <= 0:
+            if level > MAX_WALK_DEPTH:
+                self._pool_lossy = True
             return
         t = type(obj)
         if t is str or t is int or t is float:  # the common leaves first: no ABC or attribute checks
@@ -217,12 +248,8 @@ class TrackedState:
                     return
                 if type(v) is str and level < MAX_WALK_DEPTH:  # a string leaf, inlined
                     budget[0] -= 1
-                    if len(v) <= MAX_TOKENISED_LENGTH:
-                        pool.add(v)
-                        if " " in v or "\n" in v:
-                            self._add_words(v)
-                    else:
-                        pool.add(_long(v))
+                    if v not in pool:
+                        self._pool_text(v)
                     if k in produce and isinstance(k, str):
                         self.bind(produce[k], v, tool=tool)
                 else:
@@ -251,29 +278,43 @@ class TrackedState:
         budget[0] -= 1
         pool = self._pool
         if type(obj) is str:  # the common leaf, inlined: the value, and its words when it has several
-            if len(obj) <= MAX_TOKENISED_LENGTH:
-                pool.add(obj)
-                if " " in obj or "\n" in obj:
-                    self._add_words(obj)
-            else:
-                pool.add(_long(obj))
+            if obj not in pool:
+                self._pool_text(obj)
         else:
             k = _key(obj)
             if k is None:
                 return
             if isinstance(obj, str):  # a str subclass
-                pool.add(k if len(obj) <= MAX_TOKENISED_LENGTH else _long(obj))
-                self._add_words(obj)
-            else:
-                pool.add(k)
-                pool.add(str(obj))
+                self._pool_text(obj)
+            elif k not in pool:
+                if self._pool_bytes < MAX_POOL_BYTES:
+                    pool.add(k)
+                    pool.add(str(obj))
+                    self._pool_bytes += 2 * _ENTRY
+                else:
+                    self._pool_lossy = True
         if key is not None and key in produce:
             self.bind(produce[key], obj, tool=tool)
+
+    def _pool_text(self, text: str) -> None:
+        """Pool a string from a result (and its words), within :data:`MAX_POOL_BYTES`."""
+        if len(text) <= MAX_TOKENISED_LENGTH and self._pool_bytes < MAX_POOL_BYTES:
+            self._add_words(text)
+            return
+        if len(text) <= MAX_TOKENISED_LENGTH:
+            self._pool_lossy = True  # its words (or all of it) are left out
+        if self._pool_bytes < 2 * MAX_POOL_BYTES:
+            pool = self._pool
+            size = len(pool)
+            pool.add(_long(text))
+            if len(pool) != size:
+                self._pool_bytes += _KEY_COST
 
     def _add_words(self, text: str) -> None:
         if len(text) > MAX_TOKENISED_LENGTH:
             return
         pool = self._pool
+        size = len(pool)
         pool.add(text)
         if " " in text or "\n" in text:
             for word in text.split():
@@ -281,6 +322,9 @@ class TrackedState:
                 stripped = word.strip(_STRIP)
                 if stripped:
                     pool.add(stripped)
+        added = len(pool) - size
+        if added:  # the words' characters are at most the text's
+            self._pool_bytes += (2 * len(text) if added > 1 else len(text)) + added * _ENTRY
 
     def seen(self, value: Any) -> bool:
         """Whether ``value`` appeared in a user message or an earlier tool result."""
@@ -291,6 +335,8 @@ class TrackedState:
             key = _long(value)
         if key in self._pool:
             return True
+        if self._pool_bytes >= MAX_POOL_BYTES and isinstance(value, str) and _long(value) in self._pool:
+            return True  # pooled as a key once the pool was full
         if isinstance(value, str):
             needle = value.casefold()
             return bool(needle) and any(needle in text for text in self._texts)
@@ -303,6 +349,17 @@ class TrackedState:
         if isinstance(value, float) and value.is_integer():
             text_forms.add(str(int(value)))
         return any(form in self._pool or any(form in t for t in self._texts) for form in text_forms)
+
+    @property
+    def pool_complete(self) -> bool:
+        """Whether the information pool kept everything it was given (see :data:`MAX_POOL_BYTES`;
+        results longer than :data:`MAX_WALK_ITEMS` nodes or deeper than :data:`MAX_WALK_DEPTH`
+        are indexed only that far).
+
+        When it is not, a value it does not find may still have been seen, so the information
+        check does not fail it.
+        """
+        return not self._pool_lossy
 
     def user_said(self, value: Any) -> bool:
         """Whether ``value`` appears in the user's messages (text given with ``inform(..., user=True)``)."""

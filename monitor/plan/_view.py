@@ -376,6 +376,11 @@ class PlanState(TrackedState):
             return sim is not None and sim.earlier(value.step) is not None
         return self._parent.seen(value) or ((bool(self._pool) or bool(self._texts)) and TrackedState.seen(self, value))
 
+    @property
+    def pool_complete(self) -> bool:
+        """Whether the parent's pool and the view's kept everything they were given."""
+        return self._parent.pool_complete and not self._pool_lossy
+
     def user_said(self, value: Any) -> bool:
         """Whether the user's messages (parent or view) contain ``value``."""
         if isinstance(value, PlanRef):
