@@ -62,6 +62,7 @@ MAX_PARSED_CHARS: Final = 1_000_000
 instead (masking needs the parse; recording it unmasked could leak)."""
 
 _SEPARATORS: Final = str.maketrans("", "", "_-. \t")
+_SEEN_KEYS: Final = 4096
 _JSON_START: Final = re.compile(r"\s*[\[{]")
 _TOO_DEEP: Final = object()
 _NOT_JSON: Final = object()
@@ -93,15 +94,25 @@ def _decode(data: bytes | bytearray | memoryview) -> str:
 class KeyRedactor:
     """Masks the values of a set of keys (see :func:`redact_keys`)."""
 
-    __slots__ = ("keys", "mask")
+    __slots__ = ("_seen", "keys", "mask")
 
     def __init__(self, keys: Iterable[str], mask: str) -> None:
         self.keys: frozenset[str] = frozenset(normalise_key(k) for k in keys)
         """The keys, normalised (:func:`normalise_key`)."""
         self.mask = mask
+        self._seen: dict[str, bool] = {}
+        """Answers for keys met before (tools repeat their keys), at most :data:`_SEEN_KEYS` of them."""
 
     def masks(self, key: object) -> bool:
         """Whether the value under ``key`` is masked."""
+        if type(key) is str:
+            known = self._seen.get(key)
+            if known is not None:
+                return known
+            answer = normalise_key(key) in self.keys
+            if len(self._seen) < _SEEN_KEYS:
+                self._seen[key] = answer
+            return answer
         return normalise_key(key) in self.keys
 
     def __call__(self, kind: ContentKind, value: Any) -> Any:
@@ -156,7 +167,8 @@ def _pairs(value: Any) -> Iterable[tuple[Any, Any]] | None:
     if isinstance(value, Mapping):
         return value.items()
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a named tuple: its fields are keys
-        return zip(type(value)._fields, value, strict=False)
+        fields: tuple[str, ...] = type(value)._fields  # type: ignore[attr-defined]
+        return zip(fields, value, strict=False)
     if isinstance(value, SimpleNamespace):
         return vars(value).items()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -295,6 +307,33 @@ def _cut_text(text: str, limit: int) -> str:
     return f"{text[:limit]}...[{len(text) - limit} more chars]"
 
 
+_FLAT_ITEMS: Final = 32
+
+
+def _flat(value: Any, limit: int, keys: KeyRedactor | None) -> dict[str, Any] | None:
+    """``value`` (masked) when it is a dict of at most 32 plain scalars whose text fits ``limit``, else ``None``."""
+    if type(value) is not dict or len(value) > _FLAT_ITEMS:
+        return None
+    size = 0
+    for k, v in value.items():
+        if type(k) is not str:
+            return None
+        t = type(v)
+        if t is str:
+            if keys is not None and _JSON_START.match(v):
+                return None  # JSON text inside: masked by the encoder
+            size += len(k) + len(v)
+        elif v is None or t is bool or t is int or t is float:
+            size += len(k) + 24
+        else:
+            return None
+        if size > limit:
+            return None
+    if keys is None:
+        return value
+    return {k: keys.mask if keys.masks(k) else v for k, v in value.items()}
+
+
 def bounded_json(value: Any, limit: int, *, keys: KeyRedactor | None = None) -> str:
     """``value`` as JSON text of at most ``limit`` characters (then ``...[cut at N chars]``).
 
@@ -308,6 +347,10 @@ def bounded_json(value: Any, limit: int, *, keys: KeyRedactor | None = None) -> 
         RecursionError: nested deeper than :data:`MAX_DEPTH`.
         ValueError: the value contains itself.
     """
+    flat = _flat(value, limit, keys)
+    if flat is not None:  # a small flat mapping (most arguments): the C encoder, bounded by construction
+        text = json.dumps(flat, ensure_ascii=False)
+        return text if len(text) <= limit else f"{text[:limit]}...[cut at {limit} chars]"
     encoder = _Encoder(limit, keys)
     try:
         encoder.value(value, 0)
@@ -354,9 +397,7 @@ def content_text(kind: ContentKind, value: Any, redact: Redactor | None, limit: 
 
 
 # -- records ------------------------------------------------------------------------------------
-def record_redactor(
-    *patterns: str | re.Pattern[str], mask: str = "[REDACTED]", drop_text: bool = False
-) -> RecordRedactor:
+def record_redactor(*patterns: str | re.Pattern[str], mask: str = "[REDACTED]", drop_text: bool = False) -> RecordRedactor:
     """A :class:`~prefixmon.JsonlSink` ``redact=`` hook for the free text of episode records.
 
     Free text is what may quote argument values, results or secrets: each action's ``reason``
@@ -396,4 +437,3 @@ def record_redactor(
         return dataclasses.replace(record, actions=actions, first_failure=first)
 
     return redact
-

@@ -60,7 +60,7 @@ class TestKeyMasking:
         """Named tuples and SimpleNamespace are masked by field name (they used to pass as plain tuples or text)."""
         redact = redact_keys("api_key", "password")
         assert redact("arguments", Creds("ada", SECRET)) == {"user": "ada", "api_key": M}
-        legacy = namedtuple("legacy", ["password", "host"])  # noqa: PYI024 (the collections form on purpose)
+        legacy = namedtuple("legacy", ["password", "host"])
         assert redact("result", [legacy(SECRET, "h")]) == [{"password": M, "host": "h"}]
         assert redact("result", SimpleNamespace(apiKey=SECRET, ok=True)) == {"apiKey": M, "ok": True}
         assert redact("result", {"outer": (SimpleNamespace(inner=Creds("b", SECRET)),)}) == {
@@ -95,7 +95,7 @@ class TestCaptureThroughTelemetry:
             b'  {"apiKey": "%s"}' % SECRET.encode(),
             Creds("ada", SECRET),
             SimpleNamespace(API_KEY=SECRET),
-            [{"nested": '\n{"api-key": "%s"}' % SECRET}],
+            [{"nested": '\n{"api-key": "' + SECRET + '"}'}],
         ],
         ids=["json-bytes", "namedtuple", "namespace", "nested-json-text"],
     )
@@ -237,7 +237,7 @@ class TestSameTextAsJson:
             y: float
 
         assert content_text("result", [Point(1.0, float("nan")), float("-inf")], None, 100) == '[{"x": 1.0, "y": NaN}, -Infinity]'
-        assert content_text("result", {1: object}, None, 100) == "{\"1\": \"<class 'object'>\"}"
+        assert content_text("result", {1: object}, None, 100) == '{"1": "<class \'object\'>"}'
         loop: list[Any] = []
         loop.append(loop)
         assert content_text("result", loop, None, 100) == "[not recorded: ValueError]"

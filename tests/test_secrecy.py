@@ -375,7 +375,7 @@ class TestFaultsNamedWithoutReprs:
 
         monitor = Monitor(tools, policy="block")
         async with monitor.episode(task_id="t") as ep:
-            with pytest.raises(ToolBlocked, match="withdraw: the account must be open$"):
+            with pytest.raises(ToolBlocked, match=r"withdraw: the account must be open$"):
                 await ep.call("withdraw")
         assert ep.record is not None and CANARY not in json.dumps(str(ep.record))
 
@@ -520,7 +520,6 @@ class TestReviewSheetFormulaInjection:
     def test_an_apostrophe_a_value_starts_with_survives(self, tmp_path: Path) -> None:
         """A value that itself starts with an apostrophe is written so that it reads back unchanged."""
         from prefixmon.analytics import read_annotations
-
         from prefixmon.analytics.completion import _escape_cell, _unescape_cell
 
         for value in ["'quoted", "''", "'=x", "plain", "", "=x", "-1"]:

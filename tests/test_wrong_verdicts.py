@@ -52,11 +52,11 @@ class TestAsyncRulesAreRefused:
 
         with pytest.raises(SpecError, match="precondition logged_in is an async function"):
 
-            @tools.tool(requires=[logged_in])
+            @tools.tool(requires=[logged_in])  # type: ignore[list-item]
             def act() -> None: ...
 
         with pytest.raises(SpecError, match="async function"):
-            Precondition(check=logged_in, name="logged_in")
+            Precondition(check=logged_in, name="logged_in")  # type: ignore[arg-type]
 
     def test_async_effect_and_error_result(self) -> None:
         """Async effects and error recognisers, and callable objects with an async ``__call__``, are refused."""
@@ -71,16 +71,16 @@ class TestAsyncRulesAreRefused:
 
         with pytest.raises(SpecError, match="effect remember is an async function"):
 
-            @tools.tool(effects=[remember])
+            @tools.tool(effects=[remember])  # type: ignore[list-item]
             def a() -> None: ...
 
         with pytest.raises(SpecError, match="error_result Recogniser is an async function"):
 
-            @tools.tool(error_result=Recogniser())
+            @tools.tool(error_result=Recogniser())  # type: ignore[arg-type]
             def b() -> None: ...
 
         with pytest.raises(SpecError, match="async function"):
-            tools.add_schema("c", {"type": "object"}, effects=[remember])
+            tools.add_schema("c", {"type": "object"}, effects=[remember])  # type: ignore[list-item]
 
 
 class TestHookAnswers:
@@ -133,10 +133,8 @@ class TestHookAnswers:
         """A hook that catches the timeout's cancellation and approves anyway is denied (asyncio lets it)."""
 
         async def escalate(verdict: Verdict, call: ToolCall) -> Approve:
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await anyio.sleep(3600)
-            except asyncio.CancelledError:
-                pass
             return Approve()
 
         monitor = Monitor(tools, policy="escalate", escalate=escalate, escalate_timeout=0.05)
@@ -329,9 +327,7 @@ class TestEpisodeExitedElsewhere:
     """An episode entered in one task and exited in another closes normally."""
 
     @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
-    async def test_exit_in_another_task(
-        self, tools: Toolset, anyio_backend: str, caplog: pytest.LogCaptureFixture
-    ) -> None:
+    async def test_exit_in_another_task(self, tools: Toolset, anyio_backend: str, caplog: pytest.LogCaptureFixture) -> None:
         """The record says finished, exiting raises nothing (a ContextVar reset used to raise ValueError),
         and no observer context is exited in a context it was not entered in."""
         from opentelemetry.sdk.trace import TracerProvider
@@ -351,7 +347,7 @@ class TestEpisodeExitedElsewhere:
         async def close() -> None:
             try:
                 await cm.__aexit__(None, None, None)
-            except BaseException as e:  # noqa: BLE001  (the test reports it below)
+            except BaseException as e:  # the test reports it below
                 errors.append(e)
 
         async with anyio.create_task_group() as tg:
@@ -470,13 +466,18 @@ class _Meddler(Observer):
 def _payments() -> tuple[Toolset, list[tuple[float, list[str]]]]:
     sent: list[tuple[float, list[str]]] = []
     tools = Toolset()
+
+    def pay(amount: float, recipients: list[str]) -> dict[str, Any]:
+        sent.append((amount, list(recipients)))
+        return {"status": "paid", "log": ["ok"]}
+
     tools.add_schema(
         "pay",
         {
             "type": "object",
             "properties": {"amount": {"type": "number"}, "recipients": {"type": "array", "items": {"type": "string"}}},
         },
-        func=lambda amount, recipients: (sent.append((amount, list(recipients))), {"status": "paid", "log": ["ok"]})[1],
+        func=pay,
     )
     return tools, sent
 

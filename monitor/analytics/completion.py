@@ -178,7 +178,7 @@ def read_annotations(path: str | os.PathLike[str]) -> list[Annotation]:
         with open(name, encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
             try:
-                rows = [(reader.line_num, {k: _unescape_cell(v) if isinstance(v, str) else v for k, v in row.items()}) for row in reader]
+                rows = [(reader.line_num, {k: _unescape(v) for k, v in r.items()}) for r in reader]
             except UnicodeDecodeError as e:
                 raise RecordError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name, line=reader.line_num + 1) from None
     else:
@@ -372,6 +372,10 @@ def _escape_cell(text: str) -> str:
 def _unescape_cell(text: str) -> str:
     """The value :func:`_escape_cell` wrote (a reviewer's own leading apostrophe before other text stays)."""
     return text[1:] if text[:1] == "'" and (text[1:2] in _FORMULA_START or text[1:2] == "'") else text
+
+
+def _unescape(value: Any) -> Any:
+    return _unescape_cell(value) if isinstance(value, str) else value
 
 
 def write_review_sheet(path: str | os.PathLike[str], items: Sequence[ReviewItem]) -> int:
