@@ -73,15 +73,6 @@ class Dispatch:
         self.viewed: tuple[Verdict | None, Verdict | None] = (None, None)
         """The last verdict given to observers and its read-only form (call_checked, then call_finished, share it)."""
 
-    def _viewed(self, verdict: Verdict) -> Verdict:
-        """``verdict`` with its arguments read-only, made once per verdict."""
-        source, viewed = self.viewed
-        if source is verdict and viewed is not None:
-            return viewed
-        viewed = _viewed(verdict)
-        self.viewed = (verdict, viewed)
-        return viewed
-
     def _fault(self, obs: Any, hook: str, error: BaseException) -> None:
         self.fault(f"observer {type(obs).__name__}.{hook}", error)
 
@@ -137,7 +128,11 @@ class Dispatch:
 
     def call_checked(self, episode: Any, verdict: Any, decision: Any, token: tuple[Any, ...]) -> None:
         """The policy lets the call run (observers see its arguments read-only: they cannot change what runs)."""
-        verdict = self._viewed(verdict)
+        source, viewed = self.viewed
+        if source is not verdict or viewed is None:
+            viewed = _viewed(verdict)
+            self.viewed = (verdict, viewed)
+        verdict = viewed
         for i, obs in self.checked:
             try:
                 obs.call_checked(episode, verdict, decision, token[i])
@@ -186,7 +181,11 @@ class Dispatch:
 
     def call_finished(self, episode: Any, action: Any, verdict: Any, token: tuple[Any, ...]) -> None:
         """The call's action was recorded."""
-        verdict = self._viewed(verdict)
+        source, viewed = self.viewed
+        if source is not verdict or viewed is None:
+            viewed = _viewed(verdict)
+            self.viewed = (verdict, viewed)
+        verdict = viewed
         for i, obs in self.finished:
             try:
                 obs.call_finished(episode, action, verdict, token[i])

@@ -285,14 +285,15 @@ class TrackedState:
             if k is None:
                 return
             if isinstance(obj, str):  # a str subclass
-                self._pool_text(obj)
+                if obj not in pool:
+                    self._pool_text(obj)
+            elif self._pool_bytes < MAX_POOL_BYTES:
+                size = len(pool)
+                pool.add(k)
+                pool.add(str(obj))
+                self._pool_bytes += (len(pool) - size) * _ENTRY
             elif k not in pool:
-                if self._pool_bytes < MAX_POOL_BYTES:
-                    pool.add(k)
-                    pool.add(str(obj))
-                    self._pool_bytes += 2 * _ENTRY
-                else:
-                    self._pool_lossy = True
+                self._pool_lossy = True
         if key is not None and key in produce:
             self.bind(produce[key], obj, tool=tool)
 
