@@ -375,7 +375,11 @@ class Episode:
             with self._hooks.episode_contexts(self):
                 yield self
         finally:
-            _current.reset(reset)
+            try:
+                _current.reset(reset)
+            except ValueError:  # exited in another task: the entering task's context is not ours to restore
+                if _current.get() is self:
+                    _current.set(None if reset.old_value is reset.MISSING else reset.old_value)
 
     def follow(self, plan: PlanTracker | Any) -> PlanTracker:
         """Condition the rest of the episode on a plan: later actions note the step they matched.
@@ -403,15 +407,22 @@ class Episode:
         """Add what the user said (text or data) to the information pool.
 
         Values the user states count as seen information, and satisfy ``Ref(kind, user=True)``.
+        An object that breaks indexing is a counted monitor fault, as it is in a tool result.
         """
-        self.state.inform(message, user=True)
+        try:
+            self.state.inform(message, user=True)
+        except Exception as e:
+            self._fault("tracking what the user said", e)
 
     def inform(self, value: Any) -> None:
         """Add other information the agent has seen (a system prompt, a policy document) to the pool.
 
         It counts as seen information, but not as something the user said.
         """
-        self.state.inform(value)
+        try:
+            self.state.inform(value)
+        except Exception as e:
+            self._fault("tracking informed values", e)
 
     def expose(self, *names: str) -> None:
         """Make tools available from now on."""
@@ -468,7 +479,10 @@ class Episode:
             self._fault(f"checking {name}", e)
             if monitor.fail_closed:
                 return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(_fault_failure(name),))
-            parsed = predicate.parse_arguments(args)
+            try:
+                parsed = predicate.parse_arguments(args)
+            except Exception:  # fail-open must not raise what the check already reported
+                parsed = {}
             return Verdict(
                 tool=name, call_id=call_id, depth=depth, executable=True, args=parsed if isinstance(parsed, dict) else {}
             )

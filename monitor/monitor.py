@@ -17,6 +17,7 @@ from typing import Any, Literal
 import anyio
 
 from ._daemon_threads import DaemonThreads
+from ._dispatch import OBSERVER_ERRORS
 from ._log import get_logger
 from .episode import Episode, PlanTracker
 from .exceptions import SpecError
@@ -158,7 +159,7 @@ class Monitor:
         for obs in self.observers:
             try:
                 obs.episode_started(ep)
-            except Exception as e:
+            except OBSERVER_ERRORS as e:
                 self._fault(ep, f"observer {type(obs).__name__}.episode_started", e, notify=False)
         return ep
 
@@ -251,7 +252,7 @@ class Monitor:
             for obs in self.observers:
                 try:
                     obs.episode_finished(ep, record)
-                except Exception as e:
+                except OBSERVER_ERRORS as e:
                     self._fault(ep, f"observer {type(obs).__name__}.episode_finished", e, notify=False)
         finally:  # an observer raising KeyboardInterrupt must not cost the record
             if self.sink is not None:
@@ -326,7 +327,7 @@ class Monitor:
             for obs in self.observers:
                 try:
                     obs.internal_error(episode, where, error)
-                except Exception:
+                except OBSERVER_ERRORS:
                     self.stats.internal_errors += 1
 
 

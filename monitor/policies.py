@@ -237,7 +237,7 @@ class Intervention:
             try:
                 with anyio.move_on_after(self.replan_timeout) as scope:
                     answer = await hook(verdict, emitted, state)
-                if scope.cancelled_caught:
+                if _timed_out(scope):  # an answer after the timeout (a shielded or cancel-swallowing hook) is ignored
                     fault("replan hook", TimeoutError(f"no answer within {self.replan_timeout:g} s"))
                     answer = None
             except Exception as e:
@@ -272,7 +272,7 @@ class Intervention:
             try:
                 with anyio.move_on_after(self.escalate_timeout) as scope:
                     answer = await hook(verdict, emitted)
-                timed_out = scope.cancelled_caught
+                timed_out = _timed_out(scope)
             except Exception as e:
                 fault("escalation hook", e)
                 return Resolution(decision=Decision.BLOCK)
@@ -294,6 +294,11 @@ class Intervention:
             return Resolution(decision=Decision.EDIT, args=dict(edited.args), call=call)
         fault("escalation hook", TypeError(f"escalation hook returned {type(answer).__name__}, not Approve/Edit/Deny"))
         return Resolution(decision=Decision.BLOCK)
+
+
+def _timed_out(scope: anyio.CancelScope) -> bool:
+    """Whether a hook's time ran out, also when it answered anyway (shielded itself, or swallowed the cancellation)."""
+    return scope.cancelled_caught or scope.cancel_called or anyio.current_time() >= scope.deadline
 
 
 def runnable_args(verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ for the runtime and for plan simulation alike.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any, Final, Protocol
 
 from ._trusted import trusted_constructor
@@ -81,7 +81,10 @@ def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, An
         return raw
     if type(raw) is not str:  # JSON text, the other common case, skips these checks
         if isinstance(raw, Mapping):
-            return dict(raw)
+            try:
+                return dict(raw)
+            except Exception as e:  # a framework's mapping that raises when read: nothing can run with it
+                return f"the arguments could not be read ({type(e).__name__})"
         if isinstance(raw, (bytes, bytearray, memoryview)):
             raw = bytes(raw)
             try:
@@ -121,9 +124,18 @@ def check_schema(
     toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
 ) -> tuple[ToolSpec | None, dict[str, Any] | None, Failure | None]:
     """Tool existence and exposure, argument parsing and schema fit."""
+    spec, _, args, failure = _check_schema(toolset, state, name, raw)
+    return spec, args, failure
+
+
+def _check_schema(
+    toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
+) -> tuple[ToolSpec | None, dict[str, Any] | None, dict[str, Any] | None, Failure | None]:
+    """:func:`check_schema`, also returning the parsed arguments (the names the call carried)."""
     spec = toolset.get(name)
     if spec is None:
         return (
+            None,
             None,
             None,
             Failure(
@@ -136,6 +148,7 @@ def check_schema(
         return (
             spec,
             None,
+            None,
             Failure(
                 cause=Cause.SCHEMA,
                 code="not_exposed",
@@ -144,18 +157,19 @@ def check_schema(
         )
     parsed = parse_arguments(raw)
     if isinstance(parsed, str):
-        return spec, None, Failure(cause=Cause.SCHEMA, code="invalid_json", reason=f"{name}: {parsed}")
+        return spec, None, None, Failure(cause=Cause.SCHEMA, code="invalid_json", reason=f"{name}: {parsed}")
     try:
         args = spec.validate(parsed)
     except ArgumentError as e:
-        return spec, None, schema_failure(name, e)
+        return spec, parsed, None, schema_failure(name, e)
     except RecursionError:
         return (
             spec,
+            parsed,
             None,
             Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: arguments are nested too deeply"),
         )
-    return spec, args, None
+    return spec, parsed, args, None
 
 
 def schema_failure(name: str, error: ArgumentError) -> Failure:
@@ -276,7 +290,7 @@ def check_preconditions(
             undetermined.append(pre.name)
             continue
         if error is not None:
-            faults.append(Fault(where=f"precondition {pre.name} of {spec.name}", error=error))
+            faults.append(Fault(where=f"precondition {pre.name or callable_name(pre.check)} of {spec.name}", error=error))
         elif isinstance(outcome, Undetermined):
             undetermined.append(pre.name)
         elif outcome is not None:
@@ -322,15 +336,23 @@ def acceptance(
 
 # 5. information ----------------------------------------------------------------------------
 def check_information(
-    state: TrackedState, spec: ToolSpec, args: Mapping[str, Any], derived: list[str] | None = None
+    state: TrackedState,
+    spec: ToolSpec,
+    args: Mapping[str, Any],
+    derived: list[str] | None = None,
+    sent: Container[str] | None = None,
 ) -> Failure | None:
     """Every grounded argument's value must have appeared in what the agent has seen.
 
     Each argument is matched as its :class:`~prefixmon.Grounded` says (``exact``,
     ``normalized``, ``derived``). Values that passed as derived are appended to ``derived``
     (``"amount: 150 = 3 * 50"``) when it is given.
+
+    Args:
+        sent: the argument names the call carried; a grounded argument it left out (filled in
+            by its default) is not judged: the agent stated nothing. ``None``: every argument.
     """
-    outcome = _information(state, spec, args)
+    outcome = _information(state, spec, args, sent)
     if outcome is None or isinstance(outcome, Failure):
         return outcome
     if derived is not None:
@@ -338,10 +360,14 @@ def check_information(
     return None
 
 
-def _information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -> Failure | tuple[str, ...] | None:
+def _information(
+    state: TrackedState, spec: ToolSpec, args: Mapping[str, Any], sent: Container[str] | None
+) -> Failure | tuple[str, ...] | None:
     """The information check: ``None`` every value was seen, the failure, or the derivations it accepted."""
     notes: tuple[str, ...] = ()
     for path, match in spec.grounded_match:
+        if sent is not None and _top(path) not in sent:
+            continue
         if "." not in path and "[]" not in path:
             value = args.get(path)
             if value is None or state.seen(value, match):  # fast path: a plain argument seen
@@ -350,7 +376,8 @@ def _information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -
                 outcome = _ungrounded(state, spec, path, value, match)
                 if isinstance(outcome, Failure):
                     return outcome
-                notes += (outcome,)
+                if outcome is not None:
+                    notes += (outcome,)
                 continue
         for loc, value in values_at(args, path):
             if isinstance(value, (Mapping, list, tuple)) or state.seen(value, match):
@@ -358,18 +385,22 @@ def _information(state: TrackedState, spec: ToolSpec, args: Mapping[str, Any]) -
             outcome = _ungrounded(state, spec, loc, value, match)
             if isinstance(outcome, Failure):
                 return outcome
-            notes += (outcome,)
+            if outcome is not None:
+                notes += (outcome,)
     return notes or None
 
 
-def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match: str) -> Failure | str:
-    """A value that was not seen: how it was derived (``"amount: 150 = 3 * 50"``), or the failure."""
+def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match: str) -> Failure | str | None:
+    """A value that was not seen: how it was derived (``"amount: 150 = 3 * 50"``), the failure, or ``None``
+    when a pool that had to leave values out cannot tell that this one was never seen."""
     computed = ""
     if match == "derived":
         how = state.derivation(value)
         if how is not None:
             return f"{loc}: {how}"
         computed = ", nor computed from two numbers seen recently"
+    if not state.pool_complete:
+        return None
     return Failure(
         cause=Cause.INFORMATION,
         code="ungrounded",
@@ -377,6 +408,16 @@ def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match
             f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages or any earlier tool result{computed}"
         ),
     )
+
+
+def _top(path: str) -> str:
+    """The argument name a path starts with (``card.number`` and ``items[].id`` start with ``card`` and ``items``)."""
+    end = len(path)
+    for mark in (".", "["):
+        at = path.find(mark)
+        if at != -1 and at < end:
+            end = at
+    return path[:end]
 
 
 def check(
@@ -389,11 +430,11 @@ def check(
     call_id: str | None = None,
 ) -> Verdict:
     """Judge one call before it runs (checks 1, 2, 3 and 5)."""
-    spec, args, failure = check_schema(toolset, state, name, raw_args)
+    spec, parsed, args, failure = _check_schema(toolset, state, name, raw_args)
     if spec is None or args is None:
         assert failure is not None
         return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
-    return judge(toolset, state, spec, args, depth=depth, call_id=call_id)
+    return judge(toolset, state, spec, args, depth=depth, call_id=call_id, sent=parsed)
 
 
 def judge(
@@ -406,6 +447,7 @@ def judge(
     call_id: str | None = None,
     watch: PreconditionWatch | None = None,
     dependency: Failure | None = None,
+    sent: Container[str] | None = None,
 ) -> Verdict:
     """Checks 2, 3 and 5 of arguments that passed check 1.
 
@@ -413,6 +455,8 @@ def judge(
         watch: lets plan verification decide which precondition outcomes are undetermined.
         dependency: a dependency failure the caller already found (a plan step's placeholder
             that names no earlier step); the reference arguments are then not checked again.
+        sent: the argument names the call carried (its parsed arguments); grounded arguments
+            it left out are not judged (see :func:`check_information`).
     """
     failures: list[Failure] = []
     faults: list[Fault] = []
@@ -424,7 +468,7 @@ def judge(
     if spec.requires and (failure := check_preconditions(state, spec, args, faults, undetermined, watch)) is not None:
         failures.append(failure)
     derived: tuple[str, ...] = ()
-    if spec.grounded and (information := _information(state, spec, args)) is not None:
+    if spec.grounded and (information := _information(state, spec, args, sent)) is not None:
         if isinstance(information, Failure):
             failures.append(information)
         else:

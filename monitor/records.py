@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -35,6 +35,7 @@ __all__ = (
     "FirstFailure",
     "JsonlSink",
     "ProbeRecord",
+    "RecordRedactor",
     "SinkStats",
     "Status",
     "build_record",
@@ -211,6 +212,10 @@ class EpisodeRecord:
 
 RECORD_ADAPTER: Final[TypeAdapter[EpisodeRecord]] = TypeAdapter(EpisodeRecord)
 """Validates and serialises records; the one boundary between records and the outside."""
+
+
+RecordRedactor = Callable[[EpisodeRecord], EpisodeRecord]
+"""``(record) -> record``: what a sink writes instead of ``record`` (see ``JsonlSink(redact=...)``)."""
 
 
 def build_record(
@@ -400,6 +405,10 @@ class JsonlSink:
         max_queue_bytes: bound of the lines waiting to be written; a record beyond it is
             dropped and counted (``stats.dropped``).
         drain_timeout: seconds :meth:`close` and interpreter exit wait for queued records.
+        redact: ``(record) -> record`` applied before the record is serialised, in the
+            episode's task (e.g. :func:`prefixmon.redaction.record_redactor`). A hook that
+            raises or returns something else loses the record (counted and logged by the
+            monitor); the unredacted record is never written.
     """
 
     def __init__(
@@ -409,8 +418,12 @@ class JsonlSink:
         fsync: bool = False,
         max_queue_bytes: int = MAX_QUEUE_BYTES,
         drain_timeout: float = DRAIN_TIMEOUT,
+        redact: RecordRedactor | None = None,
     ) -> None:
+        if redact is not None and not callable(redact):
+            raise TypeError(f"redact must be callable, got {type(redact).__name__}")
         self.path = Path(path)
+        self.redact = redact
         self._writer = LineWriter.acquire(
             os.fspath(self.path), fsync=fsync, max_queue_bytes=max_queue_bytes, drain_timeout=drain_timeout
         )
@@ -421,7 +434,17 @@ class JsonlSink:
         self.submit(record)
 
     def submit(self, record: EpisodeRecord) -> bool:
-        """Serialise ``record`` and queue its line; ``False`` when it was dropped (queue full, closed)."""
+        """Redact and serialise ``record`` and queue its line; ``False`` when it was dropped (queue full, closed).
+
+        Raises:
+            TypeError: the ``redact`` hook returned something other than an :class:`EpisodeRecord`.
+            Exception: whatever the ``redact`` hook raised.
+        """
+        if self.redact is not None:
+            redacted = self.redact(record)
+            if not isinstance(redacted, EpisodeRecord):
+                raise TypeError(f"the sink's redact hook returned {type(redacted).__name__}, not an EpisodeRecord")
+            record = redacted
         return self._writer.put((dumps_record(record) + "\n").encode("utf-8"))
 
     def flush(self, timeout: float | None = None) -> bool:

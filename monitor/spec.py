@@ -7,6 +7,7 @@ recogniser and probes. :class:`prefixmon.toolset.Toolset` builds and holds them.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -120,9 +121,7 @@ class Precondition:
         if not callable(obj):
             raise SpecError(f"a precondition must be callable, got {type(obj).__name__}")
         name = callable_name(obj)
-        doc = inspect.getdoc(obj) or ""
-        message = doc.splitlines()[0] if doc else f"precondition {name} does not hold"
-        return cls(check=obj, message=message, name=name)
+        return cls(check=obj, message=_doc(obj) or f"precondition {name} does not hold", name=name)
 
     def __post_init__(self) -> None:
         _refuse_async(self.check, f"precondition {self.name or callable_name(self.check)}")
@@ -140,13 +139,28 @@ ErrorResult = Callable[[Any], "str | None"]
 
 def callable_name(obj: object) -> str:
     """A user callable's name for messages: its ``__name__``, else its type's name — never its
-    ``repr``, which may hold a secret (an API key bound in a ``functools.partial``)."""
-    name = getattr(obj, "__name__", None)
-    if isinstance(name, str) and name:
-        return name
-    func = getattr(obj, "func", None)  # functools.partial
-    inner = getattr(func, "__name__", None)
-    return inner if isinstance(inner, str) and inner else type(obj).__name__
+    ``repr``, which may hold a secret (an API key bound in a ``functools.partial``).
+
+    A ``partial`` is named by its function. ``__name__`` counts only when the object or its
+    class defines it: a proxy's ``__getattr__`` answers any name, from its configuration.
+    """
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    if inspect.getattr_static(obj, "__name__", None) is not None:
+        name = getattr(obj, "__name__", None)
+        if isinstance(name, str) and name:
+            return name
+    return type(obj).__name__
+
+
+def _doc(obj: object) -> str:
+    """The first line of a callable's own docstring (a partial's function's, not ``functools.partial``'s)."""
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    if inspect.getattr_static(obj, "__doc__", None) is None:  # nor a proxy's __getattr__ answer
+        return ""
+    doc = inspect.getdoc(obj) or ""
+    return doc.splitlines()[0] if doc else ""
 
 
 def _refuse_async(obj: object, what: str) -> None:

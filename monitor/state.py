@@ -18,6 +18,7 @@ from .observed import ObservedObjects
 from .verdict import quote
 
 __all__ = (
+    "MAX_POOL_BYTES",
     "MAX_TOKENISED_LENGTH",
     "MAX_WALK_DEPTH",
     "MAX_WALK_ITEMS",
@@ -32,6 +33,15 @@ MAX_WALK_ITEMS: Final = 200_000
 MAX_TOKENISED_LENGTH: Final = 2_000
 """Strings up to this length are also indexed word by word; longer ones from tool results are
 pooled as their length and hash only (an exact match still counts as seen)."""
+MAX_POOL_BYTES: Final = 8 * 2**20
+"""About how much memory one episode's information pool may hold verbatim: every pooled string
+counts its length plus 80 bytes (what CPython spends on a small string and its set slot), every
+number 80 bytes. Past the bound, strings are pooled as a length + hash key (128 bytes) only, so
+an exact reuse still counts as seen, while their words and numbers are not pooled; past twice
+the bound nothing new is. A pool that left anything out is no longer complete
+(:attr:`TrackedState.pool_complete`)."""
+_ENTRY: Final = 80
+_KEY_COST: Final = 128
 
 _STRIP = ".,;:!?()[]{}<>\"'`"
 
@@ -76,7 +86,21 @@ class TrackedState:
         turn: current turn (0-based).
     """
 
-    __slots__ = ("_bindings", "_forms", "_pool", "_texts", "_user_texts", "depth", "env", "exposed", "facts", "objects", "turn")
+    __slots__ = (
+        "_bindings",
+        "_forms",
+        "_pool",
+        "_pool_bytes",
+        "_pool_lossy",
+        "_texts",
+        "_user_texts",
+        "depth",
+        "env",
+        "exposed",
+        "facts",
+        "objects",
+        "turn",
+    )
 
     def __init__(self, *, facts: Mapping[str, Any] | None = None, env: Any = None, exposed: Iterable[str] | None = None) -> None:
         self.facts: dict[str, Any] = dict(facts or {})
@@ -88,6 +112,10 @@ class TrackedState:
         self.objects = ObservedObjects()
         """What tool results showed of the environment's objects, by kind and id (spec-file rules read it)."""
         self._pool: set[Hashable] = set()
+        self._pool_bytes = 0
+        """Estimated memory the pool holds (see :data:`MAX_POOL_BYTES`)."""
+        self._pool_lossy = False
+        """Whether the bound made the pool leave out a word, a number or a value."""
         self._texts: list[str] = []
         """Every text informed (casefolded, runs of whitespace as one space), searched by substring for :meth:`seen`."""
         self._user_texts: list[str] = []
@@ -205,11 +233,15 @@ class TrackedState:
                 result = json.loads(result)
         budget = [MAX_WALK_ITEMS]
         self._walk(result, None, produce or {}, tool, 0, budget)
+        if budget[0] <= 0:  # the rest of the result was not indexed
+            self._pool_lossy = True
 
     def _walk(
         self, obj: Any, key: str | None, produce: Mapping[str, str], tool: str | None, level: int, budget: list[int]
     ) -> None:
         if level > MAX_WALK_DEPTH or budget[0] <= 0:
+            if level > MAX_WALK_DEPTH:
+                self._pool_lossy = True
             return
         t = type(obj)
         if t is str or t is int or t is float:  # the common leaves first: no ABC or attribute checks
@@ -218,20 +250,13 @@ class TrackedState:
         if t is dict:
             budget[0] -= 1  # containers count too: a result sharing lists (a DAG, a cycle) stays bounded
             pool = self._pool
-            token = self._forms.add_token
             for k, v in obj.items():
                 if budget[0] <= 0:
                     return
                 if type(v) is str and level < MAX_WALK_DEPTH:  # a string leaf, inlined
                     budget[0] -= 1
-                    if len(v) <= MAX_TOKENISED_LENGTH:
-                        pool.add(v)
-                        if " " in v or "\n" in v:
-                            self._add_words(v)
-                        elif not (v.isascii() and v.islower()) or v[:1] in TOKEN_START:  # else it has no forms
-                            token(v)
-                    else:
-                        pool.add(_long(v))
+                    if v not in pool:
+                        self._pool_text(v)
                     if k in produce and isinstance(k, str):
                         self.bind(produce[k], v, tool=tool)
                 else:
@@ -260,14 +285,8 @@ class TrackedState:
         budget[0] -= 1
         pool = self._pool
         if type(obj) is str:  # the common leaf, inlined: the value, and its words when it has several
-            if len(obj) <= MAX_TOKENISED_LENGTH:
-                pool.add(obj)
-                if " " in obj or "\n" in obj:
-                    self._add_words(obj)
-                elif not (obj.isascii() and obj.islower()) or obj[:1] in TOKEN_START:  # else it has no forms
-                    self._forms.add_token(obj)
-            else:
-                pool.add(_long(obj))
+            if obj not in pool:
+                self._pool_text(obj)
         else:
             k = _key(obj)
             if k is None:
@@ -275,19 +294,38 @@ class TrackedState:
                     self._forms.add_object(obj)
                 return
             if isinstance(obj, str):  # a str subclass
-                pool.add(k if len(obj) <= MAX_TOKENISED_LENGTH else _long(obj))
-                self._add_words(obj)
-            else:
+                if obj not in pool:
+                    self._pool_text(obj)
+            elif self._pool_bytes < MAX_POOL_BYTES:
+                size = len(pool)
                 pool.add(k)
                 pool.add(str(obj))
+                self._pool_bytes += (len(pool) - size) * _ENTRY
                 self._forms.numbers.append(obj)
+            elif k not in pool:
+                self._pool_lossy = True
         if key is not None and key in produce:
             self.bind(produce[key], obj, tool=tool)
+
+    def _pool_text(self, text: str) -> None:
+        """Pool a string from a result (its words and forms too), within :data:`MAX_POOL_BYTES`."""
+        if len(text) <= MAX_TOKENISED_LENGTH and self._pool_bytes < MAX_POOL_BYTES:
+            self._add_words(text)
+            return
+        if len(text) <= MAX_TOKENISED_LENGTH:
+            self._pool_lossy = True  # its words (or all of it) are left out
+        if self._pool_bytes < 2 * MAX_POOL_BYTES:
+            pool = self._pool
+            size = len(pool)
+            pool.add(_long(text))
+            if len(pool) != size:
+                self._pool_bytes += _KEY_COST
 
     def _add_words(self, text: str, folded: str | None = None) -> None:
         if len(text) > MAX_TOKENISED_LENGTH:
             return
         pool = self._pool
+        size = len(pool)
         pool.add(text)
         if " " in text or "\n" in text:
             for word in text.split():
@@ -296,8 +334,11 @@ class TrackedState:
                 if stripped:
                     pool.add(stripped)
             self._forms.add_text(text, folded=folded)
-        else:
+        elif not (text.isascii() and text.islower()) or text[:1] in TOKEN_START:  # else it has no forms
             self._forms.add_token(text)
+        added = len(pool) - size
+        if added:  # the words' characters are at most the text's
+            self._pool_bytes += (2 * len(text) if added > 1 else len(text)) + added * _ENTRY
 
     def seen(self, value: Any, match: GroundingMatch = "exact") -> bool:
         """Whether ``value`` appeared in a user message or an earlier tool result.
@@ -318,6 +359,8 @@ class TrackedState:
             key = _long(value)
         if key in self._pool:
             return True
+        if self._pool_bytes >= MAX_POOL_BYTES and isinstance(value, str) and _long(value) in self._pool:
+            return True  # pooled as a key once the pool was full
         if isinstance(value, str):
             needle = fold(value)  # the substring search ignores case and runs of whitespace
             if match != "exact" and len(value) <= MAX_TOKENISED_LENGTH and self._forms.find_folded(needle, self._pool):
@@ -343,6 +386,17 @@ class TrackedState:
         O(that many) set lookups. See :func:`prefixmon.grounding.derivation`.
         """
         return self._forms.derive(value)
+
+    @property
+    def pool_complete(self) -> bool:
+        """Whether the information pool kept everything it was given (see :data:`MAX_POOL_BYTES`;
+        results longer than :data:`MAX_WALK_ITEMS` nodes or deeper than :data:`MAX_WALK_DEPTH`
+        are indexed only that far).
+
+        When it is not, a value it does not find may still have been seen, so the information
+        check does not fail it.
+        """
+        return not self._pool_lossy
 
     def user_said(self, value: Any) -> bool:
         """Whether ``value`` appears in the user's messages (text given with ``inform(..., user=True)``)."""

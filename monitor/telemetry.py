@@ -33,10 +33,10 @@ work is done for the episode's calls at all.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, is_dataclass
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from time import time_ns
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -54,6 +54,7 @@ from ._version import VERSION as _VERSION
 from .episode import current_episode
 from .observer import Observer
 from .plan import deviation_kind
+from .redaction import ContentKind, Redactor, content_text, redact_keys
 from .vocabulary import Cause, Decision
 
 if TYPE_CHECKING:
@@ -63,10 +64,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ContentKind", "GuardrailEvents", "Redactor", "Telemetry", "ToolSpans", "redact_keys"]
 
-
-ContentKind = Literal["arguments", "result", "reason", "error"]
-Redactor = Callable[[ContentKind, Any], Any]
-"""``(kind, value) -> value to record``; return ``None`` to record nothing."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -85,41 +82,6 @@ def _ns(dt: datetime) -> int:
         dt = dt.replace(tzinfo=UTC)
     delta = dt - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-
-
-def redact_keys(*keys: str, mask: str = "[REDACTED]") -> Redactor:
-    """A redaction hook that masks the values of the given keys at any nesting level.
-
-    Keys compare case-insensitively. It looks inside mappings, lists, pydantic models,
-    dataclasses and text that parses as JSON (as MCP and OpenAI tool results often are);
-    other text and objects are recorded as they are (``str()``), unredacted. Reasons and
-    error messages pass unchanged.
-    """
-    wanted = frozenset(k.lower() for k in keys)
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {k: mask if str(k).lower() in wanted else walk(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [walk(v) for v in value]
-        if isinstance(value, str):
-            if value[:1] in ("{", "["):
-                try:
-                    return walk(json.loads(value))
-                except (ValueError, RecursionError):  # not JSON after all, or too deep to walk
-                    return value
-            return value
-        if is_dataclass(value) and not isinstance(value, type):
-            return walk(asdict(value))
-        dump = getattr(value, "model_dump", None)
-        if callable(dump) and not isinstance(value, type):
-            return walk(dump(mode="json"))
-        return value
-
-    def redact(kind: ContentKind, value: Any) -> Any:
-        return walk(value) if kind in ("arguments", "result") else value
-
-    return redact
 
 
 _PASS_ATTRS: Final[Mapping[str, Any]] = {
@@ -225,6 +187,42 @@ class _Call:
         detach, self.detach = self.detach, None
         if detach is not None:
             otel_context.detach(detach)  # type: ignore[arg-type]
+
+
+_HOME: Final[ContextVar[None]] = ContextVar("prefixmon_episode_span_home")
+"""Set while an episode span is current: tells whether an exit happens in the context that entered."""
+
+
+class _Current:
+    """Makes an episode span current while its episode is active in a task.
+
+    An episode entered in one task may be exited in another (an exit stack closed by a
+    framework's callback): that task's context never held the span, so nothing is detached
+    there (OpenTelemetry would log a failed detach).
+    """
+
+    __slots__ = ("home", "span", "token")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.token: object = None
+        self.home: Token[None] | None = None
+
+    def __enter__(self) -> Span:
+        self.home = _HOME.set(None)
+        self.token = otel_context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, *exc: object) -> None:
+        token, home = self.token, self.home
+        self.token = self.home = None
+        if token is None or home is None:
+            return
+        try:
+            _HOME.reset(home)
+        except ValueError:  # another task's context
+            return
+        otel_context.detach(token)  # type: ignore[arg-type]
 
 
 class Telemetry(Observer):
@@ -349,18 +347,7 @@ class Telemetry(Observer):
         Raises:
             Exception: whatever the redaction hook raised (an observer fault: nothing is recorded).
         """
-        if self.redact is not None:
-            value = self.redact(kind, value)
-        if value is None:
-            return None
-        try:
-            text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-        except Exception as e:  # too deep (RecursionError), circular, a __str__ that raises
-            return f"[not recorded: {type(e).__name__}]"
-        cap = self.max_content_chars
-        if len(text) > cap:
-            text = f"{text[:cap]}...[{len(text) - cap} more chars]"
-        return text
+        return content_text(kind, value, self.redact, self.max_content_chars)
 
     # -- episodes -----------------------------------------------------------------------------
     def episode_started(self, episode: Episode) -> None:
@@ -396,7 +383,7 @@ class Telemetry(Observer):
         st = self._episodes.get(id(episode))
         if st is None or not st.own:
             return None
-        return trace.use_span(st.span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+        return _Current(st.span)
 
     def _episode_start_attributes(self, episode: Episode) -> dict[str, Any]:
         attrs: dict[str, Any] = {

@@ -30,6 +30,7 @@ BASE: Final = frozenset(
         "_log",
         "_cel",
         "_dispatch",
+        "_readonly",
         "_daemon_threads",
         "_writer",
         "semconv",

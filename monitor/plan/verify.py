@@ -316,7 +316,7 @@ def _check_step(
     assert spec is not None
     placeholder = _placeholder_failure(sim, step) if step.refs else None
     watch.start(step)
-    verdict = judge(toolset, view, spec, args, depth=depth, call_id=step.id, watch=watch, dependency=placeholder)
+    verdict = judge(toolset, view, spec, args, depth=depth, call_id=step.id, watch=watch, dependency=placeholder, sent=step.args)
     if not verdict.executable:  # what only execution decides does not matter for a step that cannot execute
         first = verdict.failures[0]
         repairable = first.cause is Cause.DEPENDENCY and first is not placeholder

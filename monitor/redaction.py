@@ -1,0 +1,439 @@
+"""Redaction: what opt-in content capture may record, and what record sinks may write.
+
+Argument values and results are not recorded by default. With
+``Telemetry(capture_content=True)`` each value goes through a ``redact=`` hook and is cut at
+``max_content_chars``; this module has the hooks and the size cap:
+
+- :func:`redact_keys` masks the values of named keys at any depth, in mappings, lists,
+  tuples and named tuples, ``SimpleNamespace``, dataclasses, pydantic models, and JSON text
+  or bytes (leading whitespace allowed). Key names match across spelling variants:
+  ``apiKey``, ``api_key``, ``API-KEY`` and ``api.key`` are one key.
+- :func:`content_text` turns a value into the text that is recorded, capping **while** it
+  serialises: a 1M-item result costs what ``max_content_chars`` characters cost, not a full
+  ``json.dumps``. With :func:`redact_keys`, keys are masked during that same bounded pass.
+  Any other ``redact=`` hook receives a private mutable copy (:func:`thaw`), so a hook that
+  edits its value in place changes only what is recorded, never what runs.
+- :func:`record_redactor` builds a hook for :class:`~prefixmon.JsonlSink` (``redact=``) that
+  masks patterns in, or drops, the free text of episode records (reasons, precondition
+  messages, tool error text, plan deviations) before they are serialised.
+
+See ``docs/security.md`` for what records and telemetry contain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from json.encoder import encode_basestring
+from types import SimpleNamespace
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel
+
+from ._readonly import thaw, unwrap
+from .records import EpisodeRecord, FirstFailure, RecordRedactor
+
+__all__ = (
+    "MAX_DEPTH",
+    "MAX_PARSED_CHARS",
+    "ContentKind",
+    "KeyRedactor",
+    "RecordRedactor",
+    "Redactor",
+    "bounded_json",
+    "content_text",
+    "normalise_key",
+    "record_redactor",
+    "redact_keys",
+    "thaw",
+)
+
+ContentKind = Literal["arguments", "result", "reason", "error"]
+Redactor = Callable[[ContentKind, Any], Any]
+"""``(kind, value) -> value to record``; return ``None`` to record nothing."""
+
+MAX_DEPTH: Final = 200
+"""Content nested deeper than this is not recorded (``[not recorded: RecursionError]``)."""
+MAX_PARSED_CHARS: Final = 1_000_000
+"""JSON text longer than this is not parsed to mask keys inside it: it is recorded as a mask
+instead (masking needs the parse; recording it unmasked could leak)."""
+
+_SEPARATORS: Final = str.maketrans("", "", "_-. \t")
+_SEEN_KEYS: Final = 4096
+_JSON_START: Final = re.compile(r"\s*[\[{]")
+_TOO_DEEP: Final = object()
+_NOT_JSON: Final = object()
+
+
+def normalise_key(key: object) -> str:
+    """A key as :func:`redact_keys` compares it: casefolded, without ``_``, ``-``, ``.`` and spaces."""
+    return (key if type(key) is str else str(key)).casefold().translate(_SEPARATORS)
+
+
+def _parse_json_text(text: str) -> Any:
+    """``text`` parsed when it is JSON (an object or array, leading whitespace allowed), else a marker."""
+    if not _JSON_START.match(text):
+        return _NOT_JSON
+    if len(text) > MAX_PARSED_CHARS:
+        return _TOO_DEEP
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOT_JSON
+    except RecursionError:
+        return _TOO_DEEP
+
+
+def _decode(data: bytes | bytearray | memoryview) -> str:
+    return bytes(data).decode("utf-8", "replace")
+
+
+class KeyRedactor:
+    """Masks the values of a set of keys (see :func:`redact_keys`)."""
+
+    __slots__ = ("_seen", "keys", "mask")
+
+    def __init__(self, keys: Iterable[str], mask: str) -> None:
+        self.keys: frozenset[str] = frozenset(normalise_key(k) for k in keys)
+        """The keys, normalised (:func:`normalise_key`)."""
+        self.mask = mask
+        self._seen: dict[str, bool] = {}
+        """Answers for keys met before (tools repeat their keys), at most :data:`_SEEN_KEYS` of them."""
+
+    def masks(self, key: object) -> bool:
+        """Whether the value under ``key`` is masked."""
+        if type(key) is str:
+            known = self._seen.get(key)
+            if known is not None:
+                return known
+            answer = normalise_key(key) in self.keys
+            if len(self._seen) < _SEEN_KEYS:
+                self._seen[key] = answer
+            return answer
+        return normalise_key(key) in self.keys
+
+    def __call__(self, kind: ContentKind, value: Any) -> Any:
+        """``value`` with the keys masked (arguments and results; reasons and errors pass unchanged).
+
+        This walks the whole value; telemetry does not call it but masks inside its bounded
+        serialisation (:func:`content_text`).
+        """
+        return self._walk(value, 0) if kind in ("arguments", "result") else value
+
+    def _walk(self, value: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            return self.mask  # too deep to look inside: nothing of it is recorded
+        value = unwrap(value)
+        if isinstance(value, str):
+            parsed = _parse_json_text(value)
+            if parsed is _NOT_JSON:
+                return value
+            return self.mask if parsed is _TOO_DEEP else self._walk(parsed, depth + 1)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            parsed = _parse_json_text(_decode(value))
+            if parsed is _NOT_JSON:
+                return value
+            return self.mask if parsed is _TOO_DEEP else self._walk(parsed, depth + 1)
+        pairs = _pairs(value)
+        if pairs is not None:
+            return {k: self.mask if self.masks(k) else self._walk(v, depth + 1) for k, v in pairs}
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return [self._walk(v, depth + 1) for v in value]
+        dump = getattr(value, "model_dump", None)
+        if callable(dump) and not isinstance(value, type):
+            return self._walk(dump(mode="json"), depth + 1)
+        return value
+
+
+def redact_keys(*keys: str, mask: str = "[REDACTED]") -> KeyRedactor:
+    """A redaction hook that masks the values of the given keys at any nesting level.
+
+    Keys match across case and separators (``apiKey`` = ``api_key`` = ``API-KEY``). It looks
+    inside mappings, lists, tuples, named tuples, ``SimpleNamespace``, dataclasses, pydantic
+    models, and text or bytes that parse as JSON (as MCP and OpenAI tool results often are,
+    leading whitespace included); JSON too deeply nested or longer than
+    :data:`MAX_PARSED_CHARS` to parse is masked whole. Other text and objects are recorded as
+    text, unredacted. Reasons and error messages pass unchanged (use
+    ``capture_content=False``, the default, to keep them out).
+    """
+    return KeyRedactor(keys, mask)
+
+
+def _pairs(value: Any) -> Iterable[tuple[Any, Any]] | None:
+    """The ``(key, value)`` pairs of a value that has named fields, or ``None``."""
+    if isinstance(value, Mapping):
+        return value.items()
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a named tuple: its fields are keys
+        fields: tuple[str, ...] = type(value)._fields  # type: ignore[attr-defined]
+        return zip(fields, value, strict=False)
+    if isinstance(value, SimpleNamespace):
+        return vars(value).items()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, BaseModel):
+        return ((name, getattr(value, name)) for name in type(value).model_fields)
+    return None
+
+
+# -- bounded serialisation ----------------------------------------------------------------------
+class _Full(Exception):
+    """The output reached its limit."""
+
+
+class _Encoder:
+    """JSON text of a value, produced piece by piece and stopped at ``room`` characters."""
+
+    __slots__ = ("keys", "parts", "room", "stack")
+
+    def __init__(self, room: int, keys: KeyRedactor | None) -> None:
+        self.parts: list[str] = []
+        self.room = room
+        self.keys = keys
+        self.stack: set[int] = set()
+
+    def emit(self, text: str) -> None:
+        if len(text) > self.room:
+            self.parts.append(text[: self.room])
+            self.room = 0
+            raise _Full
+        self.parts.append(text)
+        self.room -= len(text)
+
+    def text(self, s: str) -> None:
+        """A JSON string; a long one is escaped only as far as the room reaches."""
+        self.emit(encode_basestring(s if len(s) <= self.room else s[: self.room + 1]))
+
+    def string(self, s: str, depth: int) -> None:
+        if self.keys is not None:  # JSON text inside a value: its keys are masked too
+            parsed = _parse_json_text(s)
+            if parsed is _TOO_DEEP:
+                self.text(self.keys.mask)
+                return
+            if parsed is not _NOT_JSON:
+                self.value(parsed, depth + 1)
+                return
+        self.text(s)
+
+    def value(self, v: Any, depth: int) -> None:
+        t = type(v)
+        if t is str:
+            self.string(v, depth)
+        elif v is None:
+            self.emit("null")
+        elif t is bool:
+            self.emit("true" if v else "false")
+        elif t is int:
+            self.emit(int.__repr__(v))
+        elif t is float:
+            self.emit(_float(v))
+        elif isinstance(v, str):
+            self.string(str.__str__(v), depth)
+        elif isinstance(v, int):
+            self.emit(int.__repr__(v))
+        elif isinstance(v, float):
+            self.emit(_float(v))
+        elif isinstance(v, (bytes, bytearray, memoryview)):
+            self.string(_decode(v), depth)
+        else:
+            self.container(v, depth)
+
+    def container(self, v: Any, depth: int) -> None:
+        if depth >= MAX_DEPTH:
+            raise RecursionError(f"nested more than {MAX_DEPTH} levels")
+        v = unwrap(v)
+        ident = id(v)
+        if ident in self.stack:
+            raise ValueError("Circular reference detected")
+        self.stack.add(ident)
+        try:
+            pairs = _pairs(v)
+            if pairs is not None:
+                self.mapping(pairs, depth)
+            elif isinstance(v, (list, tuple, set, frozenset)):
+                self.emit("[")
+                first = True
+                for item in v:
+                    if not first:
+                        self.emit(", ")
+                    first = False
+                    self.value(item, depth + 1)
+                self.emit("]")
+            else:
+                dump = getattr(v, "model_dump", None)
+                if callable(dump) and not isinstance(v, type):
+                    self.value(dump(mode="json"), depth + 1)
+                else:
+                    self.text(str(v))  # as json.dumps(default=str) did
+        finally:
+            self.stack.discard(ident)
+
+    def mapping(self, pairs: Iterable[tuple[Any, Any]], depth: int) -> None:
+        keys = self.keys
+        self.emit("{")
+        first = True
+        for k, item in pairs:
+            if not first:
+                self.emit(", ")
+            first = False
+            self.text(k if type(k) is str else _key_text(k))
+            self.emit(": ")
+            if keys is not None and keys.masks(k):
+                self.text(keys.mask)
+            else:
+                self.value(item, depth + 1)
+        self.emit("}")
+
+
+def _float(v: float) -> str:
+    if math.isfinite(v):
+        return float.__repr__(v)
+    return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+
+
+def _key_text(k: Any) -> str:
+    if k is None or isinstance(k, bool):
+        return "null" if k is None else ("true" if k else "false")
+    if isinstance(k, float):
+        return _float(k)
+    return str(k)
+
+
+def _cut_text(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...[{len(text) - limit} more chars]"
+
+
+_FLAT_ITEMS: Final = 32
+
+
+def _flat(value: Any, limit: int, keys: KeyRedactor | None) -> dict[str, Any] | None:
+    """``value`` (masked) when it is a dict of at most 32 plain scalars whose text fits ``limit``, else ``None``."""
+    if type(value) is not dict or len(value) > _FLAT_ITEMS:
+        return None
+    size = 0
+    for k, v in value.items():
+        if type(k) is not str:
+            return None
+        t = type(v)
+        if t is str:
+            if keys is not None and _JSON_START.match(v):
+                return None  # JSON text inside: masked by the encoder
+            size += len(k) + len(v)
+        elif v is None or t is bool or t is int or t is float:
+            size += len(k) + 24
+        else:
+            return None
+        if size > limit:
+            return None
+    if keys is None:
+        return value
+    return {k: keys.mask if keys.masks(k) else v for k, v in value.items()}
+
+
+def bounded_json(value: Any, limit: int, *, keys: KeyRedactor | None = None) -> str:
+    """``value`` as JSON text of at most ``limit`` characters (then ``...[cut at N chars]``).
+
+    Serialisation stops once ``limit`` characters are written, so its cost is bounded by
+    ``limit`` (and by what is skipped of masked keys), not by the size of ``value``. Mappings,
+    named tuples, ``SimpleNamespace``, dataclasses and pydantic models become objects; lists,
+    tuples and sets arrays; other objects their ``str()``. With ``keys``, masked keys' values
+    are replaced while serialising, also inside JSON text.
+
+    Raises:
+        RecursionError: nested deeper than :data:`MAX_DEPTH`.
+        ValueError: the value contains itself.
+    """
+    flat = _flat(value, limit, keys)
+    if flat is not None:  # a small flat mapping (most arguments): the C encoder, bounded by construction
+        text = json.dumps(flat, ensure_ascii=False)
+        return text if len(text) <= limit else f"{text[:limit]}...[cut at {limit} chars]"
+    encoder = _Encoder(limit, keys)
+    try:
+        encoder.value(value, 0)
+    except _Full:
+        return "".join(encoder.parts) + f"...[cut at {limit} chars]"
+    return "".join(encoder.parts)
+
+
+def content_text(kind: ContentKind, value: Any, redact: Redactor | None, limit: int) -> str | None:
+    """What opt-in capture records for ``value``: redacted, serialised and capped at ``limit`` characters.
+
+    Text is recorded as it is (cut at ``limit``, with ``...[N more chars]``); anything else as
+    bounded JSON (:func:`bounded_json`). A :class:`KeyRedactor` masks during serialisation;
+    another hook gets a private mutable copy (:func:`thaw`) and its answer is recorded
+    (``None``: nothing). A value that cannot be serialised is recorded as
+    ``[not recorded: <error type>]``.
+
+    Raises:
+        Exception: whatever a ``redact`` hook raised (nothing is recorded then).
+    """
+    keys: KeyRedactor | None = None
+    if isinstance(redact, KeyRedactor):
+        keys = redact if kind in ("arguments", "result") else None
+    elif redact is not None:
+        value = redact(kind, thaw(value))
+    value = unwrap(value)
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = _decode(value)
+    if isinstance(value, str):
+        if keys is None:
+            return _cut_text(value, limit)
+        parsed = _parse_json_text(value)
+        if parsed is _NOT_JSON:
+            return _cut_text(value, limit)
+        if parsed is _TOO_DEEP:
+            return keys.mask
+        value = parsed
+    try:
+        return bounded_json(value, limit, keys=keys)
+    except Exception as e:  # too deep, circular, a __str__ or model_dump that raises
+        return f"[not recorded: {type(e).__name__}]"
+
+
+# -- records ------------------------------------------------------------------------------------
+def record_redactor(*patterns: str | re.Pattern[str], mask: str = "[REDACTED]", drop_text: bool = False) -> RecordRedactor:
+    """A :class:`~prefixmon.JsonlSink` ``redact=`` hook for the free text of episode records.
+
+    Free text is what may quote argument values, results or secrets: each action's ``reason``
+    (precondition messages and failure reasons), ``error`` (the environment's exception or
+    error-result text) and ``deviation``, and the first failure's ``reason``. Causes, codes,
+    decisions, depths, tool names and labels are kept, so every metric is unchanged.
+
+    Args:
+        patterns: regular expressions whose matches are replaced by ``mask``.
+        mask: the replacement text.
+        drop_text: drop the free text altogether (reasons become ``null``, the first
+            failure's reason an empty string).
+
+    Raises:
+        ValueError: neither ``patterns`` nor ``drop_text`` was given.
+    """
+    if not patterns and not drop_text:
+        raise ValueError("record_redactor needs patterns to mask, or drop_text=True")
+    compiled = tuple(p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns)
+
+    def text(value: str | None) -> str | None:
+        if value is None or drop_text:
+            return None
+        for pattern in compiled:
+            value = pattern.sub(mask, value)
+        return value
+
+    def redact(record: EpisodeRecord) -> EpisodeRecord:
+        actions = [
+            dataclasses.replace(a, reason=text(a.reason), error=text(a.error), deviation=text(a.deviation))
+            if a.reason is not None or a.error is not None or a.deviation is not None
+            else a
+            for a in record.actions
+        ]
+        ff = record.first_failure
+        first: FirstFailure | None = None if ff is None else dataclasses.replace(ff, reason=text(ff.reason) or "")
+        return dataclasses.replace(record, actions=actions, first_failure=first)
+
+    return redact

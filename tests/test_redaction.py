@@ -1,0 +1,247 @@
+"""prefixmon.redaction: key masking that misses no spelling or container, and a size cap applied while serialising.
+
+The masking tests go through ``prefixmon.telemetry.redact_keys`` (where users import it) and
+through a real Telemetry observer with content capture; the cap is checked by counting how
+much of a huge value is read, never by timing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import namedtuple
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, NamedTuple
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from prefixmon import Monitor, Observer, Toolset
+from prefixmon import semconv as sc
+from prefixmon.telemetry import Telemetry, redact_keys
+
+SECRET = "sk-live-5ecr3t-key"
+M = "[REDACTED]"
+
+
+class Creds(NamedTuple):
+    user: str
+    api_key: str
+
+
+class TestKeyMasking:
+    """redact_keys masks every spelling of a key in every container a tool result comes in."""
+
+    @pytest.mark.parametrize("spelling", ["api_key", "apiKey", "API-KEY", "Api.Key", "api key", "APIKEY"])
+    @pytest.mark.parametrize("declared", ["api_key", "apiKey", "API-KEY"])
+    def test_spelling_variants(self, declared: str, spelling: str) -> None:
+        """apiKey, api_key, API-KEY (and dots, spaces, case) are one key."""
+        redact = redact_keys(declared)
+        assert redact("result", {spelling: SECRET, "user": "ada"}) == {spelling: M, "user": "ada"}
+
+    @pytest.mark.parametrize("text", [' {"token": "%s"}', '\n\t{"token": "%s"}', '\r\n [{"token": "%s"}]'])
+    def test_json_text_with_leading_whitespace(self, text: str) -> None:
+        """JSON text that starts with whitespace is parsed and masked like any JSON text."""
+        out = redact_keys("token")("result", text % SECRET)
+        assert SECRET not in json.dumps(out)
+
+    @pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview], ids=lambda w: w.__name__)
+    def test_json_bytes(self, wrap: Any) -> None:
+        """JSON bytes (an HTTP body, an MCP blob) are decoded, parsed and masked."""
+        raw = wrap(json.dumps({"token": SECRET, "n": 1}).encode())
+        assert redact_keys("token")("result", raw) == {"token": M, "n": 1}
+
+    def test_named_tuples_and_namespaces(self) -> None:
+        """Named tuples and SimpleNamespace are masked by field name (they used to pass as plain tuples or text)."""
+        redact = redact_keys("api_key", "password")
+        assert redact("arguments", Creds("ada", SECRET)) == {"user": "ada", "api_key": M}
+        legacy = namedtuple("legacy", ["password", "host"])
+        assert redact("result", [legacy(SECRET, "h")]) == [{"password": M, "host": "h"}]
+        assert redact("result", SimpleNamespace(apiKey=SECRET, ok=True)) == {"apiKey": M, "ok": True}
+        assert redact("result", {"outer": (SimpleNamespace(inner=Creds("b", SECRET)),)}) == {
+            "outer": [{"inner": {"user": "b", "api_key": M}}]
+        }
+
+    def test_json_too_deep_is_masked_whole(self) -> None:
+        """JSON text too deeply nested to parse is masked whole, never recorded as it is."""
+        deep = "[" * 100_000 + json.dumps({"token": SECRET}) + "]" * 100_000
+        assert redact_keys("token")("result", deep) == M
+
+    def test_what_is_not_json_stays_text(self) -> None:
+        """Text that only looks like JSON is recorded as text; reasons and errors pass unchanged."""
+        redact = redact_keys("token")
+        assert redact("result", " {not json") == " {not json"
+        assert redact("reason", {"token": SECRET}) == {"token": SECRET}
+
+
+def _telemetry_spans(tools: Toolset, **options: Any) -> tuple[Monitor, InMemorySpanExporter, TracerProvider]:
+    spans = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    return Monitor(tools, observers=[Telemetry(tracer_provider=tp, capture_content=True, **options)]), spans, tp
+
+
+class TestCaptureThroughTelemetry:
+    """The variants above, end to end: what a span records."""
+
+    @pytest.mark.parametrize(
+        "result",
+        [
+            b'  {"apiKey": "%s"}' % SECRET.encode(),
+            Creds("ada", SECRET),
+            SimpleNamespace(API_KEY=SECRET),
+            [{"nested": '\n{"api-key": "' + SECRET + '"}'}],
+        ],
+        ids=["json-bytes", "namedtuple", "namespace", "nested-json-text"],
+    )
+    async def test_results_are_masked(self, result: Any) -> None:
+        """None of these results reaches the span unmasked."""
+        tools = Toolset()
+
+        @tools.tool
+        def fetch() -> Any:
+            return result
+
+        monitor, spans, tp = _telemetry_spans(tools, redact=redact_keys("api_key"))
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("fetch")
+        (span,) = [s for s in spans.get_finished_spans() if s.name == "execute_tool fetch"]
+        text = str(dict(span.attributes or {})[sc.GEN_AI_TOOL_CALL_RESULT])
+        assert SECRET not in text and M in text
+        tp.shutdown()
+
+
+class Counted:
+    """A leaf that counts how often it is turned into text."""
+
+    reads = 0
+
+    def __str__(self) -> str:
+        Counted.reads += 1
+        return "item"
+
+
+class CountingDict(dict[str, Any]):
+    """A dict that counts how many of its items are read."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__((f"k{i}", i) for i in range(n))
+        self.read = 0
+
+    def items(self) -> Iterator[tuple[str, Any]]:  # type: ignore[override]
+        for pair in super().items():
+            self.read += 1
+            yield pair
+
+
+class TestBoundedSerialisation:
+    """A huge result costs what max_content_chars characters cost: serialisation stops at the cap."""
+
+    @pytest.mark.parametrize("redact", [None, redact_keys("token")], ids=["no-redaction", "redact_keys"])
+    async def test_a_million_items_are_not_all_read(self, redact: Any) -> None:
+        """Of a 1,000,000-item result, at most about cap items are turned into text (all were, before)."""
+        tools = Toolset()
+        huge = [Counted() for _ in range(1_000_000)]
+
+        @tools.tool
+        def dump() -> list[Counted]:
+            return huge
+
+        Counted.reads = 0
+        monitor, spans, tp = _telemetry_spans(tools, max_content_chars=4096, redact=redact)
+        async with monitor.episode(task_id="t") as ep:
+            assert await ep.call("dump") is huge
+        assert Counted.reads <= 4096 // len('"item", ') + 2
+        (span,) = [s for s in spans.get_finished_spans() if s.name == "execute_tool dump"]
+        text = str(dict(span.attributes or {})[sc.GEN_AI_TOOL_CALL_RESULT])
+        assert text.startswith('["item", "item"') and text.endswith("...[cut at 4096 chars]")
+        tp.shutdown()
+
+    async def test_a_huge_mapping_with_masking(self) -> None:
+        """Masking keys happens in the same bounded pass: a 200,000-key result is read only as far as the cap."""
+        tools = Toolset()
+        huge = CountingDict(200_000)
+
+        @tools.tool
+        def dump() -> dict[str, Any]:
+            return huge
+
+        class Reset(Observer):  # runs before Telemetry: what the state's indexing read is not counted
+            def call_started(self, episode: Any, tool: str, call_id: str | None, depth: int) -> Any:
+                return "token"
+
+            def call_result(self, episode: Any, depth: int, result: Any, token: Any) -> None:
+                huge.read = 0
+
+        monitor, spans, tp = _telemetry_spans(tools, max_content_chars=1000, redact=redact_keys("k3"))
+        monitor = Monitor(tools, observers=[Reset(), *monitor.observers])
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("dump")
+        assert 0 < huge.read <= 1000 // len('"k1": 1, ') + 2
+        (span,) = [s for s in spans.get_finished_spans() if s.name == "execute_tool dump"]
+        text = str(dict(span.attributes or {})[sc.GEN_AI_TOOL_CALL_RESULT])
+        assert text.startswith('{"k0": 0, "k1": 1, "k2": 2, "k3": "[REDACTED]", "k4": 4')
+        tp.shutdown()
+
+    def test_long_strings_are_escaped_only_as_far_as_the_cap(self) -> None:
+        """A 50 MB string inside a value yields cap characters (its escaping is not done whole)."""
+        from prefixmon.redaction import content_text
+
+        text = content_text("result", {"blob": "\u00e9\n" * 25_000_000}, None, 64)
+        assert text is not None and len(text) == 64 + len("...[cut at 64 chars]")
+        assert text.startswith('{"blob": "\u00e9\\n')
+
+    def test_json_text_too_long_to_parse_is_masked_not_leaked(self) -> None:
+        """With redact_keys, JSON text longer than MAX_PARSED_CHARS is masked whole (masking needs the parse)."""
+        from prefixmon.redaction import MAX_PARSED_CHARS, content_text
+
+        big = json.dumps({"token": SECRET, "pad": "x" * MAX_PARSED_CHARS})
+        assert content_text("result", big, redact_keys("token"), 100) == M
+        assert content_text("result", big, None, 20) == big[:20] + f"...[{len(big) - 20} more chars]"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    max_leaves=30,
+)
+
+
+class TestSameTextAsJson:
+    """Below the cap the text is exactly ``json.dumps``; above it, a prefix of it."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(value=JSON_VALUES, cap=st.integers(min_value=1, max_value=400))
+    def test_prefix_of_json_dumps(self, value: Any, cap: int) -> None:
+        """Uncut output equals json.dumps(value, ensure_ascii=False); cut output is its first cap characters."""
+        from prefixmon.redaction import content_text
+
+        if value is None or isinstance(value, str):
+            return  # nothing is recorded for None; text is recorded as it is, not as JSON
+        full = json.dumps(value, ensure_ascii=False)
+        text = content_text("arguments", value, None, cap)
+        assert text == (full if len(full) <= cap else full[:cap] + f"...[cut at {cap} chars]")
+
+    def test_other_values(self) -> None:
+        """Dataclasses become objects; NaN and infinities as json writes them; unknown objects their str()."""
+        from prefixmon.redaction import content_text
+
+        @dataclass
+        class Point:
+            x: float
+            y: float
+
+        assert content_text("result", [Point(1.0, float("nan")), float("-inf")], None, 100) == '[{"x": 1.0, "y": NaN}, -Infinity]'
+        assert content_text("result", {1: object}, None, 100) == '{"1": "<class \'object\'>"}'
+        loop: list[Any] = []
+        loop.append(loop)
+        assert content_text("result", loop, None, 100) == "[not recorded: ValueError]"
+        deep: list[Any] = []
+        for _ in range(500):
+            deep = [deep]
+        assert content_text("result", deep, None, 10_000) == "[not recorded: RecursionError]"
