@@ -133,8 +133,8 @@ class _Episode:
     numbers: set[float] = field(default_factory=set)
     objects: dict[Hashable, dict[str, _Observed]] = field(default_factory=dict)
     """Id value -> {id key: the record showing it}, current ones only."""
-    fingerprints: dict[tuple[str, str, str, Hashable], tuple[int, int]] = field(default_factory=dict)
-    """(tool, at, id key, id) -> (hash of the record as last seen, position in ``named[id]`` then)."""
+    fingerprints: dict[tuple[int, str, Hashable], tuple[int, int]] = field(default_factory=dict)
+    """(its field names, id key, id) -> (hash of the record as last seen, position in ``named[id]`` then)."""
     named: dict[Hashable, list[str]] = field(default_factory=dict)
     """Id -> tools of the accepted calls that named it, in order."""
     pending: dict[Hashable, list[_Candidate]] = field(default_factory=dict)
@@ -411,15 +411,16 @@ class Learner:
             if k is None:
                 continue
             ep.objects.setdefault(k, {})[id_key] = _Observed(record=record, tool=tool, at=at)
-            self._compare(ep, (tool, at, id_key, k), record)
+            shape = hash(tuple(sorted(str(key) for key in list(record)[:64])))
+            self._compare(ep, (shape, id_key, k), record)
 
-    def _compare(self, ep: _Episode, ident: tuple[str, str, str, Hashable], record: Mapping[str, Any]) -> None:
-        """Access evidence: the same view of an object (same tool, same place) before and after the calls that named it."""
+    def _compare(self, ep: _Episode, ident: tuple[int, str, Hashable], record: Mapping[str, Any]) -> None:
+        """Access evidence: the same view of an object (the same fields) before and after the calls that named it."""
         try:
             fingerprint = hash(json.dumps(record, sort_keys=True, default=str))
         except (TypeError, ValueError, RecursionError):
             return
-        named = ep.named.get(ident[3], [])
+        named = ep.named.get(ident[2], [])
         before = ep.fingerprints.get(ident)
         ep.fingerprints[ident] = (fingerprint, len(named))
         if before is None:
@@ -428,7 +429,7 @@ class Learner:
         if not between:
             return
         keep = self.thresholds.examples
-        what = f"{ident[2]} {V.short(ident[3])}"
+        what = f"{ident[1]} {V.short(ident[2])}"
         if before[0] != fingerprint:
             tools = set(between)
             if len(tools) == 1:
