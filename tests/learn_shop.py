@@ -156,7 +156,11 @@ def as_messages(transcript: Transcript) -> list[dict[str, Any]]:
                     "role": "assistant",
                     "content": None,
                     "tool_calls": [
-                        {"id": event.call_id, "type": "function", "function": {"name": event.tool, "arguments": json.dumps(arguments)}}
+                        {
+                            "id": event.call_id,
+                            "type": "function",
+                            "function": {"name": event.tool, "arguments": json.dumps(arguments)},
+                        }
                     ],
                 }
             )

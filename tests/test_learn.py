@@ -362,7 +362,8 @@ class TestReaders:
         got = list(read_transcripts([file]))
         assert len(got) == 3
         first = got[0]
-        assert isinstance(first.events[0], Message) and not first.events[0].user and first.events[1].user
+        policy, instruction = first.events[:2]
+        assert isinstance(policy, Message) and isinstance(instruction, Message) and not policy.user and instruction.user
         calls = list(first.calls)
         assert calls and calls[0].result and calls[0].error is None and first.source == f"{file}:2"
 
@@ -515,7 +516,9 @@ class TestCli:
         assert f"{bad}:2" in capsys.readouterr().err
         empty = tmp_path / "empty.jsonl"
         empty.write_text("")
-        assert main(["learn", "--tools", str(tools), str(empty), "--format", "openai-jsonl", "--out", str(tmp_path / "x.yaml")]) == 1
+        assert (
+            main(["learn", "--tools", str(tools), str(empty), "--format", "openai-jsonl", "--out", str(tmp_path / "x.yaml")]) == 1
+        )
         assert "empty" in capsys.readouterr().err
 
     def test_out_or_diff_required(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -531,7 +534,9 @@ class TestEvaluate:
     def test_compare_rules(self, shop_spec: SpecFile) -> None:
         """Precision and recall against hand-written refs; rules the corpus never exercised are left out of recall."""
         refs = {"refs": {"order_id": "order_id"}}
-        reference = Toolset.from_openai(TOOLS, rules=dict.fromkeys(("get_order", "cancel_order", "ship_to", "refund_order"), refs))
+        reference = Toolset.from_openai(
+            TOOLS, rules=dict.fromkeys(("get_order", "cancel_order", "ship_to", "refund_order"), refs)
+        )
         learner = Learner(shop_tools()).add_all(corpus())
         c = compare_rules(learner.spec(), reference, learner=learner)
         assert c.references.recall == 1.0 and c.references.precision is not None and c.references.precision < 1.0

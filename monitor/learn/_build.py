@@ -7,11 +7,13 @@
   after the producer's key when it names an id (``order_id``), else after the argument.
   A producer can bind a kind from one key only (``produces: {kind: key}``); when two keys
   compete, the one that explains more calls stays and arguments that then fall below the
-  confidence are dropped. Producers the cover did not need but that returned the values
-  too under a key naming an id are kept as well (up to ``max_producers``): the next
-  episode may take its value from them.
+  confidence are dropped (one pass: dropping never changes another argument's producers).
+  Producers the cover did not need but that returned the values too under a key naming an
+  id are kept as well (up to ``max_producers``): the next episode may take its value from
+  them; so are tools whose results hold the kind under its own name.
 - **Grounded / derived**: a non-reference argument whose values the user had said (strings,
-  and numbers of 100 or more: smaller ones are counts written as words) is grounded; values that only came
+  and numbers of 100 or more: smaller ones are counts written as words) is grounded; values
+  that only came
   from results are left to references, since a fact the agent looked up once may come from
   anywhere next time; it needs ``min_distinct`` different values (a fact seen k times is
   missed next time with a chance of about 1/(k+2)). A number that was not seen but is a small multiple, sum, difference
@@ -191,29 +193,30 @@ def _references(learner: Learner) -> dict[Arg, _Ref]:
             )
             continue
         refs[arg] = _Ref(stats=stats, chosen=[], covered=0)
-    banned: set[Source] = set()
-    for _ in range(len(refs) + 1):
-        for arg, ref in list(refs.items()):
-            ref.chosen, ref.covered, ref.coverage = _cover(ref.stats, th.max_producers, banned)
-            if not ref.chosen or (ref.covered + ref.stats.user) / ref.stats.accepted < th.min_confidence:
-                del refs[arg]
-        components = _components(refs)
-        newly = set()
-        for _, sources in components:
-            by_tool: dict[str, Counter[str]] = {}
-            for (producer, key), n in sources.items():
-                by_tool.setdefault(producer, Counter())[key] += n
-            for producer, keys in by_tool.items():
-                if len(keys) > 1:
-                    keep = min(keys, key=lambda k: (-keys[k], k))
-                    newly |= {(producer, k) for k in keys if k != keep}
-        if not newly:
-            break
-        banned |= newly
+    for arg, ref in list(refs.items()):
+        ref.chosen, ref.covered, ref.coverage = _cover(ref.stats, th.max_producers, set())
+        if not ref.chosen or (ref.covered + ref.stats.user) / ref.stats.accepted < th.min_confidence:
+            del refs[arg]
     for members, sources in _components(refs):
         kind = _kind_name(members, sources)
         for arg in members:
             refs[arg].kind = kind
+    # A producer binds a kind from one key (produces: {kind: key}): where two keys compete, the
+    # one that explains more calls stays; calls only the other explained are then uncovered.
+    keys: dict[tuple[str, str], Counter[str]] = {}
+    for ref in refs.values():
+        for (producer, key), n in ref.coverage.items():
+            keys.setdefault((producer, ref.kind), Counter())[key] += n
+    emitted = {pk: min(c, key=lambda k: (-c[k], k)) for pk, c in keys.items()}
+    for arg, ref in list(refs.items()):
+        allowed = {s for s in ref.chosen if emitted.get((s[0], ref.kind)) == s[1]}
+        covered = sum(n for sources, n in ref.stats.source_sets.items() if sources & allowed)
+        if (covered + ref.stats.user) / ref.stats.accepted < th.min_confidence:
+            del refs[arg]
+            continue
+        ref.chosen = [s for s in ref.chosen if s in allowed]
+        ref.coverage = Counter({s: n for s, n in ref.coverage.items() if s in allowed})
+        ref.covered = covered
     kinds = {ref.kind for ref in refs.values()}
     for arg, stats in learner.args.items():
         # Ids of a known kind that the user always stated (an access token given in the request).

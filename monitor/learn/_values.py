@@ -6,6 +6,7 @@ call is O(the call's size) whatever the corpus.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -34,6 +35,7 @@ __all__ = (
 )
 
 IDENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SPACE: Final = re.compile(r"\s")
 ARG_LEAVES: Final = 64
 """Argument leaves read per call at most."""
 _MAX_DEPTH: Final = 6
@@ -86,13 +88,14 @@ def id_like(value: Any) -> bool:
         return False
     if isinstance(value, int):
         return True
-    return isinstance(value, str) and 0 < len(value) <= 128 and not any(c.isspace() for c in value)
+    return isinstance(value, str) and 0 < len(value) <= 128 and _SPACE.search(value) is None
 
 
 _ID_WORDS: Final = frozenset({"id", "ids", "number", "key", "token", "uuid", "handle"})
 _DATE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][\d:.+-]+Z?)?$")
 
 
+@functools.lru_cache(maxsize=4096)
 def names_an_id(name: str) -> bool:
     """Whether a key or argument name names an id: its last word is id, number, key, token (``order_id``, ``tweetId``)."""
     found = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)
@@ -185,28 +188,32 @@ def argument_leaves(args: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
-def result_leaves(data: Any) -> Iterator[tuple[str | None, Any]]:
+def result_leaves(data: Any) -> list[tuple[str | None, Any]]:
     """``(nearest key, value)`` of the scalars in a result, as the tracked state binds them.
 
     A value in a list takes the key of the list; a bare scalar result has no key (``None``):
-    ``produces`` cannot name it.
+    ``produces`` cannot name it. At most a bounded number of nodes is visited.
     """
-    budget = [_MAX_NODES]
-
-    def walk(value: Any, at: str | None, depth: int) -> Iterator[tuple[str | None, Any]]:
-        budget[0] -= 1
-        if budget[0] < 0 or depth > _MAX_DEPTH:
-            return
-        if isinstance(value, Mapping):
-            for k, v in value.items():
-                yield from walk(v, k if isinstance(k, str) else None, depth + 1)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                yield from walk(v, at, depth + 1)
+    out: list[tuple[str | None, Any]] = []
+    budget = _MAX_NODES
+    stack: list[tuple[Any, str | None, int]] = [(data, None, 0)]
+    while stack and budget > 0:
+        value, at, depth = stack.pop()
+        budget -= 1
+        t = type(value)
+        if t is str or t is int or t is float:
+            out.append((at, value))
+        elif t is dict or isinstance(value, Mapping):
+            if depth < _MAX_DEPTH:
+                for k, v in reversed(list(value.items())):
+                    stack.append((v, k if type(k) is str else None, depth + 1))
+        elif t is list or t is tuple:
+            if depth < _MAX_DEPTH:
+                for v in reversed(value):
+                    stack.append((v, at, depth + 1))
         elif value is not None:
-            yield at, value
-
-    yield from walk(data, None, 0)
+            out.append((at, value))
+    return out
 
 
 def records(data: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -25,7 +25,7 @@ from ..specfile import SpecFile
 from ..state import TrackedState
 from ..toolset import Toolset
 from . import _values as V
-from ._access import prior_access
+from ._access import prior_access, words
 from ._stats import (
     GIVEN,
     MAX_DISTINCT,
@@ -116,6 +116,8 @@ class _Candidate:
     tool: str
     path: str
     example: str
+    origin: int
+    """Which call of the episode it was (candidates of one call share it)."""
     rejected_later: bool = False
     accepted_later: bool = False
 
@@ -125,6 +127,7 @@ class _Episode:
     """What one episode has shown so far (dropped when it ends)."""
 
     id: str
+    calls: int = 0
     state: TrackedState = field(default_factory=TrackedState)
     sources: dict[Hashable, list[tuple[str, str]]] = field(default_factory=dict)
     """Value -> (tool, key) of accepted results that returned it under a key."""
@@ -133,8 +136,8 @@ class _Episode:
     numbers: set[float] = field(default_factory=set)
     objects: dict[Hashable, dict[str, _Observed]] = field(default_factory=dict)
     """Id value -> {id key: the record showing it}, current ones only."""
-    fingerprints: dict[tuple[int, str, Hashable], tuple[int, int]] = field(default_factory=dict)
-    """(its field names, id key, id) -> (hash of the record as last seen, position in ``named[id]`` then)."""
+    fingerprints: dict[tuple[int, str, Hashable], tuple[Mapping[str, Any], int]] = field(default_factory=dict)
+    """(its field names, id key, id) -> (the record as last seen, position in ``named[id]`` then)."""
     named: dict[Hashable, list[str]] = field(default_factory=dict)
     """Id -> tools of the accepted calls that named it, in order."""
     pending: dict[Hashable, list[_Candidate]] = field(default_factory=dict)
@@ -162,6 +165,8 @@ class Learner:
         self._paths: Counter[str] = Counter()
         self._field_keys: Counter[str] = Counter()
         self._read_prior: dict[str, bool] = {}
+        self._names: dict[str, bool] = {}
+        """Result keys and whether each is a name ``produces`` can write."""
 
     # -- reading ------------------------------------------------------------------------------
     def add(self, transcript: Transcript) -> None:
@@ -216,6 +221,7 @@ class Learner:
     # -- one call -----------------------------------------------------------------------------
     def _call(self, ep: _Episode, call: Call) -> None:
         self.stats.calls += 1
+        ep.calls += 1
         tool = call.tool
         if self.tools is not None and tool not in self.tools:
             self.stats.undeclared[tool] += 1
@@ -243,8 +249,10 @@ class Learner:
         leaves = V.argument_leaves(args) if args is not None else []
         if args is None:
             ts.malformed += 1
+        hits: list[_Candidate] = []
         for path, value in leaves:
-            self._argument(ep, tool, path, value, rejected)
+            self._argument(ep, tool, path, value, rejected, hits)
+        self._blame(hits)
         if call.result is not None:
             ep.state.ingest(data)
         if rejected:
@@ -260,9 +268,10 @@ class Learner:
         for path, k in named:
             candidates = ep.pending.setdefault(k, [])
             if len(candidates) < 16:
-                candidates.append(_Candidate(tool=tool, path=path, example=f"{ep.id}: {tool}({path}={V.short(k)})"))
+                example = f"{ep.id}: {tool}({path}={V.short(k)})"
+                candidates.append(_Candidate(tool=tool, path=path, example=example, origin=ep.calls))
 
-    def _argument(self, ep: _Episode, tool: str, path: str, value: Any, rejected: bool) -> None:
+    def _argument(self, ep: _Episode, tool: str, path: str, value: Any, rejected: bool, hits: list[_Candidate]) -> None:
         keep = self.thresholds.examples
         stats = self.args.get((tool, path))
         if stats is None:
@@ -272,7 +281,7 @@ class Learner:
             stats = self.args[(tool, path)] = ArgStats()
         k = V.key(value)
         if k is not None and V.id_like(value):
-            self._later_use(ep, k, rejected)
+            self._later_use(ep, k, rejected, hits)
             if "[]" not in path:
                 self._fields(ep, tool, path, k, rejected)
         if rejected:
@@ -325,12 +334,32 @@ class Learner:
                 return
         stats.derived.miss()
 
-    def _later_use(self, ep: _Episode, k: Hashable, rejected: bool) -> None:
+    def _later_use(self, ep: _Episode, k: Hashable, rejected: bool, hits: list[_Candidate]) -> None:
         for candidate in ep.pending.get(k, ()):
             if rejected:
-                candidate.rejected_later = True
+                hits.append(candidate)
             else:
                 candidate.accepted_later = True
+
+    @staticmethod
+    def _blame(hits: list[_Candidate]) -> None:
+        """A rejected call reused ids that earlier calls acted on: which of them does the rejection speak for?
+
+        One id of a call: that one. Several ids of one call (an access token and the booking it
+        cancelled): the one named like the tool (``cancel_booking`` -> the booking), else none
+        (the rejection cannot say which id went stale).
+        """
+        by_origin: dict[int, list[_Candidate]] = {}
+        for c in hits:
+            by_origin.setdefault(c.origin, []).append(c)
+        for group in by_origin.values():
+            if len({c.path for c in group}) > 1:
+                said = {w.removesuffix("s") for w in words(group[0].tool)}
+                group = [c for c in group if _leaf_object(c.path) in said]
+                if len({c.path for c in group}) != 1:
+                    continue
+            for c in group:
+                c.rejected_later = True
 
     def _fields(self, ep: _Episode, tool: str, path: str, k: Hashable, rejected: bool) -> None:
         seen = ep.objects.get(k)
@@ -385,21 +414,30 @@ class Learner:
             return
         numbers: list[float] = []
         keys = self._tool(tool).result_keys
+        pending, sources, unexpressible = ep.pending, ep.sources, ep.unexpressible
+        names = self._names
         for at, value in V.result_leaves(data):
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            t = type(value)
+            if t is float or t is int:
                 numbers.append(float(value))
-            k = V.key(value)
+            k = value if t is str or t is int else V.key(value)
             if k is None:
                 continue
-            if k in ep.pending:  # returned again: current again, whatever an earlier call did
-                self._settle(ep.pending.pop(k), ep.id, reproduced=True)
-            if at is None or not V.IDENT.match(at):
-                ep.unexpressible.add(k)
+            if k in pending:  # returned again: current again, whatever an earlier call did
+                self._settle(pending.pop(k), ep.id, reproduced=True)
+            named = names.get(at) if at is not None else False
+            if named is None and at is not None:
+                named = bool(V.IDENT.match(at))
+                if len(names) < 65_536:
+                    names[at] = named
+            if not named or at is None:
+                unexpressible.add(k)
                 continue
-            bounded_add(keys, at, 256)
-            found = ep.sources.get(k)
+            if at in keys or len(keys) < 256:
+                keys[at] += 1
+            found = sources.get(k)
             if found is None:
-                ep.sources[k] = [(tool, at)]
+                sources[k] = [(tool, at)]
             elif (tool, at) not in found and len(found) < _MAX_SOURCES_PER_VALUE:
                 found.append((tool, at))
         self._remember_numbers(ep, numbers)
@@ -415,22 +453,25 @@ class Learner:
             self._compare(ep, (shape, id_key, k), record)
 
     def _compare(self, ep: _Episode, ident: tuple[int, str, Hashable], record: Mapping[str, Any]) -> None:
-        """Access evidence: the same view of an object (the same fields) before and after the calls that named it."""
-        try:
-            fingerprint = hash(json.dumps(record, sort_keys=True, default=str))
-        except (TypeError, ValueError, RecursionError):
-            return
+        """Access evidence: the same view of an object (the same fields) before and after the calls that named it.
+
+        Records are compared only when a call named the object in between (most are never named
+        again), so a result costs no serialisation unless it can be evidence.
+        """
         named = ep.named.get(ident[2], [])
         before = ep.fingerprints.get(ident)
-        ep.fingerprints[ident] = (fingerprint, len(named))
+        ep.fingerprints[ident] = (record, len(named))
         if before is None:
             return
         between = named[before[1] :]
         if not between:
             return
+        old, new = _fingerprint(before[0]), _fingerprint(record)
+        if old is None or new is None:
+            return
         keep = self.thresholds.examples
         what = f"{ident[1]} {V.short(ident[2])}"
-        if before[0] != fingerprint:
+        if old != new:
             tools = set(between)
             if len(tools) == 1:
                 (tool,) = tools
@@ -472,6 +513,23 @@ class Learner:
                 stats.tally.hit(episode, f"{c.example}, then rejected", self.thresholds.examples)
             else:
                 stats.unused += 1
+
+
+def _leaf_object(path: str) -> str:
+    """The object an argument names: ``booking_id`` -> ``booking``, ``flights[].flight_number`` -> ``flight``."""
+    parts = words(path.rsplit(".", 1)[-1].removesuffix("[]"))
+    return (
+        (parts[-2] if len(parts) > 1 and parts[-1] in ("id", "ids", "number", "key", "token") else parts[-1]).removesuffix("s")
+        if parts
+        else ""
+    )
+
+
+def _fingerprint(record: Mapping[str, Any]) -> int | None:
+    try:
+        return hash(json.dumps(record, sort_keys=True, default=str))
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def learn(
