@@ -16,10 +16,16 @@ Example::
     write_spec(spec, "learned.yaml")
 """
 
+from .evaluate import check_spec as check_spec
+from .evaluate import compare_rules as compare_rules
 from .learner import Learner as Learner
 from .learner import LearnStats as LearnStats
 from .learner import Thresholds as Thresholds
 from .learner import learn as learn
+from .output import diff_spec as diff_spec
+from .output import merge_spec as merge_spec
+from .output import render_spec as render_spec
+from .output import write_spec as write_spec
 from .transcript import SNIFF_BYTES as SNIFF_BYTES
 from .transcript import TRANSCRIPTS_GROUP as TRANSCRIPTS_GROUP
 from .transcript import Call as Call
@@ -47,9 +53,15 @@ __all__ = (
     "Thresholds",
     "Transcript",
     "TranscriptReader",
+    "check_spec",
+    "compare_rules",
     "detect_format",
+    "diff_spec",
     "learn",
+    "merge_spec",
     "read_transcripts",
     "reader_names",
+    "render_spec",
     "transcript_reader",
+    "write_spec",
 )

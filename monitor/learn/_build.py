@@ -132,7 +132,9 @@ def build_spec(learner: Learner) -> SpecFile:
             support=n,
             first_seen=tally.first,
             last_seen=tally.last,
-            examples=tuple(e for e in tally.examples if f" <- {producer}.{key}" in e),
+            examples=tuple(e for e in tally.examples if f" <- {producer}.{key}" in e or e.startswith(f"{producer} returns "))
+            if learner.thresholds.examples
+            else (),
         )
     _unobserved_producers(learner, refs)
     _grounding(learner, refs, tool)

@@ -14,7 +14,6 @@ a non-empty ``error`` field, ``isError``), the convention the error recognisers 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +42,8 @@ from .transcript import Call, CorpusError, Message, Transcript
 
 __all__ = ("LearnStats", "Learner", "Thresholds", "learn")
 
+_MAX_TOOLS: Final = 4_096
+"""Tools learned about without a toolset (the names a corpus makes up are not all tools)."""
 _MAX_PATHS: Final = 128
 """Argument paths counted per tool."""
 _MAX_FIELDS: Final = 512
@@ -99,7 +100,7 @@ class LearnStats:
     episodes: int = 0
     calls: int = 0
     undeclared: Counter[str] = field(default_factory=Counter)
-    """Calls of tools the toolset does not declare (not learned from)."""
+    """Calls of tools the toolset does not declare (not learned from; the first 1,024 names are counted)."""
     notes: list[str] = field(default_factory=list)
     """What a reviewer should know: rules held back and why (filled by :meth:`Learner.spec`)."""
 
@@ -136,8 +137,8 @@ class _Episode:
     numbers: set[float] = field(default_factory=set)
     objects: dict[Hashable, dict[str, _Observed]] = field(default_factory=dict)
     """Id value -> {id key: the record showing it}, current ones only."""
-    fingerprints: dict[tuple[int, str, Hashable], tuple[Mapping[str, Any], int]] = field(default_factory=dict)
-    """(its field names, id key, id) -> (the record as last seen, position in ``named[id]`` then)."""
+    fingerprints: dict[tuple[str, Hashable], tuple[Mapping[str, Any], int]] = field(default_factory=dict)
+    """(id key, id) -> (the record as last seen, position in ``named[id]`` then)."""
     named: dict[Hashable, list[str]] = field(default_factory=dict)
     """Id -> tools of the accepted calls that named it, in order."""
     pending: dict[Hashable, list[_Candidate]] = field(default_factory=dict)
@@ -223,12 +224,14 @@ class Learner:
         self.stats.calls += 1
         ep.calls += 1
         tool = call.tool
-        if self.tools is not None and tool not in self.tools:
-            self.stats.undeclared[tool] += 1
+        ts = self.tool_stats.get(tool)
+        if ts is None and (
+            (self.tools is not None and tool not in self.tools) or (self.tools is None and len(self.tool_stats) >= _MAX_TOOLS)
+        ):
+            bounded_add(self.stats.undeclared, tool, 1_024)
             if call.ran and call.result is not None:
                 ep.state.ingest(call.result)
             return
-        ts = self.tool_stats.get(tool)
         if ts is None:
             ts = self.tool_stats[tool] = ToolStats()
         ts.calls += 1
@@ -449,16 +452,15 @@ class Learner:
             if k is None:
                 continue
             ep.objects.setdefault(k, {})[id_key] = _Observed(record=record, tool=tool, at=at)
-            shape = hash(tuple(sorted(str(key) for key in list(record)[:64])))
-            self._compare(ep, (shape, id_key, k), record)
+            self._compare(ep, (id_key, k), record)
 
-    def _compare(self, ep: _Episode, ident: tuple[int, str, Hashable], record: Mapping[str, Any]) -> None:
-        """Access evidence: the same view of an object (the same fields) before and after the calls that named it.
+    def _compare(self, ep: _Episode, ident: tuple[str, Hashable], record: Mapping[str, Any]) -> None:
+        """Access evidence: an object before and after the calls that named it, over the fields both views show.
 
         Records are compared only when a call named the object in between (most are never named
-        again), so a result costs no serialisation unless it can be evidence.
+        again); two views that share less than half their fields are not compared.
         """
-        named = ep.named.get(ident[2], [])
+        named = ep.named.get(ident[1], [])
         before = ep.fingerprints.get(ident)
         ep.fingerprints[ident] = (record, len(named))
         if before is None:
@@ -466,12 +468,17 @@ class Learner:
         between = named[before[1] :]
         if not between:
             return
-        old, new = _fingerprint(before[0]), _fingerprint(record)
-        if old is None or new is None:
+        old = before[0]
+        common = [key for key in record if key in old]
+        if 2 * len(common) < min(len(old), len(record)):
             return
         keep = self.thresholds.examples
-        what = f"{ident[1]} {V.short(ident[2])}"
-        if old != new:
+        what = f"{ident[0]} {V.short(ident[1])}"
+        try:
+            changed = any(old[key] != record[key] for key in common)
+        except Exception:  # values that cannot be compared are no evidence
+            return
+        if changed:
             tools = set(between)
             if len(tools) == 1:
                 (tool,) = tools
@@ -523,13 +530,6 @@ def _leaf_object(path: str) -> str:
         if parts
         else ""
     )
-
-
-def _fingerprint(record: Mapping[str, Any]) -> int | None:
-    try:
-        return hash(json.dumps(record, sort_keys=True, default=str))
-    except (TypeError, ValueError, RecursionError):
-        return None
 
 
 def learn(
