@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,11 +34,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, Toolset
 from prefixmon.commands import ReplayRequest
+from prefixmon.learn import SNIFF_BYTES, Call, Message, Transcript
+from prefixmon.learn import Problem as LearnProblem
 from prefixmon.records import write_records
 
 __all__ = (
+    "READER",
     "SOURCE",
     "Conversation",
+    "OpenAITranscriptReader",
     "Problem",
     "ReplayInputError",
     "ReplayStats",
@@ -51,6 +56,7 @@ __all__ = (
     "replay_conversations",
     "replay_messages",
     "single_file",
+    "transcript_from_messages",
 )
 
 
@@ -430,3 +436,118 @@ class TranscriptSource:
 
 SOURCE = TranscriptSource()
 """The ``transcripts`` entry point of ``prefixmon.replay``."""
+
+
+# -- transcripts for prefixmon learn ------------------------------------------------------------
+def transcript_from_messages(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    episode_id: str,
+    outcome: str | None = None,
+    source: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Transcript:
+    """One OpenAI-messages conversation as a neutral transcript, in the order replay reads it.
+
+    User messages are the user's text; system and developer messages are other
+    information; each assistant tool call takes its ``role: tool`` result (matched as
+    :func:`replay_messages` matches them). A tool message may mark its result with a boolean
+    ``is_error`` or ``isError``; unmarked results are judged by their shape.
+    """
+    matched = _match_results(messages)
+    unmatched: list[int] = [i for i, m in enumerate(messages) if m.get("role") == "tool" and m.get("tool_call_id") is None]
+    events: list[Message | Call] = []
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "user":
+            events.append(Message(text=_text(message.get("content")), user=True))
+        elif role in ("system", "developer"):
+            events.append(Message(text=_text(message.get("content")), user=False))
+        elif role == "assistant":
+            for j, tool_call in enumerate(message.get("tool_calls") or ()):
+                function = tool_call.get("function") or {}
+                index = matched.get((i, j))
+                if index is None and unmatched:
+                    index = unmatched.pop(0)
+                result = messages[index] if index is not None else None
+                mark = None
+                if result is not None:
+                    flag = result.get("is_error", result.get("isError"))
+                    mark = flag if isinstance(flag, bool) else None
+                raw = function.get("arguments")
+                arguments: Mapping[str, Any] | str
+                if isinstance(raw, Mapping):
+                    arguments = raw
+                elif raw is None or (isinstance(raw, str) and not raw.strip()):
+                    arguments = {}
+                else:
+                    try:
+                        parsed = json.loads(raw) if isinstance(raw, str) else raw
+                    except (ValueError, RecursionError):
+                        parsed = raw
+                    arguments = parsed if isinstance(parsed, Mapping) else str(raw)
+                events.append(
+                    Call(
+                        tool=str(function.get("name", "")),
+                        arguments=arguments,
+                        call_id=None if tool_call.get("id") is None else str(tool_call["id"]),
+                        result=None if result is None else _text(result.get("content")),
+                        error=mark,
+                        ran=result is not None,
+                    )
+                )
+    return Transcript(episode_id=episode_id, events=tuple(events), outcome=outcome, source=source, labels=dict(labels or {}))
+
+
+class OpenAITranscriptReader:
+    """OpenAI-messages JSON Lines (one conversation per line) for ``prefixmon learn``."""
+
+    help = "OpenAI-messages JSON Lines: one conversation per line (a message list or {messages, task_id, ...})"
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        """The first non-empty line is an object with ``messages``, or a list of messages."""
+        text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+        first, newline, _ = text.partition(b"\n")
+        if newline or len(head) < SNIFF_BYTES:
+            try:
+                data = json.loads(first)
+            except (ValueError, RecursionError):
+                return False
+            if isinstance(data, dict):
+                return isinstance(data.get("messages"), list)
+            return isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "role" in data[0]
+        return re.match(rb'^\{[^\n]{0,2048}"messages"\s*:\s*\[|^\[\s*\{\s*"role"', first) is not None
+
+    def read(self, path: Path, problems: list[LearnProblem]) -> Iterator[Transcript]:
+        """Every conversation; a malformed line is reported with its number and skipped."""
+        name = str(path)
+        with path.open("rb") as fh:
+            for line_no, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    problems.append(
+                        LearnProblem(path=name, line=line_no, message=f"not UTF-8 text (byte {e.start + 1} of the line)")
+                    )
+                    continue
+                problem, conversation = _conversation(path, line_no, line)
+                if problem is not None or conversation is None:
+                    if problem is not None:
+                        problems.append(LearnProblem(path=name, line=line_no, message=problem.message, episode=problem.task_id))
+                    continue
+                episode = str(conversation.task_id) if conversation.task_id is not None else f"{path.stem}:{line_no}"
+                yield transcript_from_messages(
+                    conversation.messages,
+                    episode_id=episode,
+                    outcome=_outcome(conversation.reward, conversation.outcome)
+                    if conversation.reward is not None or conversation.outcome is not None
+                    else None,
+                    source=f"{name}:{line_no}",
+                    labels=conversation.labels,
+                )
+
+
+READER = OpenAITranscriptReader()
+"""The ``openai-jsonl`` entry point of ``prefixmon.transcripts``."""

@@ -1,8 +1,8 @@
 """Extending the ``prefixmon`` command line through entry points.
 
-The core command line knows only its own verbs (``demo``, ``report``, ``replay``, ``bench``
-and the others); benchmarks, transcript formats and third-party verbs plug in through three
-entry-point groups, so the core never imports an adapter:
+The core command line knows only its own verbs (``demo``, ``report``, ``replay``, ``learn``,
+``bench`` and the others); benchmarks, transcript formats and third-party verbs plug in through
+four entry-point groups, so the core never imports an adapter:
 
 ================================  ==================================================
 group                             what each entry point names
@@ -12,6 +12,9 @@ group                             what each entry point names
 ``prefixmon.replay``              a transcript source, ``prefixmon replay --domain NAME``
                                   (a :class:`ReplaySource`); ``--bfcl`` is ``--domain bfcl``
                                   and ``--tools`` is ``--domain transcripts``
+``prefixmon.transcripts``         a transcript format ``prefixmon learn`` reads,
+                                  ``--format NAME`` (a
+                                  :class:`prefixmon.learn.TranscriptReader`)
 ================================  ==================================================
 
 A package registers its own in ``pyproject.toml``::
@@ -36,6 +39,7 @@ __all__ = (
     "BENCH_GROUP",
     "COMMANDS_GROUP",
     "REPLAY_GROUP",
+    "TRANSCRIPTS_GROUP",
     "Command",
     "ReplayRequest",
     "ReplaySource",
@@ -47,6 +51,8 @@ BENCH_GROUP: Final = "prefixmon.bench"
 """Entry-point group of ``prefixmon bench`` benchmarks."""
 REPLAY_GROUP: Final = "prefixmon.replay"
 """Entry-point group of ``prefixmon replay`` transcript sources."""
+TRANSCRIPTS_GROUP: Final = "prefixmon.transcripts"
+"""Entry-point group of transcript formats ``prefixmon learn`` reads (:class:`prefixmon.learn.TranscriptReader`)."""
 
 
 @runtime_checkable

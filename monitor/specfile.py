@@ -68,6 +68,7 @@ _ARG_PATH: Final = re.compile(rf"^{_IDENT}(\[\])?(\.{_IDENT}(\[\])?)*$")
 """An argument path (``payment_methods[].payment_id``), as ``values_at`` reads it."""
 _LOOKUP: Final = re.compile(rf"^\s*({_IDENT})\s*\[\s*({_IDENT}(?:\.{_IDENT})*)\s*\]\s*$")
 """``order[args.order_id]``: the observed object of a kind, by the value of a path."""
+_EVIDENCE_FOR: Final = re.compile(rf"^(produces|invalidates|observes)\.{_IDENT}$")
 
 
 class _Model(BaseModel):
@@ -218,6 +219,19 @@ class ToolRules(_Model):
     probes: tuple[ProbeRule, ...] = ()
     errors: tuple[ErrorRule, ...] = ()
     evidence: Evidence | None = None
+    evidence_for: dict[str, Evidence] = Field(
+        default_factory=dict,
+        description="Evidence of learned entries that have no field of their own: 'produces.<kind>', "
+        "'invalidates.<kind>', 'observes.<object>' (prefixmon learn writes it).",
+    )
+
+    @field_validator("evidence_for")
+    @classmethod
+    def _evidence_keys(cls, value: dict[str, Evidence]) -> dict[str, Evidence]:
+        for name in value:
+            if not _EVIDENCE_FOR.match(name):
+                raise ValueError(f"{name!r} is not 'produces.<kind>', 'invalidates.<kind>' or 'observes.<object>'")
+        return value
 
     @field_validator("let", mode="before")
     @classmethod

@@ -30,22 +30,29 @@ import anyio
 
 from prefixmon import EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest
+from prefixmon.learn import Call, Message, Transcript
+from prefixmon.learn import Problem as LearnProblem
 from prefixmon.records import write_records
 
 from .checker import TurnChecker
 from .data import CATEGORIES, BfclTask, category_of, task_index
-from .env import BfclCall, CallParseError, calls_from_object, parse_calls
-from .specs import MODES, Mode, TaskRun, build_toolset, run_task
+from .env import BfclCall, BfclEnv, CallParseError, bfcl_error_text, calls_from_object, parse_calls, rejection
+from .specs import MODES, Mode, TaskRun, build_toolset, initial_references, run_task
 
 __all__ = (
     "SOURCE",
+    "TRANSCRIPT_READER",
     "BfclReplaySource",
+    "BfclTranscriptReader",
     "Problem",
     "ReplaySummary",
     "ResultEntry",
+    "execute_entry",
+    "ground_truth_results",
     "infer_labels",
     "read_results",
     "replay_files",
+    "tool_definitions",
 )
 
 _CATEGORY_RE: Final = re.compile(r"multi_turn_(" + "|".join(sorted(CATEGORIES, key=len, reverse=True)) + r")")
@@ -256,3 +263,91 @@ class BfclReplaySource:
 
 
 SOURCE: Final = BfclReplaySource()
+
+
+# -- transcripts for prefixmon learn --------------------------------------------------------------
+def execute_entry(entry: ResultEntry, *, episode_id: str | None = None) -> Transcript:
+    """Run one result entry's calls on the task's real environment and return what happened as a transcript.
+
+    The ids the task's scenario already holds are the transcript's ``given`` references (as
+    :func:`~.specs.run_task` binds them). Each turn's user messages come first, then its calls in order. A call of a function the
+    task does not offer at that turn never reaches the environment (``ran=False``); every
+    other call runs, and its result is marked an error when the environment raised or
+    rejected it (:func:`~.env.rejection`: an ``error`` key, a false status flag, ...).
+    """
+    task = entry.task
+    env = BfclEnv(task)
+    given: dict[str, list[Any]] = {}
+    for kind, value in initial_references(env):
+        given.setdefault(kind, []).append(value)
+    events: list[Message | Call] = []
+    for t, calls in enumerate(entry.turns):
+        if t < len(task.turns):
+            for message in task.turns[t]:
+                content = message.get("content") if isinstance(message, Mapping) else None
+                if isinstance(content, str):
+                    events.append(Message(text=content, user=message.get("role", "user") == "user"))
+        for call in calls:
+            if call.name not in env or call.name in task.held_out(t):
+                events.append(Call(tool=call.name, arguments=call.args, ran=False))
+                continue
+            try:
+                result: Any = env.run(call.name, call.args)
+            except Exception as e:  # the environment raised: BFCL records the error text
+                events.append(Call(tool=call.name, arguments=call.args, result=bfcl_error_text(e), error=True))
+                continue
+            events.append(
+                Call(tool=call.name, arguments=call.args, result=result, error=rejection(call.name, result) is not None)
+            )
+    return Transcript(
+        episode_id=episode_id or task.id,
+        events=tuple(events),
+        source=f"{entry.path}:{entry.line}",
+        labels={"dataset": "bfcl", "category": category_of(task.id)},
+        given={kind: tuple(values) for kind, values in given.items()},
+    )
+
+
+class BfclTranscriptReader:
+    """BFCL multi-turn result files for ``prefixmon learn``: each entry's calls run on the task's real environment."""
+
+    help = "BFCL multi-turn result files (one {id, result} object per line), executed on BFCL's environment classes"
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        """The first line is an object with a multi-turn ``id`` and a ``result``."""
+        first = head.lstrip().split(b"\n", 1)[0]
+        return first.startswith(b"{") and b'"result"' in first and re.search(rb'"id"\s*:\s*"multi_turn_', first) is not None
+
+    def read(self, path: Path, problems: list[LearnProblem]) -> Iterator[Transcript]:
+        """Every entry, executed; malformed entries and undecodable steps are reported with their line."""
+        found: list[Problem] = []
+        for entry in read_results(path, found):
+            _move(found, problems)
+            yield execute_entry(entry, episode_id=f"{path.stem}/{entry.task.id}")
+        _move(found, problems)
+
+
+def _move(found: list[Problem], problems: list[LearnProblem]) -> None:
+    for p in found:
+        problems.append(LearnProblem(path=p.path, line=p.line, message=p.message, episode=p.task_id, skipped=p.skipped))
+    found.clear()
+
+
+TRANSCRIPT_READER: Final = BfclTranscriptReader()
+"""The ``bfcl`` entry point of ``prefixmon.transcripts``."""
+
+
+def ground_truth_results(tasks: Sequence[BfclTask]) -> list[dict[str, Any]]:
+    """The tasks' ground truth as result-file entries (``{"id", "result"}``: one step of calls per turn)."""
+    return [{"id": task.id, "result": [[list(turn)] for turn in task.ground_truth]} for task in tasks]
+
+
+def tool_definitions() -> list[dict[str, Any]]:
+    """Every multi-turn function as an OpenAI tool definition (the ``--tools`` file for ``prefixmon learn`` and ``replay``)."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": spec.name, "description": spec.description, "parameters": dict(spec.parameters)},
+        }
+        for spec in build_toolset("none")
+    ]

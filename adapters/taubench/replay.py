@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from prefixmon import EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest
+from prefixmon.learn import Problem as LearnProblem
+from prefixmon.learn import Transcript
 
 from ..transcripts import (
     Problem,
@@ -43,12 +45,23 @@ from ..transcripts import (
     replay_conversations,
     replay_messages,
     single_file,
+    transcript_from_messages,
 )
 from .data import Domain
 from .sandbox import Sandbox
 from .toolsets import toolset
 
-__all__ = ("DOMAIN_LABELS", "TauReplaySource", "TauRollout", "read_tau_trajectories", "replay_tau")
+__all__ = (
+    "DOMAIN_LABELS",
+    "TRANSCRIPT_READER",
+    "TauReplaySource",
+    "TauRollout",
+    "TauTranscriptReader",
+    "gold_rollouts",
+    "read_tau_trajectories",
+    "replay_tau",
+    "tau_transcript",
+)
 
 DOMAIN_LABELS: Final[Mapping[str, Domain]] = {"tau-airline": "airline", "tau-retail": "retail"}
 """``--domain`` values and the τ-bench domain each names."""
@@ -194,3 +207,174 @@ AIRLINE: Final = TauReplaySource("tau-airline")
 """The ``tau-airline`` entry point of ``prefixmon.replay``."""
 RETAIL: Final = TauReplaySource("tau-retail")
 """The ``tau-retail`` entry point of ``prefixmon.replay``."""
+
+
+# -- transcripts for prefixmon learn --------------------------------------------------------------
+def _array_items(text: str) -> Iterator[tuple[int, Any]]:
+    """``(line, element)`` of a JSON array document, decoded one element at a time.
+
+    Raises:
+        ValueError: the text is not a JSON array (the message names the line).
+        RecursionError: an element is nested too deeply.
+    """
+    decoder = json.JSONDecoder()
+    i = len(text) - len(text.lstrip())
+    if text[i : i + 1] != "[":
+        raise ValueError(f"line {text.count(chr(10), 0, i) + 1}: expected a JSON list of rollouts")
+    i += 1
+    first = True
+    while True:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        if text[i : i + 1] == "]":
+            return
+        if not first:
+            if text[i : i + 1] != ",":
+                raise ValueError(f"line {text.count(chr(10), 0, i) + 1}: expected ',' or ']' between rollouts")
+            i += 1
+            while i < len(text) and text[i] in " \t\r\n":
+                i += 1
+        first = False
+        line = text.count("\n", 0, i) + 1
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"line {e.lineno}: not JSON ({e.msg}, column {e.colno})") from None
+        yield line, value
+
+
+def tau_transcript(rollout: TauRollout, *, episode_id: str, source: str | None = None) -> Transcript:
+    """One τ-bench rollout as a neutral transcript (results unmarked: τ-bench writes ``Error: ...`` text)."""
+    return transcript_from_messages(
+        rollout.traj,
+        episode_id=episode_id,
+        outcome="success" if rollout.reward >= 1.0 else "failure",
+        source=source,
+    )
+
+
+class TauTranscriptReader:
+    """τ-bench results files (``[{task_id, trial, reward, info, traj}, ...]``) for ``prefixmon learn``."""
+
+    help = "τ-bench results files: a JSON list of rollouts with OpenAI-messages trajectories"
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        """A JSON list whose first rollout has a ``traj``."""
+        text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+        return text.startswith(b"[") and b'"traj"' in text and b'"task_id"' in text
+
+    def read(self, path: Path, problems: list[LearnProblem]) -> Iterator[Transcript]:
+        """Every rollout; a rollout that does not fit is reported with its line and skipped."""
+        name = str(path)
+        try:
+            text = path.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            problems.append(LearnProblem(path=name, line=1, message=f"not UTF-8 text (byte {e.start})"))
+            return
+        try:
+            for index, (line, item) in enumerate(_array_items(text)):
+                try:
+                    rollout = TauRollout.model_validate(item)
+                except ValidationError as e:
+                    task = item.get("task_id") if isinstance(item, dict) else None
+                    problems.append(
+                        LearnProblem(
+                            path=name,
+                            line=line,
+                            message=f"not a rollout: {first_error(e)}",
+                            episode=None if task is None else str(task),
+                        )
+                    )
+                    continue
+                trial = "0" if rollout.trial is None else str(rollout.trial)
+                yield tau_transcript(
+                    rollout, episode_id=f"{path.stem}-{index:05d}-task{rollout.task_id}-trial{trial}", source=f"{name}:{line}"
+                )
+        except (ValueError, RecursionError) as e:
+            message = "nested too deeply to decode" if isinstance(e, RecursionError) else str(e)
+            where, _, rest = message.partition(": ")
+            number = int(where.removeprefix("line ")) if where.startswith("line ") and rest else 1
+            problems.append(LearnProblem(path=name, line=number, message=(rest or message) + "; the rest of the file is skipped"))
+
+
+TRANSCRIPT_READER: Final = TauTranscriptReader()
+"""The ``tau`` entry point of ``prefixmon.transcripts``."""
+
+
+def gold_rollouts(split: str, *, data: str | os.PathLike[str] | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """The gold runs of a task split, executed on the sandbox, as a τ-bench results file's rollouts.
+
+    Each trajectory is what an agent that followed the gold would show: the policy (system),
+    the task's instruction (user), then as assistant ``tool_calls`` with their ``role: tool``
+    results: the user lookup the gold starts with, the reads the gold omits (the user's
+    details, each reservation or order, the products in them, a direct-flight search for every
+    booked segment), and the gold actions. Every call runs on one fresh sandbox per task, so
+    the results, ``Error: ...`` texts included, are the environment's own.
+    """
+    from .data import load_policy, load_tasks, split_domain
+
+    domain = split_domain(split)
+    policy = load_policy(domain, data)
+    out: list[dict[str, Any]] = []
+    for task in load_tasks(split, data)[:limit]:
+        run = _GoldRun(Sandbox(domain, data=data), policy, task.instruction)
+        actions = list(task.actions)
+        lookups = [a for a in actions[:1] if a.name.startswith("find_user_id")]
+        for action in lookups:
+            run.call(action.name, action.kwargs)
+        user = _json_or_none(run.call("get_user_details", {"user_id": task.user_id}))
+        if isinstance(user, dict) and domain == "airline":
+            for reservation_id in user.get("reservations", ()):
+                run.call("get_reservation_details", {"reservation_id": reservation_id})
+            for action in actions:
+                if not action.name.endswith(("_reservation", "_flights")):
+                    continue
+                for segment in action.kwargs.get("flights", ()):
+                    flight = run.sandbox.db["flights"].get(segment.get("flight_number"))
+                    if flight is not None:
+                        run.call(
+                            "search_direct_flight",
+                            {"origin": flight["origin"], "destination": flight["destination"], "date": segment.get("date")},
+                        )
+        elif isinstance(user, dict):
+            products: dict[str, None] = {}
+            for order_id in user.get("orders", ()):
+                order = _json_or_none(run.call("get_order_details", {"order_id": order_id}))
+                for item in order.get("items", ()) if isinstance(order, dict) else ():
+                    products.setdefault(item["product_id"], None)
+            for product_id in products:
+                run.call("get_product_details", {"product_id": product_id})
+        for action in actions[len(lookups) :]:
+            run.call(action.name, action.kwargs)
+        reward = 1.0 if run.errors == 0 else 0.0
+        out.append({"task_id": task.task_index, "trial": 0, "reward": reward, "info": {"split": split}, "traj": run.traj})
+    return out
+
+
+class _GoldRun:
+    """One task's trajectory as it is written: each call runs on the sandbox and is appended with its result."""
+
+    def __init__(self, sandbox: Sandbox, policy: str, instruction: str) -> None:
+        self.sandbox = sandbox
+        self.traj: list[dict[str, Any]] = [{"role": "system", "content": policy}, {"role": "user", "content": instruction}]
+        self.errors = 0
+
+    def call(self, name: str, kwargs: Mapping[str, Any]) -> str:
+        from .sandbox import is_error_result
+
+        call_id = f"call_{len(self.traj)}"
+        function = {"name": name, "arguments": json.dumps(kwargs)}
+        self.traj.append(
+            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": function}]}
+        )
+        result = self.sandbox.invoke(name, dict(kwargs))
+        self.errors += is_error_result(result) is not None
+        self.traj.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": result})
+        return result
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

@@ -25,6 +25,7 @@ from ..exceptions import PrefixmonError
 from . import plugins
 from .demo import DemoCommand
 from .export import ExportCommand
+from .learn import LearnCommand
 from .replay import ReplayCommand
 from .report import ReportCommand
 
@@ -53,6 +54,7 @@ def core_commands() -> dict[str, Command]:
         "demo": DemoCommand(),
         "report": ReportCommand(),
         "replay": ReplayCommand(),
+        "learn": LearnCommand(),
         "export": ExportCommand(),
         "bench": BenchCommand(),
     }

@@ -1,0 +1,162 @@
+"""``prefixmon learn``: draft a spec file from recorded runs, with the evidence for every rule."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..toolset import Toolset
+
+
+class LearnCommand:
+    """``prefixmon learn --tools TOOLS.json FILE... --out SPEC``."""
+
+    help = "draft a spec file (references, grounding, invalidations, errors, read/write, suggestions) from transcripts"
+    description = (
+        "Read recorded runs (OpenAI-messages JSON Lines, tau-bench results, BFCL result files, OTLP traces "
+        "recorded with content, or any format registered in prefixmon.transcripts) and write a spec file: "
+        "reference arguments and the tools that produce them, grounded and derived arguments, invalidations, "
+        "error-result recognisers, read/write tools, and candidate preconditions (disabled until enabled). "
+        "Every rule carries its evidence. --merge keeps every hand-written rule of an existing spec; "
+        "--diff shows what would change and writes nothing."
+    )
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """The verb's arguments."""
+        from ..learn.learner import Thresholds
+
+        d = Thresholds()
+        parser.add_argument("files", nargs="+", metavar="FILE", help="transcript files")
+        parser.add_argument("--tools", required=True, metavar="TOOLS.json", help="OpenAI tool definitions (a JSON list)")
+        parser.add_argument("--out", metavar="SPEC", help="the spec file to write (.yaml, .yml or .json)")
+        parser.add_argument(
+            "--format",
+            default="auto",
+            metavar="FORMAT",
+            help="transcript format, e.g. openai-jsonl, tau, bfcl, otlp (default: detect)",
+        )
+        parser.add_argument("--merge", metavar="EXISTING", help="merge into this spec; its hand-written rules are never changed")
+        parser.add_argument("--diff", action="store_true", help="print what would change (a unified diff) and write nothing")
+        parser.add_argument(
+            "--min-support",
+            type=int,
+            default=d.min_support,
+            metavar="N",
+            help=f"observations a rule needs (default: {d.min_support})",
+        )
+        parser.add_argument(
+            "--min-confidence",
+            type=float,
+            default=d.min_confidence,
+            metavar="F",
+            help=f"share of observations that must agree, 0.5 to 1 (default: {d.min_confidence:g})",
+        )
+        parser.add_argument(
+            "--min-rejected",
+            type=int,
+            default=d.min_rejected,
+            metavar="N",
+            help=f"rejected calls a suggested precondition must separate (default: {d.min_rejected})",
+        )
+        parser.add_argument(
+            "--examples",
+            type=int,
+            default=d.examples,
+            metavar="N",
+            help=f"examples quoted per rule, 0 for none (default: {d.examples})",
+        )
+        parser.add_argument(
+            "--min-distinct",
+            type=int,
+            default=d.min_distinct,
+            metavar="N",
+            help=f"distinct values a grounded argument needs (default: {d.min_distinct})",
+        )
+        parser.add_argument(
+            "--max-producers",
+            type=int,
+            default=d.max_producers,
+            metavar="N",
+            help=f"producers named per reference (default: {d.max_producers})",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Learn, then write the spec (or print the diff); exit 1 when input lines were skipped."""
+        from ..learn.learner import Learner, Thresholds
+        from ..learn.output import count_rules, diff_spec, format_of, merge_spec, write_spec
+        from ..learn.transcript import Problem, read_transcripts
+        from ..specfile import load_spec
+
+        if args.out is None and not args.diff:
+            print("prefixmon learn: give --out SPEC (or --diff to see what would change)", file=sys.stderr)
+            return 2
+        if args.out is not None:
+            format_of(args.out)  # a bad extension fails before any work
+        thresholds = Thresholds(
+            min_support=args.min_support,
+            min_confidence=args.min_confidence,
+            min_rejected=args.min_rejected,
+            examples=args.examples,
+            max_producers=args.max_producers,
+            min_distinct=args.min_distinct,
+        )
+        tools = _tools(Path(args.tools))
+        base_path = args.merge or (args.out if args.diff and args.out and Path(args.out).is_file() else None)
+        base = load_spec(base_path) if base_path else None
+        problems: list[Problem] = []
+        learner = Learner(tools, thresholds=thresholds)
+        learner.add_all(read_transcripts(args.files, format=args.format, problems=problems))
+        for problem in problems:
+            print(f"{'skipped' if problem.skipped else 'note'}: {problem}", file=sys.stderr)
+        learned = learner.spec()
+        kept: tuple[str, ...] = ()
+        result = learned
+        if base is not None:
+            merged = merge_spec(base, learned)
+            result, kept = merged.spec, merged.kept
+        for note in learner.stats.notes:
+            print(f"note: {note}", file=sys.stderr)
+        for line in kept:
+            print(f"kept: {line}", file=sys.stderr)
+        undeclared = learner.stats.undeclared
+        if undeclared:
+            names = ", ".join(f"{n} ({c})" for n, c in undeclared.most_common(5))
+            print(f"prefixmon learn: calls of tools not in {args.tools} were not learned from: {names}", file=sys.stderr)
+        counts = ", ".join(f"{n} {what}" for what, n in count_rules(learned).items() if n)
+        summary = f"learned {counts or 'no rules'} from {learner.stats.episodes} episode(s), {learner.stats.calls} call(s)"
+        if args.diff:
+            text = diff_spec(base, result, old_name=base_path or "(no spec)", new_name=args.out or "learned")
+            sys.stdout.write(text or "no change\n")
+            print(f"{summary}; nothing written (--diff)", file=sys.stderr)
+        else:
+            write_spec(result, args.out)
+            print(f"{summary}; wrote {args.out}" + (f" (merged into {args.merge})" if args.merge else ""))
+        skipped = sum(p.skipped for p in problems)
+        if skipped:
+            print(f"prefixmon learn: skipped {skipped} malformed line(s) or entr(ies)", file=sys.stderr)
+        return 1 if skipped else 0
+
+
+def _tools(path: Path) -> Toolset:
+    """The ``--tools`` file as a toolset; errors name the file (and the entry)."""
+    from ..exceptions import SpecError
+    from ..toolset import Toolset
+
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    try:
+        definitions = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: not JSON ({e.msg}, column {e.colno})") from None
+    if not isinstance(definitions, list):
+        raise ValueError(f"{path}: expected a JSON list of tool definitions, got {type(definitions).__name__}")
+    try:
+        return Toolset.from_openai(definitions)
+    except SpecError as e:
+        raise ValueError(f"{path}: {e}") from None

@@ -1,0 +1,524 @@
+"""From the learner's counts to a spec file: which regularities become rules, and their evidence.
+
+- **References**: an argument whose accepted values were id-like and, at least
+  ``min_confidence`` of the time, returned by an earlier accepted result (or said by the
+  user: ``user: true``). The producing (tool, result key) pairs are chosen by a greedy set
+  cover (at most ``max_producers``); arguments that share a producer share a kind, named
+  after the producer's key when it names an id (``order_id``), else after the argument.
+  A producer can bind a kind from one key only (``produces: {kind: key}``); when two keys
+  compete, the one that explains more calls stays and arguments that then fall below the
+  confidence are dropped (one pass: dropping never changes another argument's producers).
+  Producers the cover did not need but that returned the values too under a key naming an
+  id are kept as well (up to ``max_producers``): the next episode may take its value from
+  them; so are tools whose results hold the kind under its own name.
+- **Grounded / derived**: a non-reference argument whose values the user had said (strings,
+  and numbers of 100 or more: smaller ones are counts written as words) is grounded; values
+  that only came
+  from results are left to references, since a fact the agent looked up once may come from
+  anywhere next time; it needs ``min_distinct`` different values (a fact seen k times is
+  missed next time with a chance of about 1/(k+2)). A number that was not seen but is the sum, difference, product or
+  quotient of two numbers seen recently (the runtime's own test,
+  :meth:`TrackedState.derivation`) gets ``grounded: derived``.
+- **Invalidations**: a reference argument whose values were, after an accepted call, used
+  again and rejected (``min_support`` times) and never accepted again.
+- **Errors**: a result shape marked as an error (or reading as one, in unmarked
+  transcripts) ``min_support`` times and never on an accepted result; shared by two or more
+  tools it goes to ``defaults``.
+- **Access**: ``write`` when an object read before and after a call of the tool changed,
+  else what the name or description says.
+- **Preconditions**: a scalar field of the object a reference argument named (as last
+  observed) that took at most three values over the accepted calls, while
+  ``min_rejected`` rejected calls saw another value: a disabled suggestion in CEL with the
+  ``let`` and ``observes`` it needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from ..specfile import SCHEMA, ArgRule, ErrorRule, Evidence, ObserveRule, RequireRule, SpecFile, ToolRules
+from ..toolset import Toolset
+from . import _values as V
+from ._access import prior_access, words
+from ._stats import GIVEN, ArgStats, FieldStats, InvalidationStats, ShapeStats, Tally, ToolStats
+
+
+class _Thresholds(Protocol):
+    @property
+    def min_support(self) -> int: ...
+    @property
+    def min_confidence(self) -> float: ...
+    @property
+    def min_rejected(self) -> int: ...
+    @property
+    def examples(self) -> int: ...
+    @property
+    def max_producers(self) -> int: ...
+    @property
+    def min_distinct(self) -> int: ...
+
+
+class _Notes(Protocol):
+    notes: list[str]
+
+
+class Learner(Protocol):
+    """What the builder reads of a :class:`prefixmon.learn.Learner` (a protocol: the learner imports this module)."""
+
+    tools: Toolset | None
+    tool_stats: dict[str, ToolStats]
+    args: dict[tuple[str, str], ArgStats]
+    invalidations: dict[tuple[str, str], InvalidationStats]
+    shapes: dict[V.Shape, ShapeStats]
+    fields: dict[tuple[str, str, str, str], FieldStats]
+
+    @property
+    def thresholds(self) -> _Thresholds: ...
+    @property
+    def stats(self) -> _Notes: ...
+
+
+__all__ = ("build_spec",)
+
+_GENERIC_KEYS: Final = frozenset({"id", "ids", "key", "keys", "value", "values", "name", "result", "results", "data", "items"})
+_RESERVED: Final = frozenset({"args", "const", "true", "false", "null", "in"})
+_MAX_SUGGESTIONS: Final = 3
+"""Candidate preconditions written per tool at most."""
+
+Source = tuple[str, str]
+Arg = tuple[str, str]
+
+
+@dataclass(slots=True)
+class _Ref:
+    stats: ArgStats
+    chosen: list[Source]
+    covered: int
+    coverage: Counter[Source] = field(default_factory=Counter)
+    kind: str = ""
+
+
+def build_spec(learner: Learner) -> SpecFile:
+    """The spec file the learner's counts support."""
+    refs = _references(learner)
+    rules: dict[str, dict[str, Any]] = {name: {} for name in sorted(learner.tool_stats)}
+
+    def tool(name: str) -> dict[str, Any]:
+        return rules.setdefault(name, {})
+
+    for (name, path), ref in sorted(refs.items()):
+        user = ref.stats.user > 0
+        tool(name).setdefault("args", {})[path] = ArgRule(ref=ref.kind, user=user, evidence=ref.stats.ref.evidence())
+    produced: dict[tuple[str, str], tuple[str, int, Tally]] = {}
+    for ref in refs.values():
+        for source in ref.chosen:
+            key, n = source[1], ref.coverage[source]
+            found = produced.get((source[0], ref.kind))
+            if found is None:
+                produced[(source[0], ref.kind)] = (key, n, ref.stats.ref)
+            elif found[0] == key:
+                produced[(source[0], ref.kind)] = (key, found[1] + n, found[2])
+    for (producer, kind), (key, n) in _potential_producers(learner, refs, produced).items():
+        produced[(producer, kind)] = (key, n, Tally(examples=[f"{producer} returns {key}, named like the {kind}s"]))
+    for (producer, kind), (key, n, tally) in sorted(produced.items()):
+        if producer == GIVEN:
+            continue  # held before the episode (bindings), not produced by a tool
+        entry = tool(producer)
+        entry.setdefault("produces", {})[kind] = key
+        entry.setdefault("evidence_for", {})[f"produces.{kind}"] = Evidence(
+            support=n,
+            first_seen=tally.first,
+            last_seen=tally.last,
+            examples=tuple(e for e in tally.examples if f" <- {producer}.{key}" in e or e.startswith(f"{producer} returns "))
+            if learner.thresholds.examples
+            else (),
+        )
+    _unobserved_producers(learner, refs)
+    _grounding(learner, refs, tool)
+    _invalidations(learner, refs, tool)
+    defaults = _errors(learner, tool)
+    _access(learner, tool)
+    _preconditions(learner, refs, tool)
+    data: dict[str, Any] = {"schema": SCHEMA, "tools": {n: ToolRules.model_validate(r) for n, r in sorted(rules.items())}}
+    if defaults:
+        data["defaults"] = {"errors": defaults}
+    return SpecFile.model_validate(data)
+
+
+# -- references ----------------------------------------------------------------------------------
+def _cover(stats: ArgStats, limit: int, banned: set[Source]) -> tuple[list[Source], int, Counter[Source]]:
+    """Greedy set cover of the calls by producers: (chosen, calls covered, calls each chosen one covers)."""
+    remaining = {s - banned: n for s, n in stats.source_sets.items()}
+    chosen: list[Source] = []
+    coverage: Counter[Source] = Counter()
+    covered = 0
+    while remaining and len(chosen) < limit:
+        score: Counter[Source] = Counter()
+        for sources, n in remaining.items():
+            for source in sources:
+                score[source] += n
+        if not score:
+            break
+        best = min(score, key=lambda s: (-score[s], s))
+        chosen.append(best)
+        coverage[best] = score[best]
+        covered += score[best]
+        remaining = {s: n for s, n in remaining.items() if best not in s}
+    # Producers the cover did not need but that returned these values too, under a key that
+    # names an id: the next episode may take its value from them.
+    for source, n in sorted(stats.sources.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(chosen) >= limit:
+            break
+        if source not in chosen and source not in banned and (source[0] == GIVEN or V.names_an_id(source[1])):
+            chosen.append(source)
+            coverage[source] = n
+    return chosen, covered, coverage
+
+
+def _references(learner: Learner) -> dict[Arg, _Ref]:
+    th = learner.thresholds
+    refs: dict[Arg, _Ref] = {}
+    for arg, stats in learner.args.items():
+        n = stats.accepted
+        if n < th.min_support or stats.id_like < n or stats.bound == 0 or stats.ref.confidence < th.min_confidence:
+            continue
+        named = V.names_an_id(arg[1].rsplit(".", 1)[-1].removesuffix("[]"))
+        if not named and (stats.opaque < n or len(stats.distinct) < 2):
+            continue  # returned earlier, but a fact (a zip code, a state) or a constant, not a handle
+        if stats.co_unexpressible:
+            learner.stats.notes.append(
+                f"{arg[0]}.{arg[1]}: not written as a reference: {stats.co_unexpressible} of its values were also returned "
+                "where produces cannot name them (a bare result, or a value under a key that is not a name)"
+            )
+            continue
+        refs[arg] = _Ref(stats=stats, chosen=[], covered=0)
+    for arg, ref in list(refs.items()):
+        ref.chosen, ref.covered, ref.coverage = _cover(ref.stats, th.max_producers, set())
+        if not ref.chosen or (ref.covered + ref.stats.user) / ref.stats.accepted < th.min_confidence:
+            del refs[arg]
+    for members, sources in _components(refs):
+        kind = _kind_name(members, sources)
+        for arg in members:
+            refs[arg].kind = kind
+    # A producer binds a kind from one key (produces: {kind: key}): where two keys compete, the
+    # one that explains more calls stays; calls only the other explained are then uncovered.
+    keys: dict[tuple[str, str], Counter[str]] = {}
+    for ref in refs.values():
+        for (producer, key), n in ref.coverage.items():
+            keys.setdefault((producer, ref.kind), Counter())[key] += n
+    emitted = {pk: min(c, key=lambda k: (-c[k], k)) for pk, c in keys.items()}
+    for arg, ref in list(refs.items()):
+        allowed = {s for s in ref.chosen if emitted.get((s[0], ref.kind)) == s[1]}
+        covered = sum(n for sources, n in ref.stats.source_sets.items() if sources & allowed)
+        if (covered + ref.stats.user) / ref.stats.accepted < th.min_confidence:
+            del refs[arg]
+            continue
+        ref.chosen = [s for s in ref.chosen if s in allowed]
+        ref.coverage = Counter({s: n for s, n in ref.coverage.items() if s in allowed})
+        ref.covered = covered
+    kinds = {ref.kind for ref in refs.values()}
+    for arg, stats in learner.args.items():
+        # Ids of a known kind that the user always stated (an access token given in the request).
+        n = stats.accepted
+        leaf = _leaf(arg[1])
+        if arg in refs or n < th.min_support or stats.id_like < n or stats.bound or leaf not in kinds or stats.unexpressible:
+            continue
+        if V.names_an_id(leaf) and stats.user / n >= th.min_confidence:
+            refs[arg] = _Ref(stats=stats, chosen=[], covered=0, kind=leaf)
+    return refs
+
+
+_GENERIC_WORDS: Final = frozenset({"details", "detail", "info", "information", "status", "history", "list", "all", "by", "of"})
+
+
+def _potential_producers(
+    learner: Learner, refs: Mapping[Arg, _Ref], produced: Mapping[tuple[str, str], Any]
+) -> dict[tuple[str, str], tuple[str, int]]:
+    """Tools whose results hold a learned kind under its own name (``card_id``), or under ``id`` when the
+    tool is named after the kind's object (``create_ticket`` -> ``ticket_id``): producers no observed use
+    needed, which the next episode may take its value from. More producers never refuse more."""
+    kinds = {ref.kind for ref in refs.values()}
+    out: dict[tuple[str, str], tuple[str, int]] = {}
+    for name, stats in sorted(learner.tool_stats.items()):
+        used = {key for (producer, _), (key, *_) in produced.items() if producer == name}
+        named = [w.removesuffix("s") for w in words(name) if w not in _GENERIC_WORDS]
+        for kind in sorted(kinds):
+            if (name, kind) in produced:
+                continue
+            if kind in stats.result_keys and kind not in used:
+                out[(name, kind)] = (kind, stats.result_keys[kind])
+                used.add(kind)
+            elif "id" in stats.result_keys and "id" not in used and named and named[-1] == _object_name(kind):
+                out[(name, kind)] = ("id", stats.result_keys["id"])
+                used.add("id")
+    return out
+
+
+def _unobserved_producers(learner: Learner, refs: Mapping[Arg, _Ref]) -> None:
+    """Notes for declared tools the corpus never ran that may return a learned kind (named after its object)."""
+    if learner.tools is None:
+        return
+    ran = {name for name, stats in learner.tool_stats.items() if stats.accepted}
+    objects = {ref.kind: _object_name(ref.kind) for ref in refs.values()}
+    for spec in sorted(learner.tools, key=lambda s: s.name):
+        if spec.name in ran:
+            continue
+        said = {w.removesuffix("s") for w in words(spec.name)}
+        for kind, obj in sorted(objects.items()):
+            if obj.split("_")[-1] in said:
+                learner.stats.notes.append(
+                    f"{spec.name} never ran in the corpus, and its name suggests it returns {obj}s: if it returns {kind} "
+                    f"values, add it to the producers of {kind} (produces), or calls with them are refused"
+                )
+
+
+def _leaf(path: str) -> str:
+    """The argument's own name: ``flights[].flight_number`` -> ``flight_number``, ``item_ids`` -> ``item_id``."""
+    leaf = path.rsplit(".", 1)[-1].removesuffix("[]")
+    return leaf[:-1] if leaf.endswith("_ids") else leaf
+
+
+def _components(refs: Mapping[Arg, _Ref]) -> list[tuple[list[Arg], Counter[Source]]]:
+    """Arguments joined by shared producers (union-find), each with its producers' coverage."""
+    parent: dict[Any, Any] = {}
+
+    def find(x: Any) -> Any:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for arg, ref in refs.items():
+        for source in ref.chosen:
+            parent[find(("arg", arg))] = find(("src", source))
+        find(("arg", arg))
+    groups: dict[Any, tuple[list[Arg], Counter[Source]]] = {}
+    for arg, ref in sorted(refs.items()):
+        members, sources = groups.setdefault(find(("arg", arg)), ([], Counter()))
+        members.append(arg)
+        sources.update(ref.coverage)
+    return list(groups.values())
+
+
+def _kind_name(members: list[Arg], sources: Counter[Source]) -> str:
+    """A kind named after what the episode was given (``bindings`` use the name), else the producers' key when it
+    names an id (``order_id``), else after the arguments."""
+    given: Counter[str] = Counter({key: n for (producer, key), n in sources.items() if producer == GIVEN})
+    if given:
+        return min(given, key=lambda k: (-given[k], k))
+    keys: Counter[str] = Counter()
+    for (_, key), n in sources.items():
+        if key.lower() not in _GENERIC_KEYS and V.names_an_id(key):
+            keys[key] += n
+    if keys:
+        return min(keys, key=lambda k: (-keys[k], k))
+    leaves: Counter[str] = Counter(_leaf(path) for _, path in members)
+    return min(leaves, key=lambda k: (-leaves[k], k))
+
+
+# -- grounding ---------------------------------------------------------------------------------------
+def _grounding(learner: Learner, refs: Mapping[Arg, _Ref], tool: Any) -> None:
+    th = learner.thresholds
+    for (name, path), stats in sorted(learner.args.items()):
+        n = stats.accepted
+        if (name, path) in refs or n < th.min_support or stats.booleans or stats.empty or _constrained(learner, name, path):
+            continue
+        seen = stats.grounded.support
+        said = stats.said
+        if said.support + said.counter == n and said.confidence >= th.min_confidence and len(stats.distinct) >= th.min_distinct:
+            tool(name).setdefault("args", {})[path] = ArgRule(grounded=True, evidence=said.evidence())
+        elif stats.numbers == n and stats.derived.support and (seen + stats.derived.support) / n >= th.min_confidence:
+            evidence = stats.derived.evidence(counter=n - seen - stats.derived.support)
+            tool(name).setdefault("args", {})[path] = ArgRule(grounded="derived", evidence=evidence)
+
+
+def _constrained(learner: Learner, name: str, path: str) -> bool:
+    """Whether the schema fixes the argument's values (``enum``, ``const``): a choice, not a fact."""
+    spec = learner.tools.get(name) if learner.tools is not None else None
+    node: Any = spec.parameters if spec is not None else None
+    for part in path.split("."):
+        many = part.endswith("[]")
+        part = part.removesuffix("[]")
+        props = node.get("properties") if isinstance(node, Mapping) else None
+        node = props.get(part) if isinstance(props, Mapping) else None
+        if many and isinstance(node, Mapping):
+            node = node.get("items")
+        if node is None:
+            return False
+    if isinstance(node, Mapping) and isinstance(node.get("items"), Mapping) and "." not in path and "[]" not in path:
+        items = node["items"]
+        if "enum" in items or "const" in items:
+            return True
+    return isinstance(node, Mapping) and ("enum" in node or "const" in node)
+
+
+# -- invalidations --------------------------------------------------------------------------------------
+def _invalidations(learner: Learner, refs: Mapping[Arg, _Ref], tool: Any) -> None:
+    th = learner.thresholds
+    found: dict[tuple[str, str], Tally] = {}
+    for (name, path), stats in sorted(learner.invalidations.items()):
+        ref = refs.get((name, path))
+        t = stats.tally
+        if ref is None or t.support < th.min_support or t.confidence < th.min_confidence:
+            continue
+        found[(name, ref.kind)] = t
+    for (name, kind), t in sorted(found.items()):
+        # The runtime invalidates every reference argument of the kind: none of them may disagree.
+        others = [learner.invalidations.get(arg) for arg, ref in refs.items() if arg[0] == name and ref.kind == kind]
+        if any(o is not None and o.tally.counter and o.tally.confidence < th.min_confidence for o in others):
+            continue
+        entry = tool(name)
+        entry["invalidates"] = (*entry.get("invalidates", ()), kind)
+        entry.setdefault("evidence_for", {})[f"invalidates.{kind}"] = t.evidence()
+
+
+# -- error results -----------------------------------------------------------------------------------------
+def _errors(learner: Learner, tool: Any) -> list[ErrorRule]:
+    th = learner.thresholds
+    defaults: list[ErrorRule] = []
+    for shape, stats in sorted(learner.shapes.items(), key=lambda kv: _shape_order(kv[0])):
+        t = stats.error
+        if t.support < th.min_support or t.confidence < th.min_confidence:
+            continue
+        kind, what, value = shape
+        evidence = t.evidence()
+        if kind == "text":
+            rule = ErrorRule(text=what, evidence=evidence)
+        elif kind == "is_error":
+            rule = ErrorRule(is_error=bool(value), evidence=evidence)
+        else:
+            rule = ErrorRule.model_validate({"json": what, "equals": value, "evidence": evidence})
+        if len(stats.tools) >= 2:
+            defaults.append(rule)
+        else:
+            (name,) = stats.tools
+            entry = tool(name)
+            entry["errors"] = (*entry.get("errors", ()), rule)
+    return defaults
+
+
+def _shape_order(shape: V.Shape) -> tuple[str, str, str]:
+    return (shape[0], shape[1], json.dumps(shape[2]))
+
+
+# -- read / write ----------------------------------------------------------------------------------------------
+def _access(learner: Learner, tool: Any) -> None:
+    th = learner.thresholds
+    for name, stats in sorted(learner.tool_stats.items()):
+        changed, unchanged = stats.access.changed, stats.access.unchanged
+        spec = learner.tools.get(name) if learner.tools is not None else None
+        prior = prior_access(name, spec.description if spec is not None else "")
+        why = f"{name}: its name says {prior}"
+        if changed.support:
+            access, evidence = "write", changed.evidence(counter=unchanged.support)
+        elif prior is not None:
+            agree = unchanged if prior == "read" else changed
+            examples = (why, *agree.examples)[: max(th.examples, 1)]
+            evidence = Evidence(
+                support=agree.support, first_seen=agree.first, last_seen=agree.last, examples=examples if th.examples else ()
+            )
+            access = prior
+        elif unchanged.support >= th.min_support:
+            access, evidence = "read", unchanged.evidence()
+        else:
+            continue
+        entry = tool(name)
+        entry["access"] = access
+        entry["evidence"] = evidence
+
+
+# -- candidate preconditions -------------------------------------------------------------------------------------
+def _object_name(kind: str) -> str:
+    for suffix in ("_ids", "_id", "_number", "_code", "_key", "Id", "ID"):
+        if kind.endswith(suffix) and len(kind) > len(suffix):
+            name = kind[: -len(suffix)]
+            break
+    else:
+        name = f"{kind}_object"
+    return name if V.IDENT.match(name) and name not in _RESERVED else f"{name}_object"
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return repr(value)
+
+
+def _preconditions(learner: Learner, refs: Mapping[Arg, _Ref], tool: Any) -> None:
+    th = learner.thresholds
+    found: dict[str, list[tuple[int, str, dict[str, Any], list[tuple[str, str, str]]]]] = {}
+    for (name, path, id_key, fname), fs in sorted(learner.fields.items(), key=lambda kv: kv[0]):
+        ref = refs.get((name, path))
+        if ref is None or not V.IDENT.match(fname) or not all(V.IDENT.match(p) for p in path.split(".")):
+            continue
+        if id_key != ref.kind and id_key not in {key for _, key in ref.chosen}:
+            continue  # the record was found by an id of another kind (an order by its user_id)
+        accepted = sum(fs.accepted.values())
+        if accepted < th.min_support:
+            continue
+        allowed: list[Any] = []
+        covered = 0
+        for value, n in sorted(fs.accepted.items(), key=lambda kv: (-kv[1], _literal(kv[0])))[:3]:
+            allowed.append(value)
+            covered += n
+            if covered / accepted >= th.min_confidence:
+                break
+        if covered / accepted < th.min_confidence:
+            continue
+        separated = sum(n for value, n in fs.rejected.items() if value not in allowed)
+        if separated < th.min_rejected:
+            continue
+        obj = _object_name(ref.kind)
+        field_expr = f"{obj}.{fname}"
+        expr = (
+            f"{field_expr} == {_literal(allowed[0])}"
+            if len(allowed) == 1
+            else (f"{field_expr} in [{', '.join(_literal(v) for v in allowed)}]")
+        )
+        shown = " or ".join(_literal(v) for v in allowed)
+        rule = {
+            "expr": expr,
+            "name": f"learned_{fname}"[:60] if V.IDENT.match(f"learned_{fname}") else None,
+            "message": f"{obj} {{args.{path}}} has {fname} {{{field_expr}}}; the calls the environment accepted had {shown}",
+            "enabled": False,
+            "suggested": True,
+            "evidence": Evidence(
+                support=covered,
+                counter_examples=accepted - covered,
+                first_seen=fs.tally.first,
+                last_seen=fs.tally.last,
+                examples=(f"{separated} rejected call(s) saw another {fname}", *fs.rejected_examples)[: max(th.examples, 1)]
+                if th.examples
+                else (),
+            ),
+        }
+        observers = [(producer, at, id_key) for (producer, at), _ in fs.observers.most_common(3)]
+        found.setdefault(name, []).append((separated, obj, {"rule": rule, "let": (obj, f"args.{path}"), "path": path}, observers))
+    for name, candidates in sorted(found.items()):
+        candidates.sort(key=lambda c: (-c[0], c[2]["rule"]["expr"]))
+        entry = tool(name)
+        for _, obj, spec, observers in candidates[:_MAX_SUGGESTIONS]:
+            var, id_path = spec["let"]
+            lets = entry.setdefault("let", {})
+            if var in lets and lets[var] != {"object": obj, "id": id_path}:
+                continue  # two arguments of one kind: the first keeps the name
+            lets[var] = {"object": obj, "id": id_path}
+            entry["requires"] = (*entry.get("requires", ()), RequireRule.model_validate(spec["rule"]))
+            for producer, at, id_key in observers:
+                _observe(tool(producer), ObserveRule(object=obj, id=id_key, at=at))
+
+
+def _observe(entry: dict[str, Any], rule: ObserveRule) -> None:
+    existing: Iterable[ObserveRule] = entry.get("observes", ())
+    if any(o.object == rule.object and o.at == rule.at for o in existing):
+        return
+    entry["observes"] = (*existing, rule)
