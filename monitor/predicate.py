@@ -392,7 +392,10 @@ def _information(
 
 def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match: str) -> Failure | str | None:
     """A value that was not seen: how it was derived (``"amount: 150 = 3 * 50"``), the failure, or ``None``
-    when a pool that had to leave values out cannot tell that this one was never seen."""
+    when there is nothing to decide: a blank string states nothing, and a pool that had to leave values out
+    cannot tell that this one was never seen."""
+    if isinstance(value, str) and not value.strip():
+        return None
     computed = ""
     if match == "derived":
         how = state.derivation(value)

@@ -254,6 +254,13 @@ class TestText:
         assert await passes("Blue  Mug", results=[{"name": "Blue  Mug"}], match="exact")
         assert await passes("W123", user=["it is order #W123"], match="exact")  # substring of the user's text
 
+    @pytest.mark.parametrize("match", ["exact", "normalized", "derived"])
+    async def test_blank_text_needs_no_grounding(self, match: str) -> None:
+        """An empty or blank string states nothing (τ-bench's blank ``address2``): nothing to ground, never a failure."""
+        for value in ("", "   ", "\n\t"):
+            assert (await judge(value, user=["ship it to 12 Main St"], match=match)).executable
+        assert not (await judge("Apt 4", user=["ship it to 12 Main St"], match=match)).executable
+
 
 class TestDerived:
     """Values computed from two numbers seen earlier."""
