@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 import pytest
@@ -84,3 +85,28 @@ def contacts() -> tuple[Toolset, dict[str, dict[str, str]]]:
 @pytest.fixture
 def tools(contacts: tuple[Toolset, dict[str, dict[str, str]]]) -> Toolset:
     return contacts[0]
+
+
+# -- CI installs every extra and backend: there, a skipped test is a failure -----------------
+_FAIL_ON_SKIP = os.environ.get("PREFIXMON_FAIL_ON_SKIP") == "1"
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remember skipped tests (with ``PREFIXMON_FAIL_ON_SKIP=1``, as ``.ci/run`` sets it)."""
+    if _FAIL_ON_SKIP and report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when anything was skipped although everything it needs is installed."""
+    if _skipped and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say which skipped tests failed the run."""
+    if _skipped:
+        terminalreporter.write_line(f"PREFIXMON_FAIL_ON_SKIP=1: {len(_skipped)} skipped test(s) fail the run", red=True)
+        for nodeid in _skipped[:50]:
+            terminalreporter.write_line(f"  {nodeid}")
