@@ -40,6 +40,15 @@ RENAMED = {
 
 MOVED_MODULES = {"prefixmon.cli": "prefixmon._cli", "prefixmon.demo": "prefixmon._cli.demo"}
 
+ANALYTICS_EXPECTED = (
+    "CHECKLIST", "DEFAULT_CHECKPOINTS", "INSTALL_HINT", "Annotation", "Attribution", "CohortReport", "Comparison",
+    "Confusion", "Decomposition", "EpisodeColumns", "Estimate", "RecoveryRate", "Report", "ReviewItem", "UnstableTask",
+    "build_report", "columns_from_records", "load_columns", "parse_compare", "percentile_interval", "plot_pec",
+    "read_annotations", "register_reader", "render", "render_table", "resample_sums", "review_sample", "wilson_interval",
+    "write_review_sheet",
+)  # fmt: skip
+"""``prefixmon.analytics``: ``Confusion`` joined in 0.2.0 (the benchmark verbs' agreement counts)."""
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -54,6 +63,13 @@ class TestExports:
         """Every exported name is importable."""
         for name in prefixmon.__all__:
             assert getattr(prefixmon, name) is not None
+
+    def test_analytics_all_is_locked(self) -> None:
+        """prefixmon.analytics.__all__ lists exactly its public names (in isort order) and each resolves."""
+        import prefixmon.analytics as analytics
+
+        assert tuple(analytics.__all__) == ANALYTICS_EXPECTED
+        assert all(getattr(analytics, name) is not None for name in analytics.__all__)
 
     @pytest.mark.parametrize(("name", "module"), sorted(MOVED.items()))
     def test_moved_names_warn_and_still_work(self, name: str, module: str) -> None:

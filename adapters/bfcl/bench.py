@@ -21,15 +21,17 @@ import json
 import random
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
 
 from prefixmon import Cause, EpisodeRecord, Monitor
+from prefixmon.analytics import Confusion
 from prefixmon.records import write_records
 
+from .._bench import auc_pec, fmt, pec, prediction_header, prediction_row, ter
 from .data import CATEGORIES, BfclTask, load_tasks
 from .perturb import FAMILIES, Execution, Variant, execute, ground_truth_calls, perturb
 from .specs import build_toolset, run_task
@@ -51,37 +53,6 @@ __all__ = (
 
 GROUND_TRUTH: Final = "ground_truth"
 PEC_DEPTHS: Final = (1, 2, 3, 5, 10)
-
-
-@dataclass(slots=True)
-class Confusion:
-    """Counts of a binary predictor against execution."""
-
-    tp: int = 0
-    fp: int = 0
-    fn: int = 0
-    tn: int = 0
-
-    def add(self, predicted: bool, actual: bool) -> None:
-        """Count one prediction."""
-        if predicted and actual:
-            self.tp += 1
-        elif predicted:
-            self.fp += 1
-        elif actual:
-            self.fn += 1
-        else:
-            self.tn += 1
-
-    @property
-    def precision(self) -> float | None:
-        """tp / (tp + fp), or ``None`` with no positive prediction."""
-        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
-
-    @property
-    def recall(self) -> float | None:
-        """tp / (tp + fn), or ``None`` with no actual rejection."""
-        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
 
 
 @dataclass(slots=True)
@@ -137,18 +108,6 @@ def _record_class(record: EpisodeRecord) -> str | None:
     if record.first_failure is None:
         return None
     return "interface" if record.first_failure.cause is Cause.SCHEMA else "environment"
-
-
-def _pec(feds: Sequence[tuple[int, int]], k: int) -> float:
-    return sum(1 for fed, _ in feds if fed > k) / len(feds) if feds else 0.0
-
-
-def _ter(feds: Sequence[tuple[int, int]]) -> float:
-    return sum(1 for fed, t in feds if fed == t + 1) / len(feds) if feds else 0.0
-
-
-def _auc(feds: Sequence[tuple[int, int]]) -> float:
-    return sum((fed - 1) / t for fed, t in feds) / len(feds) if feds else 0.0
 
 
 async def run_bench(
@@ -230,10 +189,6 @@ def _score(report: BenchReport, variant: Variant, label: Execution, records: dic
             confusion.add(predicted, call_label.rejected is not None)
 
 
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
 def format_report(report: BenchReport) -> str:
     """The report as plain text tables."""
     lines = [
@@ -251,8 +206,8 @@ def format_report(report: BenchReport) -> str:
         label_ter = sum(1 for lf, (_, t) in zip(s.label_feds, s.feds, strict=True) if lf == t + 1) / s.n
         mean_fed = sum(f for f, _ in s.feds) / s.n
         lines.append(
-            f"{fam:<14}{s.n:>6}{_ter(s.feds):>8.3f}{label_ter:>10.3f}{mean_fed:>10.2f}{_auc(s.feds):>9.3f}"
-            + "".join(f"{_pec(s.feds, k):>8.3f}" for k in PEC_DEPTHS)
+            f"{fam:<14}{s.n:>6}{ter(s.feds):>8.3f}{label_ter:>10.3f}{mean_fed:>10.2f}{auc_pec(s.feds):>9.3f}"
+            + "".join(f"{pec(s.feds, k):>8.3f}" for k in PEC_DEPTHS)
         )
     lines += ["", "(b) agreement with execution labels", f"{'family':<14}{'FED agree':>10}{'cause agree':>12}"]
     for fam in order:
@@ -260,15 +215,14 @@ def format_report(report: BenchReport) -> str:
         if s is None or not s.n:
             continue
         cause = s.cause_agree / s.cause_n if s.cause_n else None
-        lines.append(f"{fam:<14}{s.fed_agree / s.n:>10.4f}{_fmt(cause):>12}")
+        lines.append(f"{fam:<14}{s.fed_agree / s.n:>10.4f}{fmt(cause):>12}")
     lines.append(f"{'all':<14}{report.fed_agreement:>10.4f}{report.cause_agreement:>12.4f}")
     lines += [
         "",
         "(c) pre-call prediction of environment rejections (calls that reached the environment)",
-        f"{'mode':<14}{'precision':>10}{'recall':>8}{'tp':>7}{'fp':>6}{'fn':>6}{'tn':>8}",
+        prediction_header(14, 8),
     ]
-    for mode, c in report.prediction.items():
-        lines.append(f"{mode:<14}{_fmt(c.precision):>10}{_fmt(c.recall):>8}{c.tp:>7}{c.fp:>6}{c.fn:>6}{c.tn:>8}")
+    lines += [prediction_row(mode, c, 14, 8) for mode, c in report.prediction.items()]
     lines += ["", f"ground truth refused by execution (BFCL data bugs): {len(report.data_bugs)}"]
     lines += [f"  {tid} depth {d}: {call[:70]}  -- {why[:90]}" for tid, d, call, why in report.data_bugs]
     if report.disagreements:
@@ -283,10 +237,10 @@ def report_json(report: BenchReport) -> dict[str, Any]:
     for fam, s in report.families.items():
         fams[fam] = {
             "n": s.n,
-            "ter": _ter(s.feds),
+            "ter": ter(s.feds),
             "mean_fed": sum(f for f, _ in s.feds) / s.n if s.n else None,
-            "auc_pec": _auc(s.feds),
-            "pec": {str(k): _pec(s.feds, k) for k in PEC_DEPTHS},
+            "auc_pec": auc_pec(s.feds),
+            "pec": {str(k): pec(s.feds, k) for k in PEC_DEPTHS},
             "fed_agreement": s.fed_agree / s.n if s.n else None,
             "cause_agreement": s.cause_agree / s.cause_n if s.cause_n else None,
         }
@@ -297,10 +251,7 @@ def report_json(report: BenchReport) -> dict[str, Any]:
         "families": fams,
         "fed_agreement": report.fed_agreement,
         "cause_agreement": report.cause_agreement,
-        "prediction": {
-            m: {"precision": c.precision, "recall": c.recall, "tp": c.tp, "fp": c.fp, "fn": c.fn, "tn": c.tn}
-            for m, c in report.prediction.items()
-        },
+        "prediction": {m: c.as_dict() for m, c in report.prediction.items()},
         "data_bugs": [{"task_id": t, "depth": d, "call": c, "why": w} for t, d, c, w in report.data_bugs],
     }
 

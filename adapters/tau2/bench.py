@@ -33,9 +33,11 @@ import anyio
 from pydantic import BaseModel
 
 from prefixmon import Cause, Episode, Monitor, PendingCall, ToolBlocked, Verdict
+from prefixmon.analytics import Confusion
 
+from .._bench import auc_pec, kind_table, pec, prediction_header, prediction_row, predicts_rejection, ter
+from .._bench import prediction as predict
 from ..taubench.agreement import perturbations
-from ..taubench.scoring import Confusion, auc_pec, pec, ter
 from .env import DOMAINS, Domain, Tau2Env, load_tasks, silence_tau2_logs
 from .episodes import USER_ACTIONS, GoldEpisode, UserActions, instructions, run_gold, seed_context
 from .rules import refusal
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = ("BENCH", "BenchReport", "DbView", "format_report", "run_bench")
 
-PREDICTIVE: Final = frozenset({Cause.SCHEMA, Cause.DEPENDENCY, Cause.PRECONDITION})
 PEC_DEPTHS: Final = (1, 2, 3, 5, 10)
 
 
@@ -119,11 +120,7 @@ class BenchReport:
 
     def prediction(self, mode: str) -> Confusion:
         """Pre-call prediction of rejections (schema / dependency / precondition) vs execution."""
-        confusion = Confusion()
-        for t in self.trials:
-            verdict = t.declared if mode == "declared" else t.dry_run
-            confusion.add(not verdict.executable and verdict.cause in PREDICTIVE, t.rejected is not None)
-        return confusion
+        return predict(self.trials, mode)
 
     def information_flags(self, mode: str) -> int:
         """Calls the environment accepted that the verdict flags as information failures."""
@@ -240,10 +237,6 @@ def _why(g: GoldEpisode) -> str:
     return f"the environment accepts it, the monitor does not: [{ff.cause}] {ff.reason}"
 
 
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
 def format_report(report: BenchReport) -> str:
     """The report as plain text."""
     lines = [
@@ -273,33 +266,16 @@ def format_report(report: BenchReport) -> str:
                 lines.append(f"  {domain} task {g.task_id}: FED {ff.depth} {ff.tool} — {_why(g)}")
     if report.trials:
         lines += ["", "(b) perturbations labelled by execution on a copy of the environment"]
-        kinds: dict[str, list[Trial]] = {}
-        for t in report.trials:
-            kinds.setdefault(t.kind, []).append(t)
-        lines.append(f"{'kind':<20}{'n':>6}{'rejected':>9}{'declared agree':>15}{'dry-run agree':>14}")
-        for kind, trials in sorted(kinds.items()):
-            rej = sum(t.rejected is not None for t in trials)
-            d = sum(t.declared.executable == (t.rejected is None) for t in trials)
-            r = sum(t.dry_run.executable == (t.rejected is None) for t in trials)
-            lines.append(f"{kind:<20}{len(trials):>6}{rej:>9}{d / len(trials):>15.4f}{r / len(trials):>14.4f}")
+        lines += kind_table(report.trials)
         for mode in ("declared", "dry_run"):
             agree, n = report.agreement(mode)
             lines.append(f"{'all (' + mode + ')':<20}{n:>6}  agreement {agree / n:.4f} ({agree}/{n})")
         lines += ["", "(c) pre-call prediction of environment rejections (schema / dependency / precondition)"]
-        lines.append(f"{'mode':<10}{'precision':>10}{'recall':>8}{'tp':>7}{'fp':>6}{'fn':>6}{'tn':>7}{'information flags':>19}")
+        lines.append(prediction_header() + f"{'information flags':>19}")
         for mode in ("declared", "dry_run"):
-            c = report.prediction(mode)
-            lines.append(
-                f"{mode:<10}{_fmt(c.precision):>10}{_fmt(c.recall):>8}{c.tp:>7}{c.fp:>6}{c.fn:>6}{c.tn:>7}{report.information_flags(mode):>19}"
-            )
-        misses = [
-            t
-            for t in report.trials
-            if t.rejected is not None and not (not t.declared.executable and t.declared.cause in PREDICTIVE)
-        ]
-        flagged = [
-            t for t in report.trials if t.rejected is None and not t.declared.executable and t.declared.cause in PREDICTIVE
-        ]
+            lines.append(prediction_row(mode, report.prediction(mode)) + f"{report.information_flags(mode):>19}")
+        misses = [t for t in report.trials if t.rejected is not None and not predicts_rejection(t.declared)]
+        flagged = [t for t in report.trials if t.rejected is None and predicts_rejection(t.declared)]
         for title, items in (("declared misses (environment rejects, rules pass)", misses), ("declared false alarms", flagged)):
             if items:
                 lines.append(f"{title}: {len(items)}")
@@ -324,7 +300,7 @@ def report_json(report: BenchReport) -> dict[str, Any]:
         }
     for mode in ("declared", "dry_run"):
         c = report.prediction(mode)
-        out["prediction"][mode] = {"precision": c.precision, "recall": c.recall, "tp": c.tp, "fp": c.fp, "fn": c.fn, "tn": c.tn}
+        out["prediction"][mode] = c.as_dict()
         agree, n = report.agreement(mode)
         out["agreement"][mode] = {"agree": agree, "n": n}
     return out

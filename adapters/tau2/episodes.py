@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from prefixmon import Episode, EpisodeRecord, Monitor, ToolBlocked, TrackedState
 
+from ..taubench.gold import read_user_records
 from .env import Domain, Outcome, Requestor, Tau2Env
 from .rules import refusal
 
@@ -166,19 +167,8 @@ def context_reads(env: Tau2Env, task: Task) -> list[tuple[str, dict[str, Any], s
             name = profile.name
             read("find_user_id_by_name_zip", first_name=name.first_name, last_name=name.last_name, zip=profile.address.zip)
         user = read("get_user_details", user_id=user_id)
-        if user is None:
-            continue
-        if env.domain == "airline":
-            for reservation_id in user.get("reservations", ()):
-                read("get_reservation_details", reservation_id=reservation_id)
-            continue
-        products: dict[str, None] = {}
-        for order_id in user.get("orders", ()):
-            order = read("get_order_details", order_id=order_id)
-            for item in order.get("items", ()) if order else ():
-                products.setdefault(item["product_id"], None)
-        for product_id in products:
-            read("get_product_details", product_id=product_id)
+        if user is not None:
+            read_user_records(read, env.domain, user)
     return reads
 
 

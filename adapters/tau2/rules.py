@@ -29,6 +29,8 @@ from typing import Any, Final
 
 from prefixmon import Precondition, Ref, TrackedState
 
+# τ² derives airline and retail from τ-bench: the same reference kinds (v1 trajectories replay on τ²)
+from ..taubench.toolsets import FLIGHT, ITEM, ORDER, PAYMENT, PRODUCT, RESERVATION, RESERVATION_PRODUCES, USER
 from .env import Domain, Tau2Env
 
 __all__ = ("RULES", "ToolRules", "refusal")
@@ -98,19 +100,8 @@ def _calculable(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
 CALCULABLE: Final = Precondition(check=_calculable, message="the expression must be arithmetic that evaluates", name="arithmetic")
 
 # -- airline ------------------------------------------------------------------------------------
-USER = Ref("user_id", user=True)
-RESERVATION = Ref("reservation_id", user=True)
-FLIGHT = Ref("flight_number", user=True)
-PAYMENT = Ref("payment_method_id", user=True)
 NEW_RESERVATION_IDS: Final = ("HATHAT", "HATHAU", "HATHAV")
 NEW_CERTIFICATE_IDS: Final = ("certificate_3221322", "certificate_3221323", "certificate_3221324")
-
-RESERVATION_PRODUCES: Final = (
-    ("reservation_id", "reservation_id"),
-    ("user_id", "user_id"),
-    ("flight_number", "flight_number"),
-    ("payment_method_id", "payment_id"),
-)
 
 
 def _segment_problem(db: Any, segment: Mapping[str, Any], cabin: Any, seats: int) -> str | None:
@@ -313,9 +304,6 @@ def _airline() -> dict[str, ToolRules]:
 
 
 # -- retail -------------------------------------------------------------------------------------
-ORDER = Ref("order_id", user=True)
-ITEM = Ref("item_id", user=True)
-PRODUCT = Ref("product_id", user=True)
 CANCEL_REASONS: Final = frozenset({"no longer needed", "ordered by mistake"})
 ORDER_PRODUCES: Final = (
     ("order_id", "order_id"),

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import anyio
 
 from prefixmon import Episode, Monitor, ToolBlocked, current_episode
+from prefixmon.analytics import Confusion
 
 from .data import TauTask, load_policy, load_tasks, split_domain
 from .gold import DEFAULT_SPLITS, seed_context
@@ -123,9 +124,8 @@ class Summary:
 
     def prediction(self) -> tuple[float | None, float | None]:
         """Pre-call prediction of the sandbox's rejections: (precision, recall); ``None`` when undefined."""
-        c = self.confusion()
-        tp, fp, fn = c[(False, False)], c[(False, True)], c[(True, False)]
-        return (tp / (tp + fp) if tp + fp else None, tp / (tp + fn) if tp + fn else None)
+        rejections = Confusion.of((not t.predicted, not t.accepted) for t in self.trials)
+        return rejections.precision, rejections.recall
 
     def by_kind(self) -> dict[str, tuple[int, int]]:
         """Perturbation kind → (agreeing, total)."""

@@ -22,7 +22,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = (
     "GoldFailure",
     "main",
     "monitor_gold",
+    "read_user_records",
     "report",
     "run_gold_episode",
     "sandbox_failures",
@@ -109,9 +110,8 @@ def seed_context(state: TrackedState, sandbox: Sandbox, task: TauTask, tools: To
     user = read("get_user_details", user_id=task.user_id)
     if user is None:
         return
+    read_user_records(read, sandbox.domain, user)
     if sandbox.domain == "airline":
-        for reservation_id in user.get("reservations", ()):
-            read("get_reservation_details", reservation_id=reservation_id)
         for action in task.actions:
             for segment in action.kwargs.get("flights", ()) if action.name.endswith(("_reservation", "_flights")) else ():
                 flight = sandbox.db["flights"].get(segment.get("flight_number"))
@@ -122,6 +122,18 @@ def seed_context(state: TrackedState, sandbox: Sandbox, task: TauTask, tools: To
                         destination=flight["destination"],
                         date=segment.get("date"),
                     )
+
+
+def read_user_records(read: Callable[..., Any], domain: str, user: Mapping[str, Any]) -> None:
+    """The reads an agent makes after a user's details: each reservation (airline); each order and its products (retail).
+
+    ``read(tool, **arguments)`` runs a read tool and returns its parsed result, or ``None``
+    when the environment rejected it. τ² derives its airline and retail domains from
+    τ-bench's, so both adapters seed gold episodes with these reads.
+    """
+    if domain == "airline":
+        for reservation_id in user.get("reservations", ()):
+            read("get_reservation_details", reservation_id=reservation_id)
         return
     products: dict[str, None] = {}
     for order_id in user.get("orders", ()):

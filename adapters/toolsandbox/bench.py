@@ -27,15 +27,16 @@ from typing import Any, Final
 
 import anyio
 
-from prefixmon import Cause, Episode, EpisodeRecord, Monitor, PendingCall, ToolBlocked, Verdict
+from prefixmon import Episode, EpisodeRecord, Monitor, PendingCall, ToolBlocked, Verdict
+from prefixmon.analytics import Confusion
 
-from ..taubench.scoring import Confusion, auc_pec, pec, ter
+from .._bench import auc_pec, kind_table, pec, prediction_header, prediction_row, predicts_rejection, ter
+from .._bench import prediction as predict
 from .env import SETTING_TOOLS, GoldCall, SandboxEnv, gold_calls, load_scenarios, registered_tools
 from .toolsets import toolset
 
 __all__ = ("BENCH", "BenchReport", "GoldRun", "format_report", "run_bench", "run_gold", "step", "user_messages")
 
-PREDICTIVE: Final = frozenset({Cause.SCHEMA, Cause.DEPENDENCY, Cause.PRECONDITION})
 PEC_DEPTHS: Final = (1, 2, 3, 5)
 INVENTED: Final = {"person_id": "00000000-0000-0000-0000-000000000000", "reminder_id": "00000000-0000-0000-0000-000000000001"}
 
@@ -124,11 +125,7 @@ class BenchReport:
 
     def prediction(self, mode: str) -> Confusion:
         """Pre-call prediction of rejections (schema / dependency / precondition) vs execution."""
-        c = Confusion()
-        for t in self.trials:
-            v = t.declared if mode == "declared" else t.dry_run
-            c.add(not v.executable and v.cause in PREDICTIVE, t.rejected is not None)
-        return c
+        return predict(self.trials, mode)
 
 
 def _variants(
@@ -245,10 +242,6 @@ def _why_class(g: GoldRun) -> str:
     return "execution rejects the milestone's call"
 
 
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
 def format_report(report: BenchReport, *, show: int = 15) -> str:
     """The report as plain text."""
     feds = [(g.record.fed, g.record.horizon) for g in report.gold]
@@ -272,23 +265,11 @@ def format_report(report: BenchReport, *, show: int = 15) -> str:
         lines.append(f"    ... and {len(failing) - show} more (--show N lists more)")
     if report.trials:
         lines += ["", "(b) perturbations labelled by execution on a snapshot of the context"]
-        lines.append(f"{'kind':<20}{'n':>6}{'rejected':>9}{'declared agree':>15}{'dry-run agree':>14}")
-        kinds: dict[str, list[Trial]] = {}
-        for t in report.trials:
-            kinds.setdefault(t.kind, []).append(t)
-        for kind, trials in sorted(kinds.items()):
-            d = sum(t.declared.executable == (t.rejected is None) for t in trials)
-            r = sum(t.dry_run.executable == (t.rejected is None) for t in trials)
-            rej = sum(t.rejected is not None for t in trials)
-            lines.append(f"{kind:<20}{len(trials):>6}{rej:>9}{d / len(trials):>15.4f}{r / len(trials):>14.4f}")
+        lines += kind_table(report.trials)
         lines += ["", "(c) pre-call prediction of execution rejections (schema / dependency / precondition)"]
-        lines.append(f"{'mode':<10}{'precision':>10}{'recall':>8}{'tp':>7}{'fp':>6}{'fn':>6}{'tn':>7}")
-        for mode in ("declared", "dry_run"):
-            c = report.prediction(mode)
-            lines.append(f"{mode:<10}{_fmt(c.precision):>10}{_fmt(c.recall):>8}{c.tp:>7}{c.fp:>6}{c.fn:>6}{c.tn:>7}")
-        wrong = [
-            t for t in report.trials if (not t.declared.executable and t.declared.cause in PREDICTIVE) != (t.rejected is not None)
-        ]
+        lines.append(prediction_header())
+        lines += [prediction_row(mode, report.prediction(mode)) for mode in ("declared", "dry_run")]
+        wrong = [t for t in report.trials if predicts_rejection(t.declared) != (t.rejected is not None)]
         if wrong:
             lines.append(f"declared disagreements: {len(wrong)}")
             for t in wrong[:show]:
@@ -309,10 +290,7 @@ def report_json(report: BenchReport) -> dict[str, Any]:
         "not_executable": [
             {"scenario": g.scenario, "fed": g.record.fed, "why": _reason(g)} for g in report.gold if not g.record.executable
         ],
-        "prediction": {
-            mode: {"precision": c.precision, "recall": c.recall, "tp": c.tp, "fp": c.fp, "fn": c.fn, "tn": c.tn}
-            for mode, c in ((m, report.prediction(m)) for m in ("declared", "dry_run"))
-        },
+        "prediction": {mode: report.prediction(mode).as_dict() for mode in ("declared", "dry_run")},
     }
 
 
