@@ -335,14 +335,10 @@ def read_tool_definitions(path: str | os.PathLike[str]) -> Toolset:
         ReplayInputError: the file is not UTF-8 JSON, not a list, or has a bad entry; the
             message names the file and the entry.
     """
-    file = Path(path)
-    definitions = load_json(file)
-    if not isinstance(definitions, list):
-        raise ReplayInputError(f"{file}: expected a JSON list of tool definitions, got {type(definitions).__name__}")
     try:
-        return Toolset.from_openai(definitions, error_result=error_text)
+        return Toolset.from_openai(path, error_result=error_text)
     except SpecError as e:
-        raise ReplayInputError(f"{file}: {e}") from e
+        raise ReplayInputError(str(e)) from e
 
 
 def error_text(result: object) -> str | None:

@@ -253,6 +253,7 @@ class LineWriter:
                 self.stats.lost += left
                 self._progress.notify_all()
             fd, self._fd = self._fd, None
+            unfinished = self._finished < self._submitted  # a batch still inside a blocked write
         if left:
             with contextlib.suppress(Exception):
                 self._log.error("sink_records_lost", path=self.path, lost=left, error_type=_etype(self.last_error))
@@ -263,7 +264,7 @@ class LineWriter:
             key = os.path.realpath(self.path)
             if _LIVE.get(key) is self:
                 del _LIVE[key]
-        return self.stats.lost == 0 and left == 0
+        return self.stats.lost == 0 and not unfinished
 
     # -- the writer ----------------------------------------------------------------------------
     def _run(self) -> None:

@@ -205,7 +205,7 @@ class Toolset:
     @classmethod
     def from_openai(
         cls,
-        tools: Iterable[Mapping[str, Any]],
+        tools: Iterable[Mapping[str, Any]] | str | os.PathLike[str],
         *,
         functions: Mapping[str, Callable[..., Any]] | None = None,
         rules: Mapping[str, Mapping[str, Any]] | None = None,
@@ -220,7 +220,8 @@ class Toolset:
         and bare function definitions. Built-in and custom tools are skipped.
 
         Args:
-            tools: the ``tools`` list sent to the model (parsed JSON).
+            tools: the ``tools`` list sent to the model (parsed JSON), or the path of a JSON
+                file holding it (a ``--tools`` file).
             functions: ``{name: callable}``: implementations (sync or async), called with
                 the arguments as keywords.
             rules: ``{name: options}``: extra :meth:`add_schema` options per tool, such as
@@ -230,9 +231,18 @@ class Toolset:
             spec: a spec file (see :meth:`apply_spec`) merged onto the declared tools.
 
         Raises:
-            SpecError: a definition is malformed (named by its index, ``tools[3]``), or
+            SpecError: a definition is malformed (named by its index, ``tools[3]``, and the
+                file when ``tools`` is a path), the file is not a UTF-8 JSON list, or
                 ``functions`` / ``rules`` name a tool that is not in ``tools``.
         """
+        if isinstance(tools, (str, os.PathLike)):
+            path = os.fspath(tools)
+            definitions = _read_tools_file(path)
+            try:
+                out = cls.from_openai(definitions, functions=functions, rules=rules, error_result=error_result, toolset=toolset)
+            except SpecError as e:
+                raise SpecError(f"{path}: {e}") from None
+            return out.apply_spec(spec) if spec is not None else out
         functions = functions or {}
         rules = rules or {}
         parsed = [(f"tools[{i}]", *d) for i, tool in enumerate(tools) if (d := _openai_definition(tool, f"tools[{i}]"))]
@@ -454,6 +464,28 @@ class Toolset:
             ),
             replace=replace,
         )
+
+
+def _read_tools_file(path: str) -> list[Any]:
+    """A JSON file holding a list of tool definitions; errors name the file (and the line)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the tools file ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    try:
+        definitions = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{path}:{e.lineno}: not JSON ({e.msg}, column {e.colno})") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to decode") from None
+    if not isinstance(definitions, list):
+        raise SpecError(f"{path}: expected a JSON list of tool definitions, got {type(definitions).__name__}")
+    return definitions
 
 
 def _openai_definition(tool: Any, where: str) -> tuple[str, Mapping[str, Any] | None, str] | None:

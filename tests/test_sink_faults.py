@@ -288,22 +288,52 @@ class TestFreshLines:
             assert sink.stats.lost == 0
 
 
+@contextlib.contextmanager
+def _full_fifo(path: Path) -> Iterator[int]:
+    """A FIFO whose pipe buffer is already full and that nobody reads: every write blocks (a hung mount).
+
+    Yields a descriptor of the FIFO; on exit the pipe is read empty so the stuck writer can finish.
+    """
+    os.mkfifo(path)
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                os.write(fd, b"\0" * 65536)
+        yield fd
+    finally:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(fd, 1 << 20):
+                pass
+        os.close(fd)
+
+
 class TestStuckDisk:
     """A file that stops taking writes (a hung mount): episodes go on, losses are counted."""
 
     async def test_stuck_writer_never_blocks_episodes(self, tmp_path: Path) -> None:
-        """A FIFO nobody reads stands for a hung mount: the queue fills, records are dropped and counted."""
-        fifo = tmp_path / "stuck"
-        os.mkfifo(fifo)
-        sink = JsonlSink(fifo, max_queue_bytes=64 * 1024)
-        monitor = Monitor(_tools(), sink=sink)
-        with anyio.fail_after(30), capture_logs():  # would hang forever if an episode waited on the write
-            await _episodes(monitor, 600, concurrent=False)
-        assert sink.stats.dropped > 0
-        assert monitor.stats.records_lost == sink.stats.dropped
-        assert not sink.close(timeout=0.2)
-        s = sink.stats  # the batch stuck in write() is neither written nor given up yet
-        assert s.accepted + s.dropped == 600 and s.written + s.lost < s.accepted
+        """The queue fills behind a blocked write: records are dropped and counted, never waited for."""
+        with _full_fifo(tmp_path / "stuck"):
+            sink = JsonlSink(tmp_path / "stuck", max_queue_bytes=64 * 1024)
+            monitor = Monitor(_tools(), sink=sink)
+            with anyio.fail_after(30), capture_logs():  # would hang forever if an episode waited on the write
+                await _episodes(monitor, 600, concurrent=False)
+            assert sink.stats.dropped > 0
+            assert monitor.stats.records_lost == sink.stats.dropped
+            assert not sink.close(timeout=0.2)
+            s = sink.stats  # the batch stuck in write() is neither written nor given up yet
+            assert s.accepted + s.dropped == 600 and s.written + s.lost < s.accepted
+
+    async def test_close_reports_a_batch_stuck_in_write(self, tmp_path: Path) -> None:
+        """Every accepted record taken by a blocked write: close says not all were written (it said all were)."""
+        with _full_fifo(tmp_path / "stuck"):
+            sink = JsonlSink(tmp_path / "stuck")
+            monitor = Monitor(_tools(), sink=sink)
+            with anyio.fail_after(30):
+                await _episodes(monitor, 1, concurrent=False)
+            assert not sink.flush(timeout=0.5)
+            assert sink.stats.accepted == 1 and sink.stats.written == 0
+            assert not sink.close(timeout=0.2)
 
 
 class TestFileSystem:

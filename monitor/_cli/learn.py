@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -147,16 +146,6 @@ def _tools(path: Path) -> Toolset:
     from ..toolset import Toolset
 
     try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    try:
-        definitions = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: not JSON ({e.msg}, column {e.colno})") from None
-    if not isinstance(definitions, list):
-        raise ValueError(f"{path}: expected a JSON list of tool definitions, got {type(definitions).__name__}")
-    try:
-        return Toolset.from_openai(definitions)
+        return Toolset.from_openai(path)
     except SpecError as e:
-        raise ValueError(f"{path}: {e}") from None
+        raise ValueError(str(e)) from None

@@ -103,10 +103,13 @@ async def test_spans_round_trip_through_phoenix(tools: Toolset, tmp_path: Path) 
     assert root.attributes[sc.PREFIXMON_OUTCOME] == "partial"
     assert root.attributes["prefixmon.label.model"] == "m1"
 
-    blocked = next(s for s in by_name(spans, "execute_tool send_message") if s.attributes[sc.PREFIXMON_DEPTH] == 2)
+    # a refused call did not execute: its span is the guardrail's, naming the tool it refused
+    (blocked,) = by_name(spans, "apply_guardrail prefixmon")
     assert blocked.parent_span_id == root.span_id and blocked.trace_id == root.trace_id
     a = blocked.attributes
-    assert a[sc.GEN_AI_OPERATION_NAME] == "execute_tool"
+    assert a[sc.GEN_AI_OPERATION_NAME] == "apply_guardrail"
+    assert a[sc.GEN_AI_TOOL_NAME] == "send_message"
+    assert a[sc.PREFIXMON_DEPTH] == 2
     assert a[sc.GEN_AI_TOOL_CALL_ID] == "c2"
     assert a[sc.ERROR_TYPE] == "prefixmon.precondition"
     assert a[sc.PREFIXMON_CODE] == "precondition:cellular_on"
@@ -117,8 +120,9 @@ async def test_spans_round_trip_through_phoenix(tools: Toolset, tmp_path: Path) 
     (guardrail,) = [e for e in blocked.events if e.name == sc.GEN_AI_GUARDRAIL_RESULT]
     assert guardrail.attributes[sc.GEN_AI_GUARDRAIL_COMPONENT_NAME] == "prefixmon"
     assert guardrail.attributes[sc.GEN_AI_GUARDRAIL_SOURCE] == "tool_input"
-    assert guardrail.attributes[sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == "block"
-    assert guardrail.attributes[sc.GEN_AI_GUARDRAIL_RESULT_VALUE] is False
+    assert guardrail.attributes[sc.GEN_AI_GUARDRAIL_RESULT_TYPE] == "decision"
+    assert guardrail.attributes[sc.GEN_AI_GUARDRAIL_RESULT_VALUE] == "block"
+    assert guardrail.attributes[sc.PREFIXMON_EXECUTABLE] is False
     assert [e.name for e in blocked.events].count(sc.PREFIXMON_FIRST_FAILURE) == 1
 
     flaky = by_name(spans, "execute_tool flaky")[0]
