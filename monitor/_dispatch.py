@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
-__all__ = ("PER_CALL_HOOKS", "Dispatch", "FaultFn")
+__all__ = ("NO_OBSERVERS", "PER_CALL_HOOKS", "Dispatch", "Entered", "FaultFn")
 
 PER_CALL_HOOKS: Final = ("call_started", "call_checked", "execution_context", "call_result", "call_finished")
 """The observer hooks called for every tool call, in the order they happen."""
@@ -22,6 +22,7 @@ FaultFn = Callable[[str, BaseException], None]
 """``(where, error)``: report an error the monitor caught in itself."""
 
 Entered = list[tuple[Any, contextlib.AbstractContextManager[Any]]]
+"""Observer contexts entered, with their observers, outermost first."""
 
 
 def _hooks_of(obs: Any) -> frozenset[str]:
@@ -68,30 +69,41 @@ class Dispatch:
     @contextlib.contextmanager
     def episode_contexts(self, episode: Any) -> Iterator[None]:
         """Every observer's ``episode_context`` entered around the block."""
-        with contextlib.ExitStack() as stack:
-            for obs in self.observers:
-                try:
-                    cm = obs.episode_context(episode)
-                    if cm is not None:
-                        cm.__enter__()
-                        stack.push(self._guarded_exit(obs, cm))
-                except Exception as e:
-                    self._fault(obs, "episode_context", e)
+        entered = self.enter_episode(episode)
+        try:
             yield
+        except BaseException as e:
+            self.exit_episode(entered, e)
+            raise
+        self.exit_episode(entered, None)
 
-    def _guarded_exit(self, obs: Any, cm: contextlib.AbstractContextManager[Any]) -> Callable[..., bool]:
-        """``cm.__exit__`` for an ExitStack: an observer's error is counted, and it cannot swallow
-        the agent's exception."""
-
-        def exit_(exc_type: Any, exc: Any, tb: Any) -> bool:
+    def enter_episode(self, episode: Any) -> Entered:
+        """Enter every observer's ``episode_context``; what was entered, for :meth:`exit_episode`."""
+        entered: Entered = []
+        for obs in self.observers:
             try:
-                cm.__exit__(exc_type, exc, tb)
+                cm = obs.episode_context(episode)
+                if cm is not None:
+                    cm.__enter__()
+                    entered.append((obs, cm))
             except Exception as e:
-                if e is not exc:  # re-raising the agent's own exception is not an observer error
-                    self._fault(obs, "episode_context", e)
-            return False
+                self._fault(obs, "episode_context", e)
+        return entered
 
-        return exit_
+    def exit_episode(self, entered: Entered, error: BaseException | None) -> None:
+        """Exit what :meth:`enter_episode` entered, innermost first.
+
+        An observer's error is counted, and an observer cannot swallow the agent's exception.
+        """
+        for obs, cm in reversed(entered):
+            try:
+                if error is None:
+                    cm.__exit__(None, None, None)
+                else:
+                    cm.__exit__(type(error), error, error.__traceback__)
+            except Exception as e:
+                if e is not error:  # re-raising the agent's own exception is not an observer error
+                    self._fault(obs, "episode_context", e)
 
     # -- per call ----------------------------------------------------------------------------
     def call_started(self, episode: Any, name: str, call_id: str | None, depth: int) -> tuple[Any, ...]:
@@ -163,3 +175,11 @@ class Dispatch:
                 obs.call_finished(episode, action, verdict, token[i])
             except Exception as e:
                 self._fault(obs, "call_finished", e)
+
+
+def _no_fault(where: str, error: BaseException) -> None:
+    """The fault handler of :data:`NO_OBSERVERS` (it has no observers to fail)."""
+
+
+NO_OBSERVERS: Final = Dispatch((), _no_fault)
+"""The dispatch of every episode of a monitor without observers (immutable: nothing to dispatch)."""

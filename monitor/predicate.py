@@ -132,7 +132,7 @@ def check_schema(
                 reason=f"there is no tool named {quote(name)}{_available(toolset, state)}",
             ),
         )
-    if name not in state.exposed:
+    if not state.is_exposed(name):
         return (
             spec,
             None,

@@ -213,6 +213,23 @@ RECORD_ADAPTER: Final[TypeAdapter[EpisodeRecord]] = TypeAdapter(EpisodeRecord)
 """Validates and serialises records; the one boundary between records and the outside."""
 
 
+_RECORD_FIELDS: Final = (
+    "schema", "episode_id", "task_id", "labels", "horizon", "fed", "executable", "outcome", "first_failure",
+    "actions", "started_at", "ended_at", "status", "error", "invalid_reached_environment", "allows_no_tool", "probes",
+)  # fmt: skip
+_trusted_record: Final = trusted_constructor(EpisodeRecord, _RECORD_FIELDS)
+"""An :class:`EpisodeRecord` whose derived fields :func:`build_record` computed itself (internal)."""
+_trusted_failure: Final = trusted_constructor(FirstFailure, ("depth", "tool", "cause", "reason"))
+_NO_TOOL_OK: Final = ActionRecord(depth=1, tool=None, executable=True)
+_NO_TOOL_MISSING: Final = ActionRecord(
+    depth=1,
+    tool=None,
+    executable=False,
+    cause=Cause.PRECONDITION,
+    reason="the episode ended without any tool call, but the task requires one",
+)
+
+
 def build_record(
     *,
     episode_id: str,
@@ -231,45 +248,54 @@ def build_record(
 
     An empty action list becomes the terminal no-tool slot (T = 1), executable only when
     ``allows_no_tool``.
+
+    The derived fields are consistent by construction, so when the actions are numbered
+    1..T the record is built without re-checking them (every episode closes through here);
+    otherwise the validating constructor reports what is wrong.
     """
     if not actions:
-        if allows_no_tool:
-            actions = [ActionRecord(depth=1, tool=None, executable=True)]
-        else:
-            actions = [
-                ActionRecord(
-                    depth=1,
-                    tool=None,
-                    executable=False,
-                    cause=Cause.PRECONDITION,
-                    reason="the episode ended without any tool call, but the task requires one",
-                )
-            ]
+        actions = [_NO_TOOL_OK if allows_no_tool else _NO_TOOL_MISSING]
+    first: ActionRecord | None = None
+    reached_invalid = False
+    in_order = True
+    for depth, a in enumerate(actions, 1):
+        if a.depth != depth:
+            in_order = False
+        if not a.executable:
+            if first is None:
+                first = a
+            if a.reached_environment:
+                reached_invalid = True
     horizon = len(actions)
-    first = next((a for a in actions if not a.executable), None)
     failure = (
-        None
-        if first is None
-        else FirstFailure(depth=first.depth, tool=first.tool, cause=first.cause or Cause.SCHEMA, reason=first.reason or "")
+        None if first is None else _trusted_failure(first.depth, first.tool, first.cause or Cause.SCHEMA, first.reason or "")
     )
-    return EpisodeRecord(
-        episode_id=episode_id,
-        task_id=task_id,
-        labels=dict(labels),
-        horizon=horizon,
-        fed=horizon + 1 if first is None else first.depth,
-        executable=first is None,
-        outcome=outcome,
-        first_failure=failure,
-        actions=actions,
-        started_at=started_at,
-        ended_at=ended_at,
-        status=status,
-        error=error,
-        invalid_reached_environment=any(not a.executable and a.reached_environment for a in actions),
-        allows_no_tool=allows_no_tool,
-        probes=list(probes or ()),
+    fed = horizon + 1 if first is None else first.depth
+    build = _trusted_record if in_order else _record_checked
+    return build(
+        SCHEMA,
+        episode_id,
+        task_id,
+        dict(labels),
+        horizon,
+        fed,
+        first is None,
+        outcome,
+        failure,
+        actions,
+        started_at,
+        ended_at,
+        status,
+        error,
+        reached_invalid,
+        allows_no_tool,
+        list(probes) if probes else [],
     )
+
+
+def _record_checked(*values: Any) -> EpisodeRecord:
+    """:class:`EpisodeRecord` through its validating constructor (positional, as ``_trusted_record`` takes them)."""
+    return EpisodeRecord(**dict(zip(_RECORD_FIELDS, values, strict=True)))
 
 
 def dumps_record(record: EpisodeRecord) -> str:
