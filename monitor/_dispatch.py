@@ -1,10 +1,11 @@
-"""Observer dispatch for one episode: each per-call hook goes only to the observers taking part in it.
+"""Observer dispatch for one episode: each hook goes only to the observers taking part in it.
 
-Built once per episode from ``Observer.call_hooks()``, so an observer that only logs finished
-calls costs nothing when calls start, run and return, and with no observers the episode does
-no observer work at all. Every exception an observer raises is reported through ``fault``
-(counted and logged, never raised), and an observer's context can never swallow the tool's
-own exception.
+Built once per episode, after the observers were told it started, from what each says it
+takes part in for it (``Observer.episode_hooks()``): an observer that only logs finished calls
+costs nothing when calls start, run and return, telemetry costs nothing for an episode it
+does not trace, and with no observers the episode does no observer work at all. Every
+exception an observer raises is reported through ``fault`` (counted and logged, never
+raised), and an observer's context can never swallow the tool's own exception.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
-__all__ = ("NO_OBSERVERS", "PER_CALL_HOOKS", "Dispatch", "Entered", "FaultFn")
+__all__ = ("EPISODE_HOOKS", "NO_OBSERVERS", "PER_CALL_HOOKS", "Dispatch", "Entered", "FaultFn", "start_episode")
 
 PER_CALL_HOOKS: Final = ("call_started", "call_checked", "execution_context", "call_result", "call_finished")
 """The observer hooks called for every tool call, in the order they happen."""
+EPISODE_HOOKS: Final = ("episode_context", "episode_finished")
+"""The observer hooks of an episode after ``episode_started`` that an observer may leave out for it."""
 
 FaultFn = Callable[[str, BaseException], None]
 """``(where, error)``: report an error the monitor caught in itself."""
@@ -25,42 +28,57 @@ Entered = list[tuple[Any, contextlib.AbstractContextManager[Any]]]
 """Observer contexts entered, with their observers, outermost first."""
 
 
-def _hooks_of(obs: Any) -> frozenset[str]:
-    """The per-call hooks ``obs`` takes part in (what it says, or every hook it has)."""
+def _hooks_of(obs: Any, episode: Any) -> frozenset[str]:
+    """The hooks ``obs`` takes part in for ``episode`` (what it says, or every hook it has)."""
+    ask = getattr(obs, "episode_hooks", None)
+    if ask is not None:
+        return frozenset(ask(episode))
     ask = getattr(obs, "call_hooks", None)
     if ask is not None:
-        return frozenset(ask())
-    return frozenset(name for name in PER_CALL_HOOKS if callable(getattr(obs, name, None)))
+        return frozenset(ask()) | frozenset(EPISODE_HOOKS)
+    return frozenset(name for name in (*PER_CALL_HOOKS, *EPISODE_HOOKS) if callable(getattr(obs, name, None)))
 
 
 class Dispatch:
-    """The observers of one episode, by hook. Each hook's list holds ``(index, observer)``,
-    ``index`` being the observer's slot in a call's token tuple."""
+    """The observers of one episode, by hook. Each per-call hook's list holds ``(index, observer)``,
+    ``index`` being the observer's slot in a call's token tuple.
 
-    __slots__ = ("any", "checked", "context", "fault", "finished", "observers", "result", "size", "started")
+    Args:
+        observers: the episode's observers.
+        fault: reports an observer's error.
+        taking_part: the hooks each observer takes part in for the episode (see
+            :func:`start_episode`); default: what each observer says without an episode.
+    """
 
-    def __init__(self, observers: Sequence[Any], fault: FaultFn) -> None:
-        self.observers = tuple(observers)
+    __slots__ = ("any", "checked", "context", "contexts", "fault", "finished", "finishing", "result", "size", "started")
+
+    def __init__(self, observers: Sequence[Any], fault: FaultFn, taking_part: Sequence[frozenset[str]] | None = None) -> None:
+        observers = tuple(observers)
         self.fault = fault
-        hooks: dict[str, list[tuple[int, Any]]] = {name: [] for name in PER_CALL_HOOKS}
-        for i, obs in enumerate(self.observers):
-            try:
-                taking_part = _hooks_of(obs)
-            except Exception as e:
-                self._fault(obs, "call_hooks", e)
-                continue
-            for name in PER_CALL_HOOKS:
-                if name in taking_part:
-                    hooks[name].append((i, obs))
+        self.size = len(observers)
+        """Length of a call's token tuple: one slot per observer."""
+        if taking_part is None:
+            taking_part = [self._taking_part(obs, None) for obs in observers]
+        hooks: dict[str, list[tuple[int, Any]]] = {name: [] for name in (*PER_CALL_HOOKS, *EPISODE_HOOKS)}
+        for i, (obs, names) in enumerate(zip(observers, taking_part, strict=True)):
+            for name in names:
+                listed = hooks.get(name)
+                if listed is not None:
+                    listed.append((i, obs))
         self.started: tuple[tuple[int, Any], ...] = tuple(hooks["call_started"])
         self.checked: tuple[tuple[int, Any], ...] = tuple(hooks["call_checked"])
         self.context: tuple[tuple[int, Any], ...] = tuple(hooks["execution_context"])
         self.result: tuple[tuple[int, Any], ...] = tuple(hooks["call_result"])
         self.finished: tuple[tuple[int, Any], ...] = tuple(hooks["call_finished"])
-        self.size = len(self.observers)
-        """Length of a call's token tuple: one slot per observer."""
-        self.any = any(hooks.values())
+        self.any = bool(self.started or self.checked or self.context or self.result or self.finished)
         """Whether any observer takes part in any per-call hook."""
+        self.contexts: tuple[Any, ...] = tuple(obs for _, obs in hooks["episode_context"])
+        """Observers whose ``episode_context`` is entered while the episode is active."""
+        self.finishing: tuple[Any, ...] = tuple(obs for _, obs in hooks["episode_finished"])
+        """Observers told when the episode finished."""
+
+    def _taking_part(self, obs: Any, episode: Any) -> frozenset[str]:
+        return _taking_part(obs, episode, self.fault)
 
     def _fault(self, obs: Any, hook: str, error: BaseException) -> None:
         self.fault(f"observer {type(obs).__name__}.{hook}", error)
@@ -80,7 +98,7 @@ class Dispatch:
     def enter_episode(self, episode: Any) -> Entered:
         """Enter every observer's ``episode_context``; what was entered, for :meth:`exit_episode`."""
         entered: Entered = []
-        for obs in self.observers:
+        for obs in self.contexts:
             try:
                 cm = obs.episode_context(episode)
                 if cm is not None:
@@ -175,6 +193,47 @@ class Dispatch:
                 obs.call_finished(episode, action, verdict, token[i])
             except Exception as e:
                 self._fault(obs, "call_finished", e)
+
+    def finish_episode(self, episode: Any, record: Any, report: FaultFn) -> None:
+        """Tell the observers taking part that the episode finished; ``report`` reports their errors."""
+        for obs in self.finishing:
+            try:
+                obs.episode_finished(episode, record)
+            except Exception as e:
+                report(f"observer {type(obs).__name__}.episode_finished", e)
+
+
+def _taking_part(obs: Any, episode: Any, fault: FaultFn) -> frozenset[str]:
+    """The hooks ``obs`` takes part in for ``episode``; when asking fails, the episode hooks (as before asking)."""
+    try:
+        return _hooks_of(obs, episode)
+    except Exception as e:
+        fault(f"observer {type(obs).__name__}.episode_hooks", e)
+        return frozenset(EPISODE_HOOKS)
+
+
+def start_episode(episode: Any, observers: Sequence[Any], report: FaultFn, fault: FaultFn) -> Dispatch:
+    """Tell the observers that ``episode`` started, then build its dispatch.
+
+    Args:
+        episode: the new episode.
+        observers: its observers.
+        report: reports an error of ``episode_started``.
+        fault: reports the observers' errors in the hooks that follow.
+
+    Returns:
+        the episode's dispatch: :data:`NO_OBSERVERS` when no observer takes part in anything
+        for this episode (telemetry with no SDK configured), so it costs nothing more.
+    """
+    for obs in observers:
+        try:
+            obs.episode_started(episode)
+        except Exception as e:
+            report(f"observer {type(obs).__name__}.episode_started", e)
+    taking_part = [_taking_part(obs, episode, fault) for obs in observers]
+    if not any(taking_part):
+        return NO_OBSERVERS
+    return Dispatch(observers, fault, taking_part)
 
 
 def _no_fault(where: str, error: BaseException) -> None:

@@ -37,7 +37,7 @@ def _twin(cls: type[Any]) -> type[Any] | None:
         return None
     twin = type(f"_{cls.__name__}Twin", (), {"__slots__": slots})
     try:
-        probe = object.__new__(twin)
+        probe: Any = object.__new__(twin)
         probe.__class__ = cls
     except TypeError:  # a layout CPython will not convert (another base, a __weakref__ slot, ...)
         return None

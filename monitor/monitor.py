@@ -153,12 +153,7 @@ class Monitor:
             bindings=bindings,
             plan=plan,
         )
-        self.stats.episodes += 1
-        for obs in self.observers:
-            try:
-                obs.episode_started(ep)
-            except Exception as e:
-                self._fault(ep, f"observer {type(obs).__name__}.episode_started", e, notify=False)
+        self.stats.episodes += 1  # the episode told its observers that it started
         return ep
 
     def episode(
@@ -235,40 +230,29 @@ class Monitor:
         return (await result) if inspect.isawaitable(result) else result
 
     async def deliver(self, episode: Episode, record: EpisodeRecord) -> None:
-        """Hand a closed episode's record to the observers and the sink (called by ``Episode.aclose``)."""
-        try:
-            self._tell_finished(episode, record)
-        finally:  # an observer raising KeyboardInterrupt must not cost the record
-            sink = self.sink
-            if sink is not None:
-                if isinstance(sink, JsonlSink):  # a queue hand-off: no thread, no await, never the disk
-                    self._hand_off(episode, sink, record)
-                else:
-                    await self._deliver(episode, record)
+        """Hand a closed episode's record to the sink (called by ``Episode.aclose``, after its observers were told)."""
+        sink = self.sink
+        if sink is None:
+            return
+        if isinstance(sink, JsonlSink):  # a queue hand-off: no thread, no await, never the disk
+            self._hand_off(episode, sink, record)
+        else:
+            await self._deliver(episode, record)
 
     def deliver_now(self, episode: Episode, record: EpisodeRecord) -> bool:
         """:meth:`deliver` without an event loop, when nothing needs one; ``False`` (nothing done) when it does.
 
-        Without a sink, or with a :class:`JsonlSink` (a queue hand-off), the observers are told
-        and the record is queued right here. A callable sink has to be awaited (it runs in a
-        worker thread or is awaited, with the sink timeout): then use :meth:`deliver`.
+        Without a sink, or with a :class:`JsonlSink` (a queue hand-off), the record is queued
+        right here. A callable sink has to be awaited (it runs in a worker thread or is
+        awaited, with the sink timeout): then use :meth:`deliver`.
         """
         sink = self.sink
-        if sink is not None and not isinstance(sink, JsonlSink):
+        if sink is None:
+            return True
+        if not isinstance(sink, JsonlSink):
             return False
-        try:
-            self._tell_finished(episode, record)
-        finally:
-            if sink is not None:
-                self._hand_off(episode, sink, record)
+        self._hand_off(episode, sink, record)
         return True
-
-    def _tell_finished(self, episode: Episode, record: EpisodeRecord) -> None:
-        for obs in self.observers:
-            try:
-                obs.episode_finished(episode, record)
-            except Exception as e:
-                self._fault(episode, f"observer {type(obs).__name__}.episode_finished", e, notify=False)
 
     async def _deliver(self, ep: Episode, record: EpisodeRecord) -> None:
         sink = self.sink

@@ -414,6 +414,8 @@ def judge(
         dependency: a dependency failure the caller already found (a plan step's placeholder
             that names no earlier step); the reference arguments are then not checked again.
     """
+    if dependency is None and not spec.refs and not spec.requires and not spec.grounded:  # no rules: nothing to check
+        return _executable(spec.name, call_id, depth, True, (), args, (), (), ())
     failures: list[Failure] = []
     faults: list[Fault] = []
     undetermined: list[str] = []
