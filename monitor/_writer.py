@@ -58,6 +58,8 @@ _BACKOFF: Final = (0.01, 1.0)
 _LINGER: Final = 0.002
 """Seconds the writer waits after waking before it takes the batch (so records reach the OS
 within a few milliseconds, and a busy agent pays one thread wake-up per batch)."""
+_CHECK_EVERY: Final = 255
+"""Every 256th line queued behind others also checks that the writer thread is alive."""
 _RESTART_EVERY: Final = 0.5
 """Seconds between attempts to start a writer thread after one could not be started."""
 _PERMANENT: Final = frozenset(
@@ -176,18 +178,22 @@ class LineWriter:
     def put(self, line: bytes) -> bool:
         """Queue one complete line (ending in a newline); ``False`` when it was dropped."""
         with self._lock:
-            if self._closing or (self._queue and self._queued_bytes + len(line) > self.max_queue_bytes):
+            queue = self._queue
+            if self._closing or (queue and self._queued_bytes + len(line) > self.max_queue_bytes):
                 self.stats.dropped += 1
                 return False
-            self._queue.append(line)
+            queue.append(line)
             self._queued_bytes += len(line)
             self._submitted += 1
             self.stats.accepted += 1
-            thread = self._thread
-            if thread is None or not thread.is_alive():
-                self._start()
-            elif self._waiting:
+            if self._waiting:  # the writer sleeps until a line comes
                 self._wake.notify()
+            elif len(queue) == 1 or not self._submitted & _CHECK_EVERY:
+                # a new batch and nobody waiting for it (or a periodic look): is a writer there at
+                # all? Not asked for every line: is_alive() was a fifth of the hand-off's cost
+                thread = self._thread
+                if thread is None or not thread.is_alive():
+                    self._start()
         return True
 
     def _start(self) -> None:

@@ -70,6 +70,9 @@ class EpisodeHost(Protocol):
     async def deliver(self, episode: Episode, record: EpisodeRecord) -> None:
         """Hand a closed episode's record to the sink (its observers were told it finished)."""
 
+    def deliver_now(self, episode: Episode, record: EpisodeRecord) -> Awaitable[None] | None:
+        """Deliver it without an event loop where nothing needs one; else the awaitable that delivers it."""
+
     async def run_probe(self, tool: str, args: dict[str, Any]) -> Any:
         """Run a read-only probe call; raises ``LookupError`` when nothing can run it."""
 
@@ -792,6 +795,28 @@ class Episode:
             await self.monitor.deliver(self, record)
         return record
 
+    def close_sync(self, status: Status = "finished", error: str | None = None) -> EpisodeRecord | Awaitable[EpisodeRecord]:
+        """:meth:`aclose` without an event loop when nothing needs one; idempotent.
+
+        For synchronous callers (a framework's sync run hooks): the record is built, the
+        observers told and the record handed to a :class:`~prefixmon.JsonlSink` right here. A
+        callable sink has to be awaited: then the rest is returned as an awaitable; await it
+        (or run it with ``anyio.run``) exactly once.
+
+        Returns:
+            the record, or an awaitable of it.
+        """
+        if self.record is not None:
+            return self.record
+        record = self._close(status, error)
+        rest: Awaitable[None] | None = None
+        try:
+            if self._hooks.finishing:
+                self._hooks.finish_episode(self, record, self._host_fault)
+        finally:  # an observer raising KeyboardInterrupt must not cost the record
+            rest = self.monitor.deliver_now(self, record)
+        return record if rest is None else _then(rest, record)
+
     def _close(self, status: Status, error: str | None) -> EpisodeRecord:
         if self._open:
             why = "cancelled before the call finished" if status == "cancelled" else "the episode ended before the call finished"
@@ -856,6 +881,12 @@ def _action(
         plan_step=step,
         deviation=deviation,
     )
+
+
+async def _then(delivery: Awaitable[None], record: EpisodeRecord) -> EpisodeRecord:
+    """Await a record's delivery, then give the record."""
+    await delivery
+    return record
 
 
 _ALLOW: Final = Decision.ALLOW

@@ -239,20 +239,21 @@ class Monitor:
         else:
             await self._deliver(episode, record)
 
-    def deliver_now(self, episode: Episode, record: EpisodeRecord) -> bool:
-        """:meth:`deliver` without an event loop, when nothing needs one; ``False`` (nothing done) when it does.
+    def deliver_now(self, episode: Episode, record: EpisodeRecord) -> Awaitable[None] | None:
+        """:meth:`deliver` without an event loop where nothing needs one.
 
-        Without a sink, or with a :class:`JsonlSink` (a queue hand-off), the record is queued
-        right here. A callable sink has to be awaited (it runs in a worker thread or is
-        awaited, with the sink timeout): then use :meth:`deliver`.
+        Without a sink, or with a :class:`JsonlSink` (a queue hand-off), the record is
+        delivered right here and ``None`` returned. A callable sink has to be awaited (it runs
+        in a worker thread or is awaited, with the sink timeout): the delivery is returned as
+        an awaitable; await it (or run it with ``anyio.run``) exactly once.
         """
         sink = self.sink
         if sink is None:
-            return True
-        if not isinstance(sink, JsonlSink):
-            return False
-        self._hand_off(episode, sink, record)
-        return True
+            return None
+        if isinstance(sink, JsonlSink):
+            self._hand_off(episode, sink, record)
+            return None
+        return self._deliver(episode, record)
 
     async def _deliver(self, ep: Episode, record: EpisodeRecord) -> None:
         sink = self.sink
