@@ -108,7 +108,7 @@ class PendingCall:
     :attr:`args`, then report the outcome with :meth:`done` or :meth:`failed`.
     """
 
-    __slots__ = ("_closed", "_episode", "_raw", "_replacement", "_token", "args", "decision", "spec", "verdict")
+    __slots__ = ("_closed", "_episode", "_plain", "_raw", "_replacement", "_token", "args", "decision", "spec", "verdict")
 
     def __init__(
         self,
@@ -133,6 +133,10 @@ class PendingCall:
         self._replacement = replacement
         self._token = token
         self._closed = False
+        self._plain = (
+            replacement is None and token is None and spec is not None and spec.error_result is None and verdict.executable
+        )
+        """Executable, as emitted, no observer token and no error result to recognise: its outcome takes the fast path."""
 
     @property
     def depth(self) -> int:
@@ -495,6 +499,8 @@ class Episode:
             if spec is not None and spec.probes:
                 return self._guarded(self._probed(spec, name, args, depth, call_id, token), name, call_id, depth, token)
             verdict = self._judge(name, args, depth, call_id)
+            if verdict.executable and not verdict.undetermined:  # the common case, without _decide
+                return self._pending(verdict, args, verdict.args, _ALLOW, token, spec)  # type: ignore[arg-type]
             decided = self._decide(verdict, args, token, spec)
             if type(decided) is PendingCall:
                 return decided
@@ -669,16 +675,8 @@ class Episode:
         self._open.pop(depth, None)
         spec = pending.spec
         replacement = pending._replacement
-        if (  # the common case: an executable call that ran as emitted, with no error to recognise and no observer or plan
-            error is None
-            and abandoned is None
-            and replacement is None
-            and spec is not None
-            and spec.error_result is None
-            and pending._token is None
-            and self.plan is None
-            and verdict.executable
-        ):
+        if pending._plain and error is None and abandoned is None and self.plan is None:  # the common case
+            assert spec is not None
             try:
                 for fault in predicate.transition(self.state, spec, pending.args, result, accepted=True):
                     self._fault(fault.where, fault.error)

@@ -15,7 +15,7 @@ import pytest
 from prefixmon import Monitor, RecordError, ToolBlocked, Toolset
 from prefixmon.analytics import build_report, columns_from_records, load_columns, register_reader
 from prefixmon.analytics import inputs as inputs_module
-from prefixmon.analytics.columns import ColumnBuilder, EpisodeColumns
+from prefixmon.analytics.columns import ColumnBuilder, EpisodeColumns, TextColumn, distinct_episodes
 from prefixmon.otel_setup import configure_otel
 from prefixmon.records import ActionRecord, BadLine, EpisodeRecord, build_record, dumps_record, read_records, write_records
 from prefixmon.telemetry import Telemetry
@@ -191,6 +191,71 @@ def read_episode_csv(source: inputs_module.Source, on_error: str, errors: list[B
                 failure_reason=None,
             )
     return builder.build()
+
+
+class TestTextColumns:
+    """Episode ids and failure reasons of a file stay on disk until something reads them."""
+
+    def test_a_report_reads_no_text(self, tmp_path: Path) -> None:
+        """load_columns keeps a key per id; build_report never loads the ids or reasons."""
+        path = tmp_path / "r.jsonl"
+        write_records(path, records(40))
+        columns = load_columns(path)
+        assert isinstance(columns.episode_ids, TextColumn) and not columns.episode_ids.loaded
+        assert columns.keys is not None and len(columns.keys) == len(columns) == 40
+        build_report(columns, bootstrap=0)
+        assert not columns.episode_ids.loaded and not columns.failure_reason.loaded
+        assert list(columns.episode_ids) == [f"ep-{i}" for i in range(40)]  # read when asked, the same way
+        assert_same(columns, columns_from_records(records(40)))
+
+    def test_skipped_lines_stay_skipped(self, tmp_path: Path) -> None:
+        """With on_error="skip", reading the text again skips the same bad lines, blank lines too."""
+        path = tmp_path / "r.jsonl"
+        lines = [dumps_record(r) for r in records(6)]
+        path.write_text("\n".join([lines[0], "{oops", "", lines[1], *lines[2:]]) + "\n", encoding="utf-8")
+        errors: list[BadLine] = []
+        columns = load_columns(path, on_error="skip", errors=errors)
+        assert [e.line for e in errors] == [2]
+        assert list(columns.episode_ids) == [f"ep-{i}" for i in range(6)]
+        assert list(columns.failure_reason) == [r.first_failure.reason if r.first_failure else None for r in records(6)]
+
+    def test_a_rewritten_file_is_noticed(self, tmp_path: Path) -> None:
+        """A file rewritten between the read and the text's read is an error naming the file, never mixed in."""
+        path = tmp_path / "r.jsonl"
+        write_records(path, records(5))
+        columns = load_columns(path)
+        write_records(path, records(5)[::-1])
+        with pytest.raises(RecordError, match="changed after it was read") as caught:
+            list(columns.episode_ids)
+        assert str(path) in str(caught.value)
+
+    def test_appended_lines_are_not_read(self, tmp_path: Path) -> None:
+        """Records appended after the read (a live sink) are not part of the columns read before."""
+        path = tmp_path / "r.jsonl"
+        write_records(path, records(5))
+        columns = load_columns(path)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(dumps_record(records(7)[6]) + "\n")
+        assert list(columns.episode_ids) == [f"ep-{i}" for i in range(5)]
+
+    def test_duplicates_are_found_by_key_and_decided_by_id(self, tmp_path: Path) -> None:
+        """The same episode in two files counts once; the ids are read only because a key repeats."""
+        a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+        write_records(a, records(5))
+        write_records(b, records(5)[3:])
+        columns, again = distinct_episodes(load_columns(a, b))
+        assert again == ["ep-3", "ep-4"] and len(columns) == 5
+        once, none = distinct_episodes(load_columns(a))
+        assert none == [] and isinstance(once.episode_ids, TextColumn) and not once.episode_ids.loaded
+
+    def test_a_pipe_keeps_its_text(self, tmp_path: Path) -> None:
+        """A source that cannot be read twice (a pipe) keeps the text in memory."""
+        builder = ColumnBuilder()
+        builder.add(
+            episode_id="e", task_id="t", labels={}, horizon=1, fed=2, outcome=0, cause=-1, failure_tool=None, failure_reason=None
+        )
+        columns = builder.build()
+        assert columns.episode_ids == ("e",) and columns.keys is not None
 
 
 class TestOtlpTraces:

@@ -263,9 +263,10 @@ def attribute(
     score = np.array([SCORE[0], SCORE[1], SCORE[2], SCORE[-1]])
     outcome = np.where(columns.outcome < 0, 3, columns.outcome)
     completion += np.bincount(cohort, weights=score[outcome], minlength=n_cohorts)
+    ids = columns.episode_ids
     for i in np.flatnonzero(columns.outcome != 0):
         c = int(cohort[i])
-        found = by_episode.get(columns.episode_ids[i])
+        found = by_episode.get(ids[int(i)])
         if found is None:
             labels = columns.label_sets[int(columns.label_set[i])]
             for a in by_task.get(columns.task_ids[int(columns.task[i])], ()):
@@ -334,7 +335,7 @@ def review_sample(
     picked: list[tuple[int, str]] = []
     for c in np.unique(groups):
         members = np.flatnonzero(groups == c)
-        ok = sorted((i for i in members if columns.outcome[i] == 0), key=lambda i: columns.episode_ids[i])
+        ok = sorted((int(i) for i in members if columns.outcome[i] == 0), key=lambda i: columns.episode_ids[i])
         take = math.ceil(fraction * len(ok))
         chosen = sorted(rng.choice(len(ok), size=take, replace=False).tolist()) if take else []
         picked.extend((ok[j], "sampled success") for j in chosen)

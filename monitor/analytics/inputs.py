@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any, Final, Literal
@@ -32,7 +32,16 @@ from .._writer import flush_writers
 from ..exceptions import RecordError
 from ..records import MAX_HORIZON, SCHEMA, TRUNCATED, BadLine, EpisodeRecord, loads_record
 from ..vocabulary import Cause, Decision, Outcome
-from .columns import CAUSE_CODE, OUTCOME_CODE, ColumnBuilder, EpisodeColumns, OnError, columns_from_records, concat_columns
+from .columns import (
+    CAUSE_CODE,
+    OUTCOME_CODE,
+    ColumnBuilder,
+    EpisodeColumns,
+    OnError,
+    Texts,
+    columns_from_records,
+    concat_columns,
+)
 
 __all__ = (
     "OnError",
@@ -292,39 +301,113 @@ def read_record_columns(source: Source, on_error: OnError = "raise", errors: lis
     Every line is read whole. A bad line is reported with file and line, as
     :func:`prefixmon.records.iter_records` reports it; so is an unterminated last line that
     is not a whole record (a writer killed mid-write).
+
+    From a regular file, the episode ids and failure reasons are not kept: each episode keeps
+    a 64-bit key of its id, and the text is read from the file again, the same way, when
+    something needs it (a review sheet, annotations, an id seen twice). From a pipe they are
+    kept in memory.
     """
-    builder = ColumnBuilder()
-    add = builder.add
-    decode = _fast_decoder()
     path = source.path
-    for line_no, raw in enumerate(source.lines(), 1):
+    skipped: list[int] = []
+    first: dict[str, Any] = {}  # where the first read ended and the keys it kept: for reading the text again
+    texts = (lambda: _texts_again(path, first["end"], skipped, first["keys"])) if source.seekable else None
+    builder = ColumnBuilder(texts=texts)
+    _read_records(source.lines(), path, on_error, errors, skipped, builder)
+    columns = builder.build()
+    if texts is not None:
+        first["end"] = source.file.tell()
+        first["keys"] = columns.keys
+    return columns
+
+
+def _read_records(
+    lines: Iterable[bytes],
+    path: str,
+    on_error: OnError,
+    errors: list[BadLine] | None,
+    skipped: list[int],
+    builder: ColumnBuilder,
+) -> None:
+    """Add every good line to ``builder`` (text only when it keeps text); note the bad lines' numbers in ``skipped``."""
+    decode = _fast_decoder()
+    append = builder.append
+    keep_text = builder.keeps_text
+    for line_no, raw in enumerate(lines, 1):
         if raw.isspace():
             continue
         values = None if decode is None else _fast(decode, raw)
         if values is None:
-            try:
-                values = _fields(loads_record(raw))
-            except RecordError as e:
-                truncated = not raw.endswith(b"\n")
-                message = TRUNCATED if truncated else str(e)
-                if on_error == "raise":
-                    raise RecordError(message, path=path, line=line_no) from None
-                if errors is not None:
-                    errors.append(BadLine(path=path, line=line_no, message=message, truncated=truncated))
+            values = _validated(raw, path, line_no, on_error, errors)
+            if values is None:
+                skipped.append(line_no)
                 continue
         eid, tid, labels, horizon, fed, outcome, cause, tool, reason = values
-        add(
-            episode_id=eid,
-            task_id=tid,
-            labels=labels,
-            horizon=horizon,
-            fed=fed,
-            outcome=outcome,
-            cause=cause,
-            failure_tool=tool,
-            failure_reason=reason,
-        )
-    return builder.build()
+        if keep_text:
+            builder.add(
+                episode_id=eid,
+                task_id=tid,
+                labels=labels,
+                horizon=horizon,
+                fed=fed,
+                outcome=outcome,
+                cause=cause,
+                failure_tool=tool,
+                failure_reason=reason,
+            )
+        else:
+            append(hash(eid), tid, labels, horizon, fed, outcome, cause)
+
+
+def _validated(raw: bytes, path: str, line_no: int, on_error: OnError, errors: list[BadLine] | None) -> _Fields | None:
+    """The fields of a line the fast decoder did not take, as pydantic reads it; ``None`` for a bad line (skipped)."""
+    try:
+        return _fields(loads_record(raw))
+    except RecordError as e:
+        truncated = not raw.endswith(b"\n")
+        message = TRUNCATED if truncated else str(e)
+        if on_error == "raise":
+            raise RecordError(message, path=path, line=line_no) from None
+        if errors is not None:
+            errors.append(BadLine(path=path, line=line_no, message=message, truncated=truncated))
+        return None
+
+
+def _texts_again(path: str, end: int, skipped: Sequence[int], keys: Any) -> Texts:
+    """The episode ids, failure tools and reasons of a file read before, read again up to where it ended.
+
+    The same lines are skipped; each id must match the key kept from the first read, so a
+    file rewritten in between is noticed, never mixed in.
+    """
+    ids: list[str] = []
+    tools: list[str | None] = []
+    reasons: list[str | None] = []
+    decode = _fast_decoder()
+    bad = set(skipped)
+    changed = "the file changed after it was read ({}); report it again"
+    line_no = 0
+    start = 0
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            if start >= end:
+                break
+            start += len(raw)
+            if raw.isspace() or line_no in bad:
+                continue
+            values = None if decode is None else _fast(decode, raw)
+            if values is None:
+                try:
+                    values = _fields(loads_record(raw))
+                except RecordError:
+                    raise RecordError(changed.format("this line is no longer a record"), path=path, line=line_no) from None
+            eid, _, _, _, _, _, _, tool, reason = values
+            if len(ids) >= len(keys) or hash(eid) != keys[len(ids)]:
+                raise RecordError(changed.format("another episode id on this line"), path=path, line=line_no)
+            ids.append(eid)
+            tools.append(tool)
+            reasons.append(reason)
+    if len(ids) != len(keys):
+        raise RecordError(changed.format(f"{len(ids)} episodes where there were {len(keys)}"), path=path, line=line_no)
+    return tuple(ids), tuple(tools), tuple(reasons)
 
 
 def _top_level_keys(head: bytes) -> set[str] | None:
