@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from prefixmon import Monitor, RecordError, ToolBlocked, Toolset
+from prefixmon.analytics import _parallel as parallel_module
 from prefixmon.analytics import build_report, columns_from_records, load_columns, register_reader
 from prefixmon.analytics import inputs as inputs_module
 from prefixmon.analytics.columns import ColumnBuilder, EpisodeColumns, TextColumn, distinct_episodes
@@ -204,6 +205,7 @@ class TestTextColumns:
         assert isinstance(columns.episode_ids, TextColumn) and not columns.episode_ids.loaded
         assert columns.keys is not None and len(columns.keys) == len(columns) == 40
         build_report(columns, bootstrap=0)
+        assert isinstance(columns.failure_reason, TextColumn)
         assert not columns.episode_ids.loaded and not columns.failure_reason.loaded
         assert list(columns.episode_ids) == [f"ep-{i}" for i in range(40)]  # read when asked, the same way
         assert_same(columns, columns_from_records(records(40)))
@@ -256,6 +258,54 @@ class TestTextColumns:
         )
         columns = builder.build()
         assert columns.episode_ids == ("e",) and columns.keys is not None
+
+
+class TestParallelRead:
+    """A large file read by several processes gives what one process gives, line numbers included."""
+
+    @pytest.fixture
+    def parallel(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(parallel_module, "MIN_BYTES", 1)  # every file counts as large
+        monkeypatch.setenv(parallel_module.WORKERS_VAR, "3")
+        if parallel_module.workers_for(__file__, 10**9) < 2:
+            pytest.skip("one core (or not Linux): files are read by one process")
+
+    def lines(self) -> list[str]:
+        lines = [dumps_record(r) for r in records(40)]
+        lines[25] = "{not json"
+        lines.insert(10, "   ")
+        return lines
+
+    def test_same_columns_as_one_process(self, tmp_path: Path, parallel: None) -> None:
+        """Columns, skipped lines (global numbers) and the text read again equal the sequential read's."""
+        path = tmp_path / "r.jsonl"
+        path.write_text("\n".join(self.lines()) + "\n", encoding="utf-8")
+        errors: list[BadLine] = []
+        columns = load_columns(path, on_error="skip", errors=errors)
+        assert isinstance(columns.episode_ids, TextColumn) and not columns.episode_ids.loaded
+        assert [e.line for e in errors] == [27]  # (after the blank line 11)
+        kept = [r for i, r in enumerate(records(40)) if i != 25]
+        assert_same(columns, columns_from_records(kept))
+        assert columns.keys is not None
+
+    def test_the_first_bad_line_of_the_file_is_raised(self, tmp_path: Path, parallel: None) -> None:
+        """Under on_error="raise" the error names the file's first bad line, whichever process read it."""
+        path = tmp_path / "r.jsonl"
+        lines = self.lines()
+        lines[38] = lines[38].replace('"fed":', '"fed":"x",  "_":')
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        with pytest.raises(RecordError) as caught:
+            load_columns(path)
+        assert caught.value.line == 27 and str(path) in str(caught.value)
+
+    def test_a_truncated_last_line(self, tmp_path: Path, parallel: None) -> None:
+        """An unterminated last line that is not a record is reported as truncated, at its global line."""
+        path = tmp_path / "r.jsonl"
+        good = [dumps_record(r) for r in records(30)]
+        path.write_text("\n".join(good) + "\n" + good[0][:40], encoding="utf-8")
+        errors: list[BadLine] = []
+        columns = load_columns(path, on_error="skip", errors=errors)
+        assert len(columns) == 30 and [(e.line, e.truncated) for e in errors] == [(31, True)]
 
 
 class TestOtlpTraces:

@@ -271,30 +271,42 @@ class ColumnBuilder:
         failure_reason: str | None,
     ) -> None:
         """Append one episode (codes as in :data:`OUTCOME_CODE` and :data:`CAUSE_CODE`)."""
-        self.append(hash(episode_id), task_id, labels, horizon, fed, outcome, cause)
         if self._texts is None:
-            self._episode.append(episode_id)
-            self._tool.append(failure_tool)
-            self._reason.append(failure_reason)
+            self.add_text(episode_id, failure_tool, failure_reason)
+        self.append_codes(hash(episode_id), self.task_code(task_id), self.label_code(labels), horizon, fed, outcome, cause)
 
     @property
     def keeps_text(self) -> bool:
-        """Whether :meth:`add` keeps the text (no loader was given)."""
+        """Whether the text is kept in memory (no loader was given)."""
         return self._texts is None
 
-    def append(self, key: int, task_id: str, labels: Mapping[str, str], horizon: int, fed: int, outcome: int, cause: int) -> None:
-        """Append one episode's numbers: what :meth:`add` does but the text (positional, for the fast loader)."""
+    def task_code(self, task_id: str) -> int:
+        """The code of a task id (a new one for a new id)."""
         tasks = self._task_index
         code = tasks.get(task_id)
         if code is None:
             code = tasks[task_id] = len(tasks)
-        self._task.append(code)
-        label_key = tuple(labels.items())
+        return code
+
+    def label_code(self, labels: Mapping[str, str]) -> int:
+        """The code of a label set (the same labels in the same order share one)."""
+        key = tuple(labels.items())
         sets = self._label_index
-        lcode = sets.get(label_key)
-        if lcode is None:
-            lcode = sets[label_key] = len(sets)
-        self._labels.append(lcode)
+        code = sets.get(key)
+        if code is None:
+            code = sets[key] = len(sets)
+        return code
+
+    def add_text(self, episode_id: str, failure_tool: str | None, failure_reason: str | None) -> None:
+        """Keep one episode's text (a builder without a text loader)."""
+        self._episode.append(episode_id)
+        self._tool.append(failure_tool)
+        self._reason.append(failure_reason)
+
+    def append_codes(self, key: int, task: int, label_set: int, horizon: int, fed: int, outcome: int, cause: int) -> None:
+        """Append one episode's numbers, its task and label set already coded (the fast loader's path)."""
+        self._task.append(task)
+        self._labels.append(label_set)
         self._horizon.append(horizon)
         self._fed.append(fed)
         self._outcome.append(outcome)
