@@ -38,7 +38,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import UTC, datetime
-from time import time_ns
+from time import monotonic, time_ns
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from opentelemetry import _logs as otel_logs
@@ -144,6 +144,9 @@ server span), so there is no second span for one execution."""
 _NO_CAPTURE_IDLE: Final = frozenset({"call_result"})
 _EPISODE_HOOKS: Final = frozenset({"episode_context", "episode_finished"})
 _FINISHED_ONLY: Final = frozenset({"episode_finished"})
+_RECHECK: Final = 0.1
+"""Seconds a "no SDK configured" answer stands: an SDK set up later is used from the next
+episode that starts after it (at most this much later)."""
 _MAX_ATTRIBUTE_SETS: Final = 4096
 """Metric attribute sets kept built (see ``Telemetry._attributes``)."""
 _CallKey = tuple[bool, Decision, "Cause | None"]
@@ -317,8 +320,11 @@ class Telemetry(Observer):
         self._meter_provider = meter_provider
         self._traces_live = False
         """An SDK tracer provider was seen (see :meth:`_tracing_live`)."""
+        self._traces_checked = float("-inf")
+        """Until when "no SDK tracer provider" stands without asking again."""
         self._measures_live = False
         """An SDK meter provider was seen (see :meth:`_metrics_live`)."""
+        self._measures_checked = float("-inf")
         self._logger = otel_logs.get_logger("prefixmon", _VERSION, logger_provider=logger_provider)
         self._static: dict[int, tuple[Any, str, dict[str, Any]]] = {}
         """Per declared tool (by spec identity): its span name and the attributes every call span of it starts with."""
@@ -391,20 +397,30 @@ class Telemetry(Observer):
     def _tracing_live(self) -> bool:
         """Whether spans can be recorded at all: not while no SDK is configured (the API's no-op or stand-in provider).
 
-        A provider, once set, stays (the API refuses to replace it), so a live answer is kept.
+        A provider, once set, stays (the API refuses to replace it), so a live answer is kept;
+        "not yet" is asked again at most every :data:`_RECHECK` seconds (the API's getter reads
+        the environment each time it is asked before a provider is set: 1 to 2 µs an episode).
         """
         if self._traces_live:
             return True
+        now = monotonic()
+        if now < self._traces_checked:
+            return False
         provider = self._tracer_provider or trace.get_tracer_provider()
         live = self._traces_live = not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+        self._traces_checked = now + _RECHECK
         return live
 
     def _metrics_live(self) -> bool:
-        """Whether measurements reach anything: not while no SDK is configured (the API's no-op or stand-in provider)."""
+        """Whether measurements reach anything: not while no SDK is configured (see :meth:`_tracing_live`)."""
         if self._measures_live:
             return True
+        now = monotonic()
+        if now < self._measures_checked:
+            return False
         provider = self._meter_provider or otel_metrics.get_meter_provider()
         live = self._measures_live = not isinstance(provider, _NO_METER_PROVIDERS)
+        self._measures_checked = now + _RECHECK
         return live
 
     def episode_started(self, episode: Episode) -> None:

@@ -5,15 +5,18 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from prefixmon import Monitor, RecordError, ToolBlocked, Toolset
-from prefixmon.analytics import _parallel as parallel_module
 from prefixmon.analytics import build_report, columns_from_records, load_columns, register_reader
 from prefixmon.analytics import inputs as inputs_module
 from prefixmon.analytics.columns import ColumnBuilder, EpisodeColumns, TextColumn, distinct_episodes
@@ -260,15 +263,44 @@ class TestTextColumns:
         assert columns.episode_ids == ("e",) and columns.keys is not None
 
 
-class TestParallelRead:
-    """A large file read by several processes gives what one process gives, line numbers included."""
+_PARALLEL_READ = """
+import json, os, sys
+from prefixmon.analytics import _parallel, load_columns
+from prefixmon.records import BadLine, RecordError
+_parallel.MIN_BYTES = 1  # every file counts as large
+path, on_error = sys.argv[1], sys.argv[2]
+workers = _parallel.workers_for(path, 10**9)
+errors = []
+try:
+    c = load_columns(path, on_error=on_error, errors=errors)
+except RecordError as e:
+    print(json.dumps({"workers": workers, "raised": [e.line, str(e)]}))
+    raise SystemExit(0)
+print(json.dumps({
+    "workers": workers, "horizon": c.horizon.tolist(), "fed": c.fed.tolist(), "outcome": c.outcome.tolist(),
+    "cause": c.cause.tolist(), "tasks": [c.task_ids[i] for i in c.task], "labels": [c.label_sets[i] for i in c.label_set],
+    "ids": list(c.episode_ids), "reasons": list(c.failure_reason), "tools": list(c.failure_tool),
+    "errors": [[e.line, e.truncated, e.message] for e in errors],
+}))
+"""
 
-    @pytest.fixture
-    def parallel(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(parallel_module, "MIN_BYTES", 1)  # every file counts as large
-        monkeypatch.setenv(parallel_module.WORKERS_VAR, "3")
-        if parallel_module.workers_for(__file__, 10**9) < 2:
-            pytest.skip("one core (or not Linux): files are read by one process")
+
+class TestParallelRead:
+    """A large file read by several processes gives what one process gives, line numbers included.
+
+    Run in a fresh process: the reader forks only a process without other threads, and this
+    test process has the sink writers and exporters of other tests.
+    """
+
+    def read(self, path: Path, on_error: str = "skip") -> dict[str, Any]:
+        env = {**os.environ, "PREFIXMON_READ_WORKERS": "3"}
+        done = subprocess.run(
+            [sys.executable, "-c", _PARALLEL_READ, str(path), on_error], capture_output=True, text=True, env=env, check=True
+        )
+        out: dict[str, Any] = json.loads(done.stdout)
+        if out["workers"] < 2:
+            pytest.skip("one core, or not Linux: every file is read by one process")
+        return out
 
     def lines(self) -> list[str]:
         lines = [dumps_record(r) for r in records(40)]
@@ -276,36 +308,37 @@ class TestParallelRead:
         lines.insert(10, "   ")
         return lines
 
-    def test_same_columns_as_one_process(self, tmp_path: Path, parallel: None) -> None:
+    def test_same_columns_as_one_process(self, tmp_path: Path) -> None:
         """Columns, skipped lines (global numbers) and the text read again equal the sequential read's."""
         path = tmp_path / "r.jsonl"
         path.write_text("\n".join(self.lines()) + "\n", encoding="utf-8")
+        got = self.read(path)
         errors: list[BadLine] = []
-        columns = load_columns(path, on_error="skip", errors=errors)
-        assert isinstance(columns.episode_ids, TextColumn) and not columns.episode_ids.loaded
-        assert [e.line for e in errors] == [27]  # (after the blank line 11)
-        kept = [r for i, r in enumerate(records(40)) if i != 25]
-        assert_same(columns, columns_from_records(kept))
-        assert columns.keys is not None
+        one = load_columns(path, on_error="skip", errors=errors)  # this process: one reader
+        assert [e[0] for e in got["errors"]] == [e.line for e in errors] == [27]  # (after the blank line 11)
+        assert got["horizon"] == one.horizon.tolist() and got["fed"] == one.fed.tolist()
+        assert got["outcome"] == one.outcome.tolist() and got["cause"] == one.cause.tolist()
+        assert got["tasks"] == [one.task_ids[i] for i in one.task]
+        assert got["labels"] == [one.label_sets[i] for i in one.label_set]
+        assert got["ids"] == list(one.episode_ids) and got["reasons"] == list(one.failure_reason)
+        assert got["tools"] == list(one.failure_tool) and len(got["ids"]) == 39
 
-    def test_the_first_bad_line_of_the_file_is_raised(self, tmp_path: Path, parallel: None) -> None:
+    def test_the_first_bad_line_of_the_file_is_raised(self, tmp_path: Path) -> None:
         """Under on_error="raise" the error names the file's first bad line, whichever process read it."""
         path = tmp_path / "r.jsonl"
         lines = self.lines()
         lines[38] = lines[38].replace('"fed":', '"fed":"x",  "_":')
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        with pytest.raises(RecordError) as caught:
-            load_columns(path)
-        assert caught.value.line == 27 and str(path) in str(caught.value)
+        line, message = self.read(path, "raise")["raised"]
+        assert line == 27 and str(path) in message
 
-    def test_a_truncated_last_line(self, tmp_path: Path, parallel: None) -> None:
+    def test_a_truncated_last_line(self, tmp_path: Path) -> None:
         """An unterminated last line that is not a record is reported as truncated, at its global line."""
         path = tmp_path / "r.jsonl"
         good = [dumps_record(r) for r in records(30)]
         path.write_text("\n".join(good) + "\n" + good[0][:40], encoding="utf-8")
-        errors: list[BadLine] = []
-        columns = load_columns(path, on_error="skip", errors=errors)
-        assert len(columns) == 30 and [(e.line, e.truncated) for e in errors] == [(31, True)]
+        got = self.read(path)
+        assert len(got["ids"]) == 30 and [e[:2] for e in got["errors"]] == [[31, True]]
 
 
 class TestOtlpTraces:
