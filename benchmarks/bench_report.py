@@ -31,7 +31,9 @@ DUCKDB = """
 import json, sys, time
 import duckdb
 t = time.perf_counter()
-rows = duckdb.connect().execute('''
+con = duckdb.connect()
+con.execute('SET enable_progress_bar = false')
+rows = con.execute('''
   select labels.dataset, labels.model, labels.method, count(*),
          avg(case when executable then 1.0 else 0.0 end), avg(fed), avg((fed - 1) / horizon),
          avg(case when outcome = 'success' then 1.0 else 0.0 end)
@@ -75,7 +77,8 @@ print(json.dumps({"seconds": time.perf_counter() - t}))
 
 def run(code: str, path: str) -> dict[str, float]:
     done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True)
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    last = [line for line in done.stdout.splitlines() if line.startswith("{")][-1]  # (DuckDB may draw a progress bar)
+    result: dict[str, float] = json.loads(last)
     return result
 
 

@@ -77,6 +77,8 @@ class _Part:
     """The worker itself failed (not a bad line): what happened."""
 
 
+_FLUSH_LINES: Final = 65_536
+"""A worker writes its numbers out every this many lines."""
 _COLUMNS: Final = (("task", np.int32), ("label_set", np.int32), ("horizon", np.int32), ("fed", np.int32),
                    ("outcome", np.int8), ("cause", np.int8), ("keys", np.int64))  # fmt: skip
 
@@ -110,12 +112,20 @@ def _work(read: Reader, path: str, start: int, end: int, on_error: OnError, out:
     part = _Part()
     counted = [0]
 
+    builder = ColumnBuilder(texts=lambda: ((), (), ()))
+
+    def write_out() -> None:  # the numbers so far, appended to their files: the worker keeps none of them
+        for name, numbers in builder.take_numbers().items():
+            with open(os.path.join(out, name), "ab") as f:
+                numbers.tofile(f)
+
     def lines() -> Iterator[bytes]:
         for line in _lines(path, start, end):
             counted[0] += 1
+            if not counted[0] % _FLUSH_LINES:
+                write_out()
             yield line
 
-    builder = ColumnBuilder(texts=lambda: ((), (), ()))
     errors: list[BadLine] = []
     try:
         read(lines(), path, on_error, errors, part.skipped, builder)
@@ -125,10 +135,9 @@ def _work(read: Reader, path: str, start: int, end: int, on_error: OnError, out:
     except BaseException as e:  # reported to the parent, which raises it
         part.failure = f"{type(e).__name__}: {e}"
     if part.error is None and part.failure is None:
-        columns = builder.build()
-        for name, dtype in _COLUMNS:
-            np.ascontiguousarray(getattr(columns, name), dtype=dtype).tofile(os.path.join(out, name))
-        part.episodes = len(columns)
+        write_out()
+        columns = builder.build()  # the lookup tables (its numbers are written out)
+        part.episodes = os.path.getsize(os.path.join(out, "keys")) // 8
         part.tasks = list(columns.task_ids)
         part.label_sets = [tuple(ls.items()) for ls in columns.label_sets]
         part.errors = errors
