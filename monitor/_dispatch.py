@@ -1,10 +1,11 @@
-"""Observer dispatch for one episode: each per-call hook goes only to the observers taking part in it.
+"""Observer dispatch for one episode: each hook goes only to the observers taking part in it.
 
-Built once per episode from ``Observer.call_hooks()``, so an observer that only logs finished
-calls costs nothing when calls start, run and return, and with no observers the episode does
-no observer work at all. Every exception an observer raises is reported through ``fault``
-(counted and logged, never raised), and an observer's context can never swallow the tool's
-own exception.
+Built once per episode, after the observers were told it started, from what each says it
+takes part in for it (``Observer.episode_hooks()``): an observer that only logs finished calls
+costs nothing when calls start, run and return, telemetry costs nothing for an episode it
+does not trace, and with no observers the episode does no observer work at all. Every
+exception an observer raises is reported through ``fault`` (counted and logged, never
+raised), and an observer's context can never swallow the tool's own exception.
 """
 
 from __future__ import annotations
@@ -18,10 +19,21 @@ from ._readonly import MappingView, view
 from ._trusted import trusted_constructor
 from .verdict import ToolCall, Verdict
 
-__all__ = ("OBSERVER_ERRORS", "PER_CALL_HOOKS", "Dispatch", "FaultFn")
+__all__ = (
+    "EPISODE_HOOKS",
+    "NO_OBSERVERS",
+    "OBSERVER_ERRORS",
+    "PER_CALL_HOOKS",
+    "Dispatch",
+    "Entered",
+    "FaultFn",
+    "start_episode",
+)
 
 PER_CALL_HOOKS: Final = ("call_started", "call_checked", "execution_context", "call_result", "call_finished")
 """The observer hooks called for every tool call, in the order they happen."""
+EPISODE_HOOKS: Final = ("episode_context", "episode_finished")
+"""The observer hooks of an episode after ``episode_started`` that an observer may leave out for it."""
 
 OBSERVER_ERRORS: Final = (Exception, asyncio.CancelledError)
 """What an observer's hook may raise and have counted as its own fault. Hooks are plain
@@ -32,46 +44,74 @@ FaultFn = Callable[[str, BaseException], None]
 """``(where, error)``: report an error the monitor caught in itself."""
 
 Entered = list[tuple[Any, contextlib.AbstractContextManager[Any]]]
+"""Observer contexts entered, with their observers, outermost first."""
 
 
-def _hooks_of(obs: Any) -> frozenset[str]:
-    """The per-call hooks ``obs`` takes part in (what it says, or every hook it has)."""
+def _hooks_of(obs: Any, episode: Any) -> frozenset[str]:
+    """The hooks ``obs`` takes part in for ``episode`` (what it says, or every hook it has)."""
+    ask = getattr(obs, "episode_hooks", None)
+    if ask is not None:
+        return frozenset(ask(episode))
     ask = getattr(obs, "call_hooks", None)
     if ask is not None:
-        return frozenset(ask())
-    return frozenset(name for name in PER_CALL_HOOKS if callable(getattr(obs, name, None)))
+        return frozenset(ask()) | frozenset(EPISODE_HOOKS)
+    return frozenset(name for name in (*PER_CALL_HOOKS, *EPISODE_HOOKS) if callable(getattr(obs, name, None)))
 
 
 class Dispatch:
-    """The observers of one episode, by hook. Each hook's list holds ``(index, observer)``,
-    ``index`` being the observer's slot in a call's token tuple."""
+    """The observers of one episode, by hook. Each per-call hook's list holds ``(index, observer)``,
+    ``index`` being the observer's slot in a call's token tuple.
 
-    __slots__ = ("any", "checked", "context", "fault", "finished", "observers", "result", "size", "started", "viewed")
+    Args:
+        observers: the episode's observers.
+        fault: reports an observer's error.
+        taking_part: the hooks each observer takes part in for the episode (see
+            :func:`start_episode`); default: what each observer says without an episode.
+    """
 
-    def __init__(self, observers: Sequence[Any], fault: FaultFn) -> None:
-        self.observers = tuple(observers)
+    __slots__ = (
+        "any",
+        "checked",
+        "context",
+        "contexts",
+        "fault",
+        "finished",
+        "finishing",
+        "result",
+        "size",
+        "started",
+        "viewed",
+    )
+
+    def __init__(self, observers: Sequence[Any], fault: FaultFn, taking_part: Sequence[frozenset[str]] | None = None) -> None:
+        observers = tuple(observers)
         self.fault = fault
-        hooks: dict[str, list[tuple[int, Any]]] = {name: [] for name in PER_CALL_HOOKS}
-        for i, obs in enumerate(self.observers):
-            try:
-                taking_part = _hooks_of(obs)
-            except OBSERVER_ERRORS as e:
-                self._fault(obs, "call_hooks", e)
-                continue
-            for name in PER_CALL_HOOKS:
-                if name in taking_part:
-                    hooks[name].append((i, obs))
+        self.size = len(observers)
+        """Length of a call's token tuple: one slot per observer."""
+        if taking_part is None:
+            taking_part = [self._taking_part(obs, None) for obs in observers]
+        hooks: dict[str, list[tuple[int, Any]]] = {name: [] for name in (*PER_CALL_HOOKS, *EPISODE_HOOKS)}
+        for i, (obs, names) in enumerate(zip(observers, taking_part, strict=True)):
+            for name in names:
+                listed = hooks.get(name)
+                if listed is not None:
+                    listed.append((i, obs))
         self.started: tuple[tuple[int, Any], ...] = tuple(hooks["call_started"])
         self.checked: tuple[tuple[int, Any], ...] = tuple(hooks["call_checked"])
         self.context: tuple[tuple[int, Any], ...] = tuple(hooks["execution_context"])
         self.result: tuple[tuple[int, Any], ...] = tuple(hooks["call_result"])
         self.finished: tuple[tuple[int, Any], ...] = tuple(hooks["call_finished"])
-        self.size = len(self.observers)
-        """Length of a call's token tuple: one slot per observer."""
-        self.any = any(hooks.values())
+        self.any = bool(self.started or self.checked or self.context or self.result or self.finished)
         """Whether any observer takes part in any per-call hook."""
+        self.contexts: tuple[Any, ...] = tuple(obs for _, obs in hooks["episode_context"])
+        """Observers whose ``episode_context`` is entered while the episode is active."""
+        self.finishing: tuple[Any, ...] = tuple(obs for _, obs in hooks["episode_finished"])
+        """Observers told when the episode finished."""
         self.viewed: tuple[Verdict | None, Verdict | None] = (None, None)
         """The last verdict given to observers and its read-only form (call_checked, then call_finished, share it)."""
+
+    def _taking_part(self, obs: Any, episode: Any) -> frozenset[str]:
+        return _taking_part(obs, episode, self.fault)
 
     def _fault(self, obs: Any, hook: str, error: BaseException) -> None:
         self.fault(f"observer {type(obs).__name__}.{hook}", error)
@@ -80,30 +120,41 @@ class Dispatch:
     @contextlib.contextmanager
     def episode_contexts(self, episode: Any) -> Iterator[None]:
         """Every observer's ``episode_context`` entered around the block."""
-        with contextlib.ExitStack() as stack:
-            for obs in self.observers:
-                try:
-                    cm = obs.episode_context(episode)
-                    if cm is not None:
-                        cm.__enter__()
-                        stack.push(self._guarded_exit(obs, cm))
-                except OBSERVER_ERRORS as e:
-                    self._fault(obs, "episode_context", e)
+        entered = self.enter_episode(episode)
+        try:
             yield
+        except BaseException as e:
+            self.exit_episode(entered, e)
+            raise
+        self.exit_episode(entered, None)
 
-    def _guarded_exit(self, obs: Any, cm: contextlib.AbstractContextManager[Any]) -> Callable[..., bool]:
-        """``cm.__exit__`` for an ExitStack: an observer's error is counted, and it cannot swallow
-        the agent's exception."""
-
-        def exit_(exc_type: Any, exc: Any, tb: Any) -> bool:
+    def enter_episode(self, episode: Any) -> Entered:
+        """Enter every observer's ``episode_context``; what was entered, for :meth:`exit_episode`."""
+        entered: Entered = []
+        for obs in self.contexts:
             try:
-                cm.__exit__(exc_type, exc, tb)
+                cm = obs.episode_context(episode)
+                if cm is not None:
+                    cm.__enter__()
+                    entered.append((obs, cm))
             except OBSERVER_ERRORS as e:
-                if e is not exc:  # re-raising the agent's own exception is not an observer error
-                    self._fault(obs, "episode_context", e)
-            return False
+                self._fault(obs, "episode_context", e)
+        return entered
 
-        return exit_
+    def exit_episode(self, entered: Entered, error: BaseException | None) -> None:
+        """Exit what :meth:`enter_episode` entered, innermost first.
+
+        An observer's error is counted, and an observer cannot swallow the agent's exception.
+        """
+        for obs, cm in reversed(entered):
+            try:
+                if error is None:
+                    cm.__exit__(None, None, None)
+                else:
+                    cm.__exit__(type(error), error, error.__traceback__)
+            except OBSERVER_ERRORS as e:
+                if e is not error:  # re-raising the agent's own exception is not an observer error
+                    self._fault(obs, "episode_context", e)
 
     # -- per call ----------------------------------------------------------------------------
     def call_started(self, episode: Any, name: str, call_id: str | None, depth: int) -> tuple[Any, ...]:
@@ -126,13 +177,19 @@ class Dispatch:
                 self._fault(obs, "call_started", e)
         return tuple(tokens)
 
-    def call_checked(self, episode: Any, verdict: Any, decision: Any, token: tuple[Any, ...]) -> None:
-        """The policy lets the call run (observers see its arguments read-only: they cannot change what runs)."""
+    def _view(self, verdict: Verdict) -> Verdict:
+        """``verdict`` read-only for observers (made once per verdict)."""
         source, viewed = self.viewed
         if source is not verdict or viewed is None:
             viewed = _viewed(verdict)
             self.viewed = (verdict, viewed)
-        verdict = viewed
+        return viewed
+
+    def call_checked(self, episode: Any, verdict: Any, decision: Any, token: tuple[Any, ...]) -> None:
+        """The policy lets the call run (observers see its arguments read-only: they cannot change what runs)."""
+        if not self.checked:
+            return
+        verdict = self._view(verdict)
         for i, obs in self.checked:
             try:
                 obs.call_checked(episode, verdict, decision, token[i])
@@ -142,6 +199,8 @@ class Dispatch:
     def enter_execution(self, episode: Any, call: Any, token: tuple[Any, ...]) -> Entered | None:
         """Enter the observers' execution contexts; ``None`` when none was entered."""
         entered: Entered | None = None
+        if not self.context:
+            return None
         args = call.args
         if type(args) is dict or (args is not None and not isinstance(args, (str, bytes)) and isinstance(args, Mapping)):
             source, viewed = self.viewed  # the emitted dict is often the validated one, already viewed
@@ -172,6 +231,8 @@ class Dispatch:
 
     def call_result(self, episode: Any, depth: int, result: Any, token: tuple[Any, ...]) -> None:
         """The raw result of the call at ``depth`` (read-only: the agent gets it next)."""
+        if not self.result:
+            return
         result = view(result)
         for i, obs in self.result:
             try:
@@ -181,16 +242,63 @@ class Dispatch:
 
     def call_finished(self, episode: Any, action: Any, verdict: Any, token: tuple[Any, ...]) -> None:
         """The call's action was recorded."""
-        source, viewed = self.viewed
-        if source is not verdict or viewed is None:
-            viewed = _viewed(verdict)
-            self.viewed = (verdict, viewed)
-        verdict = viewed
+        if not self.finished:
+            return
+        verdict = self._view(verdict)
         for i, obs in self.finished:
             try:
                 obs.call_finished(episode, action, verdict, token[i])
             except OBSERVER_ERRORS as e:
                 self._fault(obs, "call_finished", e)
+
+    def finish_episode(self, episode: Any, record: Any, report: FaultFn) -> None:
+        """Tell the observers taking part that the episode finished; ``report`` reports their errors."""
+        for obs in self.finishing:
+            try:
+                obs.episode_finished(episode, record)
+            except OBSERVER_ERRORS as e:
+                report(f"observer {type(obs).__name__}.episode_finished", e)
+
+
+def _taking_part(obs: Any, episode: Any, fault: FaultFn) -> frozenset[str]:
+    """The hooks ``obs`` takes part in for ``episode``; when asking fails, the episode hooks (as before asking)."""
+    try:
+        return _hooks_of(obs, episode)
+    except OBSERVER_ERRORS as e:
+        fault(f"observer {type(obs).__name__}.episode_hooks", e)
+        return frozenset(EPISODE_HOOKS)
+
+
+def start_episode(episode: Any, observers: Sequence[Any], report: FaultFn, fault: FaultFn) -> Dispatch:
+    """Tell the observers that ``episode`` started, then build its dispatch.
+
+    Args:
+        episode: the new episode.
+        observers: its observers.
+        report: reports an error of ``episode_started``.
+        fault: reports the observers' errors in the hooks that follow.
+
+    Returns:
+        the episode's dispatch: :data:`NO_OBSERVERS` when no observer takes part in anything
+        for this episode (telemetry with no SDK configured), so it costs nothing more.
+    """
+    for obs in observers:
+        try:
+            obs.episode_started(episode)
+        except OBSERVER_ERRORS as e:
+            report(f"observer {type(obs).__name__}.episode_started", e)
+    taking_part = [_taking_part(obs, episode, fault) for obs in observers]
+    if not any(taking_part):
+        return NO_OBSERVERS
+    return Dispatch(observers, fault, taking_part)
+
+
+def _no_fault(where: str, error: BaseException) -> None:
+    """The fault handler of :data:`NO_OBSERVERS` (it has no observers to fail)."""
+
+
+NO_OBSERVERS: Final = Dispatch((), _no_fault)
+"""The dispatch of every episode of a monitor without observers (immutable: nothing to dispatch)."""
 
 
 _verdict: Final = trusted_constructor(

@@ -6,9 +6,10 @@ descriptor opened with ``O_APPEND`` and kept open. Policy, in the order things h
 
 * **Hand-off**: ``put`` never blocks and never waits on the disk. A line that does not fit
   the queue bound (``max_queue_bytes``) or arrives after ``close`` is dropped and counted.
-* **Write**: the writer wakes when a line is queued, waits 2 ms for more, and writes every
-  queued line in one batch, so records reach the OS within a few milliseconds and a busy
-  agent pays one thread wake-up per batch, not per record. After the
+* **Write**: the writer wakes when a line is queued after a quiet spell and writes it at once;
+  while lines keep coming it writes everything queued every 5 ms in one batch, so records
+  reach the OS within a few milliseconds and a busy agent pays for one thread wake-up per
+  batch, not per record (lines queued meanwhile do not wake it; a ``flush`` does). After the
   ``write`` returns the lines are in the operating system: a crash or SIGKILL of the
   process cannot lose them. ``fsync=True`` also syncs after every batch (survives power
   loss; costs one disk flush per batch, not per record).
@@ -55,9 +56,12 @@ DRAIN_TIMEOUT: Final = 5.0
 """Default seconds ``close`` (and interpreter exit) waits for queued lines to be written."""
 _BACKOFF: Final = (0.01, 1.0)
 """First and largest pause between retries of a failed write, in seconds."""
-_LINGER: Final = 0.002
-"""Seconds the writer waits after waking before it takes the batch (so records reach the OS
-within a few milliseconds, and a busy agent pays one thread wake-up per batch)."""
+_LINGER: Final = 0.005
+"""Seconds the writer gathers lines after a batch before it writes the next one (so records
+reach the OS within a few milliseconds, and a busy agent pays for two GIL hand-backs per batch
+of lines, not per line: benchmarks/bench_sink.py)."""
+_CHECK_EVERY: Final = 255
+"""Every 256th line queued behind others also checks that the writer thread is alive."""
 _RESTART_EVERY: Final = 0.5
 """Seconds between attempts to start a writer thread after one could not be started."""
 _PERMANENT: Final = frozenset(
@@ -166,6 +170,8 @@ class LineWriter:
         self._closing = False
         self._deadline = float("inf")
         self._waiting = False
+        self._flushing = 0
+        """Threads waiting in :meth:`flush`: the writer does not linger while anyone waits."""
         self._thread: threading.Thread | None = None
         self._start_failed_at = float("-inf")
         self._busy = False
@@ -176,18 +182,22 @@ class LineWriter:
     def put(self, line: bytes) -> bool:
         """Queue one complete line (ending in a newline); ``False`` when it was dropped."""
         with self._lock:
-            if self._closing or (self._queue and self._queued_bytes + len(line) > self.max_queue_bytes):
+            queue = self._queue
+            if self._closing or (queue and self._queued_bytes + len(line) > self.max_queue_bytes):
                 self.stats.dropped += 1
                 return False
-            self._queue.append(line)
+            queue.append(line)
             self._queued_bytes += len(line)
             self._submitted += 1
             self.stats.accepted += 1
-            thread = self._thread
-            if thread is None or not thread.is_alive():
-                self._start()
-            elif self._waiting:
+            if self._waiting:  # the writer sleeps until a line comes
                 self._wake.notify()
+            elif len(queue) == 1 or not self._submitted & _CHECK_EVERY:
+                # a new batch and nobody waiting for it (or a periodic look): is a writer there at
+                # all? Not asked for every line: is_alive() was a fifth of the hand-off's cost
+                thread = self._thread
+                if thread is None or not thread.is_alive():
+                    self._start()
         return True
 
     def _start(self) -> None:
@@ -213,16 +223,21 @@ class LineWriter:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             target = self._submitted
-            while self._finished < target:
-                thread = self._thread
-                if (thread is None or not thread.is_alive()) and not self._busy:
-                    break  # nobody writes: do it here
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._progress.wait(remaining)
-            else:
-                return True
+            self._flushing += 1
+            self._wake.notify()  # a lingering writer writes now
+            try:
+                while self._finished < target:
+                    thread = self._thread
+                    if (thread is None or not thread.is_alive()) and not self._busy:
+                        break  # nobody writes: do it here
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._progress.wait(remaining)
+                else:
+                    return True
+            finally:
+                self._flushing -= 1
         self._drain_here(deadline)
         with self._lock:
             return self._finished >= target
@@ -268,16 +283,21 @@ class LineWriter:
 
     # -- the writer ----------------------------------------------------------------------------
     def _run(self) -> None:
+        wrote = False
         while True:
             with self._lock:
+                if wrote and not self._closing and not self._flushing:
+                    # Gather what arrives in the next few milliseconds into the next batch. Lines
+                    # queued meanwhile do not wake this thread: every time it takes the GIL back from
+                    # a busy agent costs the agent a forced switch (about 0.1 ms on this machine kind),
+                    # so a batch costs two of them (this wait and the write), not four.
+                    self._wake.wait(_LINGER)
                 while not self._queue and not self._closing:
                     self._waiting = True
                     self._wake.wait()
                     self._waiting = False
                 if not self._queue:
                     return
-                if not self._closing:  # gather what arrives meanwhile: one wake-up per batch, not per record
-                    self._wake.wait(_LINGER)
                 batch = list(self._queue)
                 self._queue.clear()
                 self._queued_bytes = 0
@@ -288,6 +308,7 @@ class LineWriter:
                 with self._lock:
                     self._busy = False
                     self._progress.notify_all()
+            wrote = True
 
     def _drain_here(self, deadline: float | None) -> None:
         """Write the queue from the calling thread (no writer thread could run)."""

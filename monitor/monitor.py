@@ -9,8 +9,7 @@ import importlib
 import inspect
 import os
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -155,16 +154,10 @@ class Monitor:
             bindings=bindings,
             plan=plan,
         )
-        self.stats.episodes += 1
-        for obs in self.observers:
-            try:
-                obs.episode_started(ep)
-            except OBSERVER_ERRORS as e:
-                self._fault(ep, f"observer {type(obs).__name__}.episode_started", e, notify=False)
+        self.stats.episodes += 1  # the episode told its observers that it started
         return ep
 
-    @asynccontextmanager
-    async def episode(
+    def episode(
         self,
         task_id: str | None = None,
         labels: Mapping[str, str] | None = None,
@@ -176,7 +169,7 @@ class Monitor:
         facts: Mapping[str, Any] | None = None,
         bindings: Mapping[str, Iterable[Any]] | None = None,
         plan: PlanTracker | None = None,
-    ) -> AsyncIterator[Episode]:
+    ) -> contextlib.AbstractAsyncContextManager[Episode]:
         """Open an episode; its record is complete when the block exits, however it exits.
 
         Args:
@@ -192,31 +185,25 @@ class Monitor:
             plan: the plan that conditions the executor, as a tracker
                 (``prefixmon.plan.PlanFollower(verdict, toolset)``); each recorded action notes
                 the plan step it matched and how it deviated.
+
+        Returns:
+            an async context manager: ``async with monitor.episode(...) as ep``. The episode
+            opens when the block is entered.
         """
-        ep = self.open_episode(
+        return _EpisodeBlock(
+            self,
             task_id,
             labels,
-            episode_id=episode_id,
-            env=env,
-            exposed=exposed,
-            allows_no_tool=allows_no_tool,
-            facts=facts,
-            bindings=bindings,
-            plan=plan,
+            {
+                "episode_id": episode_id,
+                "env": env,
+                "exposed": exposed,
+                "allows_no_tool": allows_no_tool,
+                "facts": facts,
+                "bindings": bindings,
+                "plan": plan,
+            },
         )
-        status: Status = "finished"
-        error: str | None = None
-        try:
-            with ep.activate():
-                yield ep
-        except anyio.get_cancelled_exc_class():
-            status = "cancelled"
-            raise
-        except BaseException as e:
-            status, error = "error", type(e).__name__
-            raise
-        finally:
-            await ep.aclose(status, error)
 
     def verify_plan(self, plan: Any, *, state: TrackedState | None = None, **options: Any) -> Any:
         """Deprecated: use ``prefixmon.verify_plan(monitor.toolset, plan, state=...)``."""
@@ -244,26 +231,34 @@ class Monitor:
         return (await result) if inspect.isawaitable(result) else result
 
     async def deliver(self, episode: Episode, record: EpisodeRecord) -> None:
-        """Hand a closed episode's record to the observers and the sink (called by ``Episode.aclose``)."""
-        await self._finished(episode, record)
+        """Hand a closed episode's record to the sink (called by ``Episode.aclose``, after its observers were told)."""
+        sink = self.sink
+        if sink is None:
+            return
+        if isinstance(sink, JsonlSink):  # a queue hand-off: no thread, no await, never the disk
+            self._hand_off(episode, sink, record)
+        else:
+            await self._deliver(episode, record)
 
-    async def _finished(self, ep: Episode, record: EpisodeRecord) -> None:
-        try:
-            for obs in self.observers:
-                try:
-                    obs.episode_finished(ep, record)
-                except OBSERVER_ERRORS as e:
-                    self._fault(ep, f"observer {type(obs).__name__}.episode_finished", e, notify=False)
-        finally:  # an observer raising KeyboardInterrupt must not cost the record
-            if self.sink is not None:
-                await self._deliver(ep, record)
+    def deliver_now(self, episode: Episode, record: EpisodeRecord) -> Awaitable[None] | None:
+        """:meth:`deliver` without an event loop where nothing needs one.
+
+        Without a sink, or with a :class:`JsonlSink` (a queue hand-off), the record is
+        delivered right here and ``None`` returned. A callable sink has to be awaited (it runs
+        in a worker thread or is awaited, with the sink timeout): the delivery is returned as
+        an awaitable; await it (or run it with ``anyio.run``) exactly once.
+        """
+        sink = self.sink
+        if sink is None:
+            return None
+        if isinstance(sink, JsonlSink):
+            self._hand_off(episode, sink, record)
+            return None
+        return self._deliver(episode, record)
 
     async def _deliver(self, ep: Episode, record: EpisodeRecord) -> None:
         sink = self.sink
         assert sink is not None
-        if isinstance(sink, JsonlSink):  # a queue hand-off: no thread, no await, never the disk
-            self._hand_off(ep, sink, record)
-            return
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.sink_timeout) as scope:
             try:
                 if inspect.iscoroutinefunction(sink) or inspect.iscoroutinefunction(getattr(sink, "__call__", None)):  # noqa: B004
@@ -329,6 +324,47 @@ class Monitor:
                     obs.internal_error(episode, where, error)
                 except OBSERVER_ERRORS:
                     self.stats.internal_errors += 1
+
+
+class _EpisodeBlock:
+    """``async with monitor.episode(...)``: opens the episode on entry, closes it however the block exits.
+
+    A plain class rather than an ``@asynccontextmanager`` generator: the generator, its
+    wrapper and an ``ExitStack`` were about 40% of an empty episode's cost.
+    """
+
+    __slots__ = ("_entered", "_episode", "_labels", "_monitor", "_options", "_reset", "_task_id")
+
+    def __init__(self, monitor: Monitor, task_id: str | None, labels: Mapping[str, str] | None, options: dict[str, Any]) -> None:
+        self._monitor = monitor
+        self._task_id = task_id
+        self._labels = labels
+        self._options = options
+        self._episode: Episode | None = None
+        self._reset: Any = None
+        self._entered: Any = None
+
+    async def __aenter__(self) -> Episode:
+        if self._episode is not None:
+            raise RuntimeError("an episode block can be entered only once; call monitor.episode(...) again")
+        ep = self._episode = self._monitor.open_episode(self._task_id, self._labels, **self._options)
+        self._reset, self._entered = ep._enter()
+        return ep
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        ep = self._episode
+        assert ep is not None
+        status: Status = "finished"
+        error: str | None = None
+        if exc is not None:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                status = "cancelled"
+            else:
+                status, error = "error", type(exc).__name__
+        try:
+            ep._leave(self._reset, self._entered, exc)
+        finally:
+            await ep.aclose(status, error)
 
 
 def _cancel_requested() -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ._dispatch import PER_CALL_HOOKS
+from ._dispatch import EPISODE_HOOKS, PER_CALL_HOOKS
 from .episode import Episode
 from .records import ActionRecord, EpisodeRecord
 from .verdict import ToolCall, Verdict
@@ -38,6 +38,19 @@ class Observer:
         """
         cls = type(self)
         return frozenset(name for name in PER_CALL_HOOKS if getattr(cls, name, None) is not getattr(Observer, name))
+
+    def episode_hooks(self, episode: Episode) -> frozenset[str]:
+        """The hooks this observer takes part in for ``episode``; asked once, after :meth:`episode_started`.
+
+        Names among the per-call hooks and ``episode_context`` / ``episode_finished``. Default:
+        :meth:`call_hooks`, and the episode hooks the subclass overrides. Override it to leave
+        out what has nothing to do for this episode (:class:`~prefixmon.telemetry.Telemetry`
+        leaves out everything for an episode it neither traces nor measures, so that episode
+        costs what it costs without observers).
+        """
+        cls = type(self)
+        episode_level = (name for name in EPISODE_HOOKS if getattr(cls, name, None) is not getattr(Observer, name))
+        return self.call_hooks() | frozenset(episode_level)
 
     def episode_started(self, episode: Episode) -> None:
         """An episode was opened."""

@@ -144,7 +144,7 @@ def _check_schema(
                 reason=f"there is no tool named {quote(name)}{_available(toolset, state)}",
             ),
         )
-    if name not in state.exposed:
+    if not state.is_exposed(name):
         return (
             spec,
             None,
@@ -461,6 +461,8 @@ def judge(
         sent: the argument names the call carried (its parsed arguments); grounded arguments
             it left out are not judged (see :func:`check_information`).
     """
+    if dependency is None and not spec.refs and not spec.requires and not spec.grounded:  # no rules: nothing to check
+        return _executable(spec.name, call_id, depth, True, (), args, (), (), ())
     failures: list[Failure] = []
     faults: list[Fault] = []
     undetermined: list[str] = []

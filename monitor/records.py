@@ -43,6 +43,7 @@ __all__ = (
     "iter_records",
     "loads_record",
     "read_records",
+    "record_line",
     "trusted_action",
     "write_records",
 )
@@ -218,6 +219,23 @@ RecordRedactor = Callable[[EpisodeRecord], EpisodeRecord]
 """``(record) -> record``: what a sink writes instead of ``record`` (see ``JsonlSink(redact=...)``)."""
 
 
+_RECORD_FIELDS: Final = (
+    "schema", "episode_id", "task_id", "labels", "horizon", "fed", "executable", "outcome", "first_failure",
+    "actions", "started_at", "ended_at", "status", "error", "invalid_reached_environment", "allows_no_tool", "probes",
+)  # fmt: skip
+_trusted_record: Final = trusted_constructor(EpisodeRecord, _RECORD_FIELDS)
+"""An :class:`EpisodeRecord` whose derived fields :func:`build_record` computed itself (internal)."""
+_trusted_failure: Final = trusted_constructor(FirstFailure, ("depth", "tool", "cause", "reason"))
+_NO_TOOL_OK: Final = ActionRecord(depth=1, tool=None, executable=True)
+_NO_TOOL_MISSING: Final = ActionRecord(
+    depth=1,
+    tool=None,
+    executable=False,
+    cause=Cause.PRECONDITION,
+    reason="the episode ended without any tool call, but the task requires one",
+)
+
+
 def build_record(
     *,
     episode_id: str,
@@ -236,45 +254,54 @@ def build_record(
 
     An empty action list becomes the terminal no-tool slot (T = 1), executable only when
     ``allows_no_tool``.
+
+    The derived fields are consistent by construction, so when the actions are numbered
+    1..T the record is built without re-checking them (every episode closes through here);
+    otherwise the validating constructor reports what is wrong.
     """
     if not actions:
-        if allows_no_tool:
-            actions = [ActionRecord(depth=1, tool=None, executable=True)]
-        else:
-            actions = [
-                ActionRecord(
-                    depth=1,
-                    tool=None,
-                    executable=False,
-                    cause=Cause.PRECONDITION,
-                    reason="the episode ended without any tool call, but the task requires one",
-                )
-            ]
+        actions = [_NO_TOOL_OK if allows_no_tool else _NO_TOOL_MISSING]
+    first: ActionRecord | None = None
+    reached_invalid = False
+    in_order = True
+    for depth, a in enumerate(actions, 1):
+        if a.depth != depth:
+            in_order = False
+        if not a.executable:
+            if first is None:
+                first = a
+            if a.reached_environment:
+                reached_invalid = True
     horizon = len(actions)
-    first = next((a for a in actions if not a.executable), None)
     failure = (
-        None
-        if first is None
-        else FirstFailure(depth=first.depth, tool=first.tool, cause=first.cause or Cause.SCHEMA, reason=first.reason or "")
+        None if first is None else _trusted_failure(first.depth, first.tool, first.cause or Cause.SCHEMA, first.reason or "")
     )
-    return EpisodeRecord(
-        episode_id=episode_id,
-        task_id=task_id,
-        labels=dict(labels),
-        horizon=horizon,
-        fed=horizon + 1 if first is None else first.depth,
-        executable=first is None,
-        outcome=outcome,
-        first_failure=failure,
-        actions=actions,
-        started_at=started_at,
-        ended_at=ended_at,
-        status=status,
-        error=error,
-        invalid_reached_environment=any(not a.executable and a.reached_environment for a in actions),
-        allows_no_tool=allows_no_tool,
-        probes=list(probes or ()),
+    fed = horizon + 1 if first is None else first.depth
+    build = _trusted_record if in_order else _record_checked
+    return build(
+        SCHEMA,
+        episode_id,
+        task_id,
+        dict(labels),
+        horizon,
+        fed,
+        first is None,
+        outcome,
+        failure,
+        actions,
+        started_at,
+        ended_at,
+        status,
+        error,
+        reached_invalid,
+        allows_no_tool,
+        list(probes) if probes else [],
     )
+
+
+def _record_checked(*values: Any) -> EpisodeRecord:
+    """:class:`EpisodeRecord` through its validating constructor (positional, as ``_trusted_record`` takes them)."""
+    return EpisodeRecord(**dict(zip(_RECORD_FIELDS, values, strict=True)))
 
 
 def dumps_record(record: EpisodeRecord) -> str:
@@ -283,11 +310,35 @@ def dumps_record(record: EpisodeRecord) -> str:
     Text that cannot be encoded as UTF-8 (lone surrogates in a tool name or an exception
     message, say) is written with backslash escapes, so that the record is still written.
     """
+    return record_line(record)[:-1].decode()
+
+
+try:  # the analytics extra installs msgspec: it writes the same bytes as pydantic, about 3.5x faster
+    import msgspec as _msgspec
+except ImportError:  # pragma: no cover - depends on the environment
+    _fast_encode: Any = None
+else:
+    _fast_encode = _msgspec.json.Encoder().encode
+
+
+def record_line(record: EpisodeRecord) -> bytes:
+    """One record as one UTF-8 JSON line, newline included: what a JSON Lines sink writes.
+
+    The bytes are those of ``RECORD_ADAPTER.dump_json`` (tests/test_records.py checks they are
+    equal); with msgspec installed they are made by its encoder, which every episode with a
+    sink pays for: 1.5 µs against 5.5 µs for a one-call record (benchmarks/bench_sink.py).
+    """
+    if _fast_encode is not None:
+        try:
+            line: bytes = _fast_encode(record)
+            return line + b"\n"
+        except Exception:  # lone surrogates and the like: pydantic's path handles them below
+            pass
     try:
-        return RECORD_ADAPTER.dump_json(record, exclude_none=False).decode()
+        return RECORD_ADAPTER.dump_json(record, exclude_none=False) + b"\n"
     except PydanticSerializationError:
         data = _scrub(RECORD_ADAPTER.dump_python(record, mode="json", exclude_none=False))
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
 def _scrub(obj: Any) -> Any:
@@ -445,7 +496,7 @@ class JsonlSink:
             if not isinstance(redacted, EpisodeRecord):
                 raise TypeError(f"the sink's redact hook returned {type(redacted).__name__}, not an EpisodeRecord")
             record = redacted
-        return self._writer.put((dumps_record(record) + "\n").encode("utf-8"))
+        return self._writer.put(record_line(record))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every record queued so far is in the file; ``False`` on timeout."""
@@ -484,8 +535,8 @@ class JsonlSink:
 def write_records(path: str | os.PathLike[str], records: Iterable[EpisodeRecord]) -> int:
     """Write records to a new JSON Lines file; returns how many were written."""
     n = 0
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path, "wb") as f:
         for r in records:
-            f.write(dumps_record(r) + "\n")
+            f.write(record_line(r))
             n += 1
     return n

@@ -82,32 +82,37 @@ class TrackedState:
         facts: key/value facts, updated by tool effects.
         objects: observed objects, by kind and id (see :mod:`prefixmon.observed`).
         env: the live environment object given to the episode, or ``None``.
+        exposed: names of the tools available now. A ``frozenset`` given to the constructor is
+            shared, not copied, until the exposure first changes (every episode of a monitor
+            starts with the toolset's own set, so opening one costs nothing per tool).
         depth: number of actions emitted so far.
         turn: current turn (0-based).
     """
 
     __slots__ = (
         "_bindings",
+        "_exposed",
         "_forms",
         "_pool",
         "_pool_bytes",
         "_pool_lossy",
+        "_shared_exposed",
         "_texts",
         "_user_texts",
         "depth",
         "env",
-        "exposed",
         "facts",
         "objects",
         "turn",
     )
 
     def __init__(self, *, facts: Mapping[str, Any] | None = None, env: Any = None, exposed: Iterable[str] | None = None) -> None:
-        self.facts: dict[str, Any] = dict(facts or {})
+        self.facts: dict[str, Any] = dict(facts) if facts else {}
         self.env = env
         self.depth = 0
         self.turn = 0
-        self.exposed: set[str] = set(exposed or ())
+        self._shared_exposed: frozenset[str] = exposed if type(exposed) is frozenset else frozenset()
+        self._exposed: set[str] | None = None if type(exposed) is frozenset else set(exposed or ())
         self._bindings: dict[Hashable, dict[str, Binding]] = {}
         self.objects = ObservedObjects()
         """What tool results showed of the environment's objects, by kind and id (spec-file rules read it)."""
@@ -122,6 +127,23 @@ class TrackedState:
         """The user's texts among them, for :meth:`user_said`."""
         self._forms = FormIndex()
         """Normalised forms of what is in the pool and the texts, and the recent numbers."""
+
+    @property
+    def exposed(self) -> set[str]:
+        """Names of the tools available now (a set of this state's own; change it freely)."""
+        exposed = self._exposed
+        if exposed is None:
+            exposed = self._exposed = set(self._shared_exposed)
+        return exposed
+
+    @exposed.setter
+    def exposed(self, names: Iterable[str]) -> None:
+        self._exposed = set(names)
+
+    def is_exposed(self, name: str) -> bool:
+        """Whether the tool ``name`` is available now (without copying a shared exposure)."""
+        exposed = self._exposed
+        return name in (self._shared_exposed if exposed is None else exposed)
 
     # -- references -----------------------------------------------------------------------
     def bind(self, kind: str, value: Any, *, tool: str | None = None, depth: int | None = None) -> None:

@@ -13,9 +13,9 @@ What it emits (names in :mod:`prefixmon.semconv`):
 - an ``execute_tool {tool}`` span (kind INTERNAL) per call, blocked calls included, with
   ``prefixmon.depth / executable / cause / code / decision``, the episode's FED so far, and
   ``error.type = prefixmon.<cause>`` when the call is not executable;
-- a ``gen_ai.guardrail.result`` event with the verdict on every call span (or, with
-  ``guardrail_events="non_pass"``, only on calls that were not simply executable and
-  allowed), and a ``prefixmon.first_failure`` event on the first failure;
+- a ``gen_ai.guardrail.result`` event with the verdict on every call that was not simply
+  executable and allowed (with ``guardrail_events="all"``, on every call span), and a
+  ``prefixmon.first_failure`` event on the first failure;
 - metrics from which a backend computes fleet-wide PEC, TER and RR (see
   :mod:`prefixmon.semconv`, ``METRIC_*``); per-call counts are summed per episode and
   added when it ends, monitor-internal errors at once.
@@ -38,7 +38,7 @@ from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from time import time_ns
+from time import monotonic, time_ns
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from opentelemetry import _logs as otel_logs
@@ -104,6 +104,13 @@ ToolSpans = Literal["own", "enrich"]
 current when the call starts (a framework's own tool span, e.g. the MCP SDK's ``tools/call``
 server span), so there is no second span for one execution."""
 _NO_CAPTURE_IDLE: Final = frozenset({"call_result"})
+_EPISODE_HOOKS: Final = frozenset({"episode_context", "episode_finished"})
+_FINISHED_ONLY: Final = frozenset({"episode_finished"})
+_RECHECK: Final = 0.1
+"""Seconds a "no SDK configured" answer stands: an SDK set up later is used from the next
+episode that starts after it (at most this much later)."""
+_MAX_ATTRIBUTE_SETS: Final = 4096
+"""Metric attribute sets kept built (see ``Telemetry._attributes``)."""
 _CallKey = tuple[bool, Decision, "Cause | None"]
 """``(executable, decision, cause)``: one distinct attribute set of the per-call counters."""
 _PASS_KEY: Final[_CallKey] = (True, Decision.ALLOW, None)
@@ -244,10 +251,11 @@ class Telemetry(Observer):
         max_depth: the FED and horizon histograms get one bucket per depth 1..max_depth.
         metric_labels: episode labels copied onto metric attributes as
             ``prefixmon.label.<key>`` (keep them low-cardinality: no task ids).
-        guardrail_events: ``"all"``: a ``gen_ai.guardrail.result`` event on every call span;
-            ``"non_pass"``: only on calls that were not simply executable and allowed (the
-            pass verdict is on every span anyway, as ``prefixmon.executable`` and
-            ``prefixmon.decision``), which saves about a fifth of a call span's cost.
+        guardrail_events: ``"non_pass"`` (default): a ``gen_ai.guardrail.result`` event on
+            every call that was not simply executable and allowed, where the verdict says
+            something (the pass verdict is on every span anyway, as ``prefixmon.executable``
+            and ``prefixmon.decision``, and the log-based event is emitted for the same calls);
+            ``"all"``: also on every pass, about a fifth of a call span's cost more.
         tracing: emit spans and events.
         metrics: record metrics. Per-call counts (``prefixmon.calls``,
             ``prefixmon.interventions``, with the ``metric_labels``) are summed per episode
@@ -276,7 +284,7 @@ class Telemetry(Observer):
         max_content_chars: int = 4096,
         max_depth: int = 32,
         metric_labels: Sequence[str] = ("dataset", "model", "method"),
-        guardrail_events: GuardrailEvents = "all",
+        guardrail_events: GuardrailEvents = "non_pass",
         tracing: bool = True,
         metrics: bool = True,
         provider_name: str | None = None,
@@ -306,12 +314,23 @@ class Telemetry(Observer):
         self.tool_spans: ToolSpans = tool_spans
         self.log_events = log_events
         self._tracer = trace.get_tracer("prefixmon", _VERSION, tracer_provider)
+        self._tracer_provider = tracer_provider
+        self._meter_provider = meter_provider
+        self._traces_live = False
+        """An SDK tracer provider was seen (see :meth:`_tracing_live`)."""
+        self._traces_checked = float("-inf")
+        """Until when "no SDK tracer provider" stands without asking again."""
+        self._measures_live = False
+        """An SDK meter provider was seen (see :meth:`_metrics_live`)."""
+        self._measures_checked = float("-inf")
         self._logger = otel_logs.get_logger("prefixmon", _VERSION, logger_provider=logger_provider)
         self._static: dict[int, tuple[Any, str, dict[str, Any]]] = {}
         """Per declared tool (by spec identity): its span name and the attributes every call span of it starts with."""
         self._episodes: dict[int, _EpisodeSpan] = {}
         self._counts: dict[int, dict[_CallKey, int]] = {}
         """Per-call counts of each open episode, added to the counters when it ends."""
+        self._attribute_sets: dict[tuple[tuple[str | None, ...], tuple[Any, ...]], Mapping[str, Any]] = {}
+        """Metric attributes already built, by label values and attribute set (see :meth:`_attributes`)."""
         meter = _get_meter(meter_provider)
         buckets = [float(d) for d in range(1, max_depth + 1)]
         self._m_episodes = meter.create_counter(sc.METRIC_EPISODES, "{episode}", "Finished episodes")
@@ -340,6 +359,18 @@ class Telemetry(Observer):
         hooks = super().call_hooks()
         return hooks if self.capture_content else hooks - _NO_CAPTURE_IDLE
 
+    def episode_hooks(self, episode: Episode) -> frozenset[str]:
+        """Every hook for a traced episode; for one it does not trace (no SDK, a sampled-out trace,
+        ``tracing=False``) only ``episode_finished`` when it is measured, else none.
+
+        An untraced episode's calls then cost what calls without telemetry cost; its call counts
+        come from its record when it ends.
+        """
+        key = id(episode)
+        if key in self._episodes:
+            return self.call_hooks() | _EPISODE_HOOKS
+        return _FINISHED_ONLY if key in self._counts else frozenset()
+
     # -- content ------------------------------------------------------------------------------
     def _content(self, kind: ContentKind, value: Any) -> str | None:
         """``value`` redacted, as size-capped text, or a marker when JSON cannot encode it.
@@ -350,12 +381,45 @@ class Telemetry(Observer):
         return content_text(kind, value, self.redact, self.max_content_chars)
 
     # -- episodes -----------------------------------------------------------------------------
+    def _tracing_live(self) -> bool:
+        """Whether spans can be recorded at all: not while no SDK is configured (the API's no-op or stand-in provider).
+
+        A provider, once set, stays (the API refuses to replace it), so a live answer is kept;
+        "not yet" is asked again at most every :data:`_RECHECK` seconds (the API's getter reads
+        the environment each time it is asked before a provider is set: 1 to 2 µs an episode).
+        """
+        if self._traces_live:
+            return True
+        now = monotonic()
+        if now < self._traces_checked:
+            return False
+        provider = self._tracer_provider or trace.get_tracer_provider()
+        live = self._traces_live = not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+        self._traces_checked = now + _RECHECK
+        return live
+
+    def _metrics_live(self) -> bool:
+        """Whether measurements reach anything: not while no SDK is configured (see :meth:`_tracing_live`)."""
+        if self._measures_live:
+            return True
+        now = monotonic()
+        if now < self._measures_checked:
+            return False
+        provider = self._meter_provider or otel_metrics.get_meter_provider()
+        live = self._measures_live = not isinstance(provider, _NO_METER_PROVIDERS)
+        self._measures_checked = now + _RECHECK
+        return live
+
     def episode_started(self, episode: Episode) -> None:
-        """Open the episode span (or adopt the current one) and make it current."""
+        """Open the episode span (or adopt the current one) and make it current.
+
+        Asked again for every episode, so an SDK configured after the monitor was made is used
+        from the next episode on; until then nothing is built for spans or measurements.
+        """
         counts: dict[_CallKey, int] | None = None
-        if self.metrics:
+        if self.metrics and self._metrics_live():
             counts = self._counts[id(episode)] = {}
-        if not self.tracing:
+        if not self.tracing or not self._tracing_live():
             return
         if self.enrich_current_span:
             current = trace.get_current_span()
@@ -416,34 +480,73 @@ class Telemetry(Observer):
                     if st.own:
                         span.end(end_time=_ns(record.ended_at))
         finally:
-            if self.metrics:
-                if st is not None and st.passes and counts is not None:
+            if counts is not None:  # measured: an SDK was configured when the episode started
+                key = self._label_key(record.labels)
+                if st is None and counts is not None:  # not traced: no per-call hooks ran; count its calls here
+                    for a in record.actions:
+                        if a.tool is not None:  # (the no-tool slot of an episode without calls is not a call)
+                            call = (a.executable, a.decision, a.cause)
+                            counts[call] = counts.get(call, 0) + 1
+                elif st is not None and st.passes and counts is not None:
                     counts[_PASS_KEY] = counts.get(_PASS_KEY, 0) + st.passes
                 if counts:
-                    self._add_call_counts(counts, self._metric_base(record.labels))
-                self._record_episode(record)
+                    self._add_call_counts(counts, key)
+                self._record_episode(record, key)
 
-    def _record_episode(self, record: EpisodeRecord) -> None:
-        base = self._metric_base(record.labels)
-        attrs = {**base, sc.PREFIXMON_EXECUTABLE: record.executable, sc.PREFIXMON_STATUS: record.status}
-        if record.outcome is not None:
-            attrs[sc.PREFIXMON_OUTCOME] = record.outcome.value
-        self._m_episodes.add(1, attrs)
+    def _record_episode(self, record: EpisodeRecord, key: tuple[str | None, ...]) -> None:
+        base = self._attributes(key)
+        outcome = record.outcome.value if record.outcome is not None else None
+        self._m_episodes.add(1, self._attributes(key, ("episode", record.executable, record.status, outcome)))
         self._m_fed.record(record.fed, base)
         self._m_horizon.record(record.horizon, base)
         self._m_fraction.record((record.fed - 1) / record.horizon, base)
         if record.first_failure is not None:
-            self._m_first.add(1, {**base, sc.PREFIXMON_CAUSE: record.first_failure.cause.value})
+            self._m_first.add(1, self._attributes(key, ("first", record.first_failure.cause.value)))
 
-    def _add_call_counts(self, counts: Mapping[_CallKey, int], base: Mapping[str, Any]) -> None:
+    def _add_call_counts(self, counts: Mapping[_CallKey, int], key: tuple[str | None, ...]) -> None:
         """Add per-call counts (with the episode's metric labels), once per distinct attribute set."""
         for (executable, decision, cause), n in counts.items():
-            attrs: dict[str, Any] = {**base, sc.PREFIXMON_EXECUTABLE: executable, sc.PREFIXMON_DECISION: decision.value}
-            if cause is not None:
-                attrs[sc.PREFIXMON_CAUSE] = cause.value
+            attrs = self._attributes(key, ("call", executable, decision.value, cause.value if cause is not None else None))
             self._m_calls.add(n, attrs)
             if decision in _INTERVENTIONS:
                 self._m_interventions.add(n, attrs)
+
+    def _label_key(self, labels: Mapping[str, str]) -> tuple[str | None, ...]:
+        """The values of the metric labels (``None`` where missing): what metric attributes depend on."""
+        return tuple(labels.get(k) for k in self.metric_labels)
+
+    def _attributes(self, key: tuple[str | None, ...], extra: tuple[Any, ...] = ()) -> Mapping[str, Any]:
+        """Metric attributes for the label values ``key`` and one of the attribute sets below, built once.
+
+        An episode records five to seven measurements; building their attribute dicts was most
+        of the metrics' cost per episode. The sets are few (labels are low-cardinality by
+        design), and the cache is cleared when it grows past :data:`_MAX_ATTRIBUTE_SETS`.
+        """
+        cached = self._attribute_sets.get((key, extra))
+        if cached is not None:
+            return cached
+        attrs: dict[str, Any] = {
+            sc.PREFIXMON_LABEL_PREFIX + k: v for k, v in zip(self.metric_labels, key, strict=True) if v is not None
+        }
+        kind = extra[0] if extra else None
+        if kind == "episode":
+            _, executable, status, outcome = extra
+            attrs[sc.PREFIXMON_EXECUTABLE] = executable
+            attrs[sc.PREFIXMON_STATUS] = status
+            if outcome is not None:
+                attrs[sc.PREFIXMON_OUTCOME] = outcome
+        elif kind == "first":
+            attrs[sc.PREFIXMON_CAUSE] = extra[1]
+        elif kind == "call":
+            _, executable, decision, cause = extra
+            attrs[sc.PREFIXMON_EXECUTABLE] = executable
+            attrs[sc.PREFIXMON_DECISION] = decision
+            if cause is not None:
+                attrs[sc.PREFIXMON_CAUSE] = cause
+        if len(self._attribute_sets) >= _MAX_ATTRIBUTE_SETS:
+            self._attribute_sets.clear()
+        self._attribute_sets[(key, extra)] = attrs
+        return attrs
 
     def _episode_end_attributes(self, record: EpisodeRecord, declared: Container[str], *, own: bool) -> dict[str, Any]:
         attrs: dict[str, Any] = {
@@ -468,9 +571,6 @@ class Telemetry(Observer):
             attrs[sc.PREFIXMON_STARTED_AT] = _ns(record.started_at)
             attrs[sc.PREFIXMON_ENDED_AT] = _ns(record.ended_at)
         return attrs
-
-    def _metric_base(self, labels: Mapping[str, str]) -> dict[str, Any]:
-        return {sc.PREFIXMON_LABEL_PREFIX + k: labels[k] for k in self.metric_labels if k in labels}
 
     # -- calls --------------------------------------------------------------------------------
     def call_started(self, episode: Episode, tool: str, call_id: str | None, depth: int) -> _Call | None:
@@ -588,8 +688,8 @@ class Telemetry(Observer):
         key = (action.executable, action.decision, action.cause)
         if counts is not None:
             counts[key] = counts.get(key, 0) + 1
-        elif self.metrics:  # an episode this observer never saw start
-            self._add_call_counts({key: 1}, self._metric_base(episode.labels))
+        elif self.metrics and self._metrics_live():  # an episode this observer never saw start
+            self._add_call_counts({key: 1}, self._label_key(episode.labels))
         if call is not None:
             self._finish_call_span(episode, call, action, verdict)
 
@@ -725,6 +825,14 @@ def _tool_attributes(spec: Any) -> dict[str, Any]:
     if spec.description:
         attrs[sc.GEN_AI_TOOL_DESCRIPTION] = spec.description
     return attrs
+
+
+try:  # the API's stand-in for a provider the application has not set: it forwards nothing until then
+    from opentelemetry.metrics._internal import _ProxyMeterProvider
+except ImportError:  # pragma: no cover - another API version: measure always, as if an SDK were there
+    _NO_METER_PROVIDERS: tuple[type, ...] = (otel_metrics.NoOpMeterProvider,)
+else:
+    _NO_METER_PROVIDERS = (otel_metrics.NoOpMeterProvider, _ProxyMeterProvider)
 
 
 def _get_meter(provider: MeterProvider | None) -> Meter:

@@ -160,6 +160,8 @@ class Toolset:
     def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
         self._specs: dict[str, ToolSpec] = {}
         self._producers: dict[str, list[str]] = {}
+        self._exposed: frozenset[str] | None = None
+        """The names :meth:`exposed_names` returns, until a tool is added."""
         for spec in specs:
             self.add(spec)
 
@@ -173,6 +175,7 @@ class Toolset:
             for p in old.produces:
                 self._producers[p.kind].remove(old.name)
         self._specs[spec.name] = spec
+        self._exposed = None
         for p in spec.produces:
             self._producers.setdefault(p.kind, []).append(spec.name)
         return spec
@@ -192,6 +195,13 @@ class Toolset:
 
     def __len__(self) -> int:
         return len(self._specs)
+
+    def exposed_names(self) -> frozenset[str]:
+        """Names of the tools exposed from the start of an episode (computed once until a tool is added)."""
+        exposed = self._exposed
+        if exposed is None:
+            exposed = self._exposed = frozenset(s.name for s in self._specs.values() if s.exposed)
+        return exposed
 
     @property
     def names(self) -> list[str]:

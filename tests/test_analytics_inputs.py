@@ -5,9 +5,13 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +19,7 @@ import pytest
 from prefixmon import Monitor, RecordError, ToolBlocked, Toolset
 from prefixmon.analytics import build_report, columns_from_records, load_columns, register_reader
 from prefixmon.analytics import inputs as inputs_module
-from prefixmon.analytics.columns import ColumnBuilder, EpisodeColumns
+from prefixmon.analytics.columns import ColumnBuilder, EpisodeColumns, TextColumn, distinct_episodes
 from prefixmon.otel_setup import configure_otel
 from prefixmon.records import ActionRecord, BadLine, EpisodeRecord, build_record, dumps_record, read_records, write_records
 from prefixmon.telemetry import Telemetry
@@ -191,6 +195,150 @@ def read_episode_csv(source: inputs_module.Source, on_error: str, errors: list[B
                 failure_reason=None,
             )
     return builder.build()
+
+
+class TestTextColumns:
+    """Episode ids and failure reasons of a file stay on disk until something reads them."""
+
+    def test_a_report_reads_no_text(self, tmp_path: Path) -> None:
+        """load_columns keeps a key per id; build_report never loads the ids or reasons."""
+        path = tmp_path / "r.jsonl"
+        write_records(path, records(40))
+        columns = load_columns(path)
+        assert isinstance(columns.episode_ids, TextColumn) and not columns.episode_ids.loaded
+        assert columns.keys is not None and len(columns.keys) == len(columns) == 40
+        build_report(columns, bootstrap=0)
+        assert isinstance(columns.failure_reason, TextColumn)
+        assert not columns.episode_ids.loaded and not columns.failure_reason.loaded
+        assert list(columns.episode_ids) == [f"ep-{i}" for i in range(40)]  # read when asked, the same way
+        assert_same(columns, columns_from_records(records(40)))
+
+    def test_skipped_lines_stay_skipped(self, tmp_path: Path) -> None:
+        """With on_error="skip", reading the text again skips the same bad lines, blank lines too."""
+        path = tmp_path / "r.jsonl"
+        lines = [dumps_record(r) for r in records(6)]
+        path.write_text("\n".join([lines[0], "{oops", "", lines[1], *lines[2:]]) + "\n", encoding="utf-8")
+        errors: list[BadLine] = []
+        columns = load_columns(path, on_error="skip", errors=errors)
+        assert [e.line for e in errors] == [2]
+        assert list(columns.episode_ids) == [f"ep-{i}" for i in range(6)]
+        assert list(columns.failure_reason) == [r.first_failure.reason if r.first_failure else None for r in records(6)]
+
+    def test_a_rewritten_file_is_noticed(self, tmp_path: Path) -> None:
+        """A file rewritten between the read and the text's read is an error naming the file, never mixed in."""
+        path = tmp_path / "r.jsonl"
+        write_records(path, records(5))
+        columns = load_columns(path)
+        write_records(path, records(5)[::-1])
+        with pytest.raises(RecordError, match="changed after it was read") as caught:
+            list(columns.episode_ids)
+        assert str(path) in str(caught.value)
+
+    def test_appended_lines_are_not_read(self, tmp_path: Path) -> None:
+        """Records appended after the read (a live sink) are not part of the columns read before."""
+        path = tmp_path / "r.jsonl"
+        write_records(path, records(5))
+        columns = load_columns(path)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(dumps_record(records(7)[6]) + "\n")
+        assert list(columns.episode_ids) == [f"ep-{i}" for i in range(5)]
+
+    def test_duplicates_are_found_by_key_and_decided_by_id(self, tmp_path: Path) -> None:
+        """The same episode in two files counts once; the ids are read only because a key repeats."""
+        a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+        write_records(a, records(5))
+        write_records(b, records(5)[3:])
+        columns, again = distinct_episodes(load_columns(a, b))
+        assert again == ["ep-3", "ep-4"] and len(columns) == 5
+        once, none = distinct_episodes(load_columns(a))
+        assert none == [] and isinstance(once.episode_ids, TextColumn) and not once.episode_ids.loaded
+
+    def test_a_pipe_keeps_its_text(self, tmp_path: Path) -> None:
+        """A source that cannot be read twice (a pipe) keeps the text in memory."""
+        builder = ColumnBuilder()
+        builder.add(
+            episode_id="e", task_id="t", labels={}, horizon=1, fed=2, outcome=0, cause=-1, failure_tool=None, failure_reason=None
+        )
+        columns = builder.build()
+        assert columns.episode_ids == ("e",) and columns.keys is not None
+
+
+_PARALLEL_READ = """
+import json, os, sys
+from prefixmon.analytics import _parallel, load_columns
+from prefixmon.records import BadLine, RecordError
+_parallel.MIN_BYTES = 1  # every file counts as large
+path, on_error = sys.argv[1], sys.argv[2]
+workers = _parallel.workers_for(path, 10**9)
+errors = []
+try:
+    c = load_columns(path, on_error=on_error, errors=errors)
+except RecordError as e:
+    print(json.dumps({"workers": workers, "raised": [e.line, str(e)]}))
+    raise SystemExit(0)
+print(json.dumps({
+    "workers": workers, "horizon": c.horizon.tolist(), "fed": c.fed.tolist(), "outcome": c.outcome.tolist(),
+    "cause": c.cause.tolist(), "tasks": [c.task_ids[i] for i in c.task], "labels": [c.label_sets[i] for i in c.label_set],
+    "ids": list(c.episode_ids), "reasons": list(c.failure_reason), "tools": list(c.failure_tool),
+    "errors": [[e.line, e.truncated, e.message] for e in errors],
+}))
+"""
+
+
+class TestParallelRead:
+    """A large file read by several processes gives what one process gives, line numbers included.
+
+    Run in a fresh process: the reader forks only a process without other threads, and this
+    test process has the sink writers and exporters of other tests.
+    """
+
+    def read(self, path: Path, on_error: str = "skip") -> dict[str, Any]:
+        env = {**os.environ, "PREFIXMON_READ_WORKERS": "3"}
+        done = subprocess.run(
+            [sys.executable, "-c", _PARALLEL_READ, str(path), on_error], capture_output=True, text=True, env=env, check=True
+        )
+        out: dict[str, Any] = json.loads(done.stdout)
+        if out["workers"] < 2:
+            pytest.skip("one core, or not Linux: every file is read by one process")
+        return out
+
+    def lines(self) -> list[str]:
+        lines = [dumps_record(r) for r in records(40)]
+        lines[25] = "{not json"
+        lines.insert(10, "   ")
+        return lines
+
+    def test_same_columns_as_one_process(self, tmp_path: Path) -> None:
+        """Columns, skipped lines (global numbers) and the text read again equal the sequential read's."""
+        path = tmp_path / "r.jsonl"
+        path.write_text("\n".join(self.lines()) + "\n", encoding="utf-8")
+        got = self.read(path)
+        errors: list[BadLine] = []
+        one = load_columns(path, on_error="skip", errors=errors)  # this process: one reader
+        assert [e[0] for e in got["errors"]] == [e.line for e in errors] == [27]  # (after the blank line 11)
+        assert got["horizon"] == one.horizon.tolist() and got["fed"] == one.fed.tolist()
+        assert got["outcome"] == one.outcome.tolist() and got["cause"] == one.cause.tolist()
+        assert got["tasks"] == [one.task_ids[i] for i in one.task]
+        assert got["labels"] == [one.label_sets[i] for i in one.label_set]
+        assert got["ids"] == list(one.episode_ids) and got["reasons"] == list(one.failure_reason)
+        assert got["tools"] == list(one.failure_tool) and len(got["ids"]) == 39
+
+    def test_the_first_bad_line_of_the_file_is_raised(self, tmp_path: Path) -> None:
+        """Under on_error="raise" the error names the file's first bad line, whichever process read it."""
+        path = tmp_path / "r.jsonl"
+        lines = self.lines()
+        lines[38] = lines[38].replace('"fed":', '"fed":"x",  "_":')
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        line, message = self.read(path, "raise")["raised"]
+        assert line == 27 and str(path) in message
+
+    def test_a_truncated_last_line(self, tmp_path: Path) -> None:
+        """An unterminated last line that is not a record is reported as truncated, at its global line."""
+        path = tmp_path / "r.jsonl"
+        good = [dumps_record(r) for r in records(30)]
+        path.write_text("\n".join(good) + "\n" + good[0][:40], encoding="utf-8")
+        got = self.read(path)
+        assert len(got["ids"]) == 30 and [e[:2] for e in got["errors"]] == [[31, True]]
 
 
 class TestOtlpTraces:

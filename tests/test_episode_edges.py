@@ -16,6 +16,7 @@ from prefixmon import (
     Grounded,
     Monitor,
     Observer,
+    PendingCall,
     ToolBlocked,
     ToolCall,
     Toolset,
@@ -55,6 +56,44 @@ def recorder(ran: list[dict[str, Any]]) -> Any:
         return "removed"
 
     return execute
+
+
+class TestSynchronousCallers:
+    """Episode.admit and Episode.close_sync do the whole job without an event loop when no hook has to be awaited."""
+
+    def test_admit_and_close_without_an_event_loop(self, tmp_path: Path) -> None:
+        """No event loop anywhere (a sync framework's thread): calls are judged, run, blocked and recorded."""
+        monitor = Monitor(build_tools(), policy="block", sink=tmp_path / "r.jsonl")
+        ep = monitor.open_episode("t")
+        pending = ep.admit("search", {"name": "Ada"}, call_id="c1")
+        assert isinstance(pending, PendingCall) and pending.verdict.executable
+        pending.done([{"pid": "p-1", "name": "Ada"}])
+        with pytest.raises(ToolBlocked):  # blocked right here: observe and block await no hook
+            ep.admit("fw_remove", {"pid": "p-404"})
+        observed = Monitor(build_tools()).open_episode("t")
+        let_through = observed.admit("fw_remove", {"pid": "p-404"})
+        assert isinstance(let_through, PendingCall) and let_through.decision is Decision.OBSERVE
+        let_through.done("removed")
+        record = ep.close_sync()
+        assert isinstance(record, EpisodeRecord) and (record.horizon, record.fed) == (2, 2)
+        assert ep.close_sync() is record  # idempotent
+        assert [r.episode_id for r in read_records(tmp_path / "r.jsonl")] == [ep.id]
+        assert isinstance(observed.close_sync(), EpisodeRecord)
+
+    async def test_what_needs_a_hook_is_returned_to_await(self) -> None:
+        """A replan hook (or a callable sink) is left to the caller to await; the outcome is what begin() gives."""
+        kept: list[EpisodeRecord] = []
+        monitor = Monitor(build_tools(), policy="replan", replan=replace_with("search", {"name": "Ada"}), sink=kept.append)
+        ep = monitor.open_episode("t")
+        admitted = ep.admit("fw_remove", {"pid": "p-404"})
+        assert not isinstance(admitted, PendingCall)
+        pending = await admitted
+        assert pending.replaced and pending.call.name == "search"
+        pending.done([])
+        closed = ep.close_sync()
+        assert not isinstance(closed, EpisodeRecord)
+        record = await closed
+        assert kept == [record] and record.actions[0].replacement == "search"
 
 
 class TestSinkAwaitable:

@@ -7,10 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic_core import PydanticSerializationError
 
 from prefixmon import (
     ActionRecord,
@@ -24,7 +27,7 @@ from prefixmon import (
     iter_records,
     read_records,
 )
-from prefixmon.records import build_record, dumps_record, loads_record
+from prefixmon.records import RECORD_ADAPTER, build_record, dumps_record, loads_record, record_line
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -79,6 +82,68 @@ class TestBuild:
         line = dumps_record(make([ActionRecord(depth=1, tool="a", executable=True)])).replace(*patch)
         with pytest.raises(RecordError, match=message):
             loads_record(line)
+
+
+class TestRecordLine:
+    """The line a sink writes is the line pydantic writes, byte for byte, whichever encoder made it."""
+
+    @given(
+        tool=st.text(max_size=12),
+        reason=st.text(max_size=40),
+        label=st.text(max_size=12),
+        micros=st.integers(0, 999_999),
+        offset=st.integers(-14 * 60, 14 * 60),
+        naive=st.booleans(),
+        outcome=st.sampled_from([None, *Outcome]),
+        cause=st.sampled_from(list(Cause)),
+        decision=st.sampled_from(list(Decision)),
+        turn=st.integers(0, 10**6),
+    )
+    @settings(max_examples=200, deadline=None)
+    def test_same_bytes_as_pydantic(
+        self,
+        tool: str,
+        reason: str,
+        label: str,
+        micros: int,
+        offset: int,
+        naive: bool,
+        outcome: Outcome | None,
+        cause: Cause,
+        decision: Decision,
+        turn: int,
+    ) -> None:
+        """Text (non-ASCII, control characters), datetimes (offsets, microseconds, naive), enums and nulls."""
+        when = datetime(2026, 11, 30, 1, 2, 3, micros, tzinfo=None if naive else timezone(timedelta(minutes=offset)))
+        actions = [
+            ActionRecord(depth=1, tool=tool, call_id=label, executable=True, decision=decision, turn=turn),
+            ActionRecord(depth=2, tool=None, executable=False, cause=cause, reason=reason, error=reason, plan_step=turn),
+        ]
+        rec = build_record(
+            episode_id=label,
+            task_id=tool,
+            labels={label: reason, "m": tool},
+            actions=actions,
+            outcome=outcome,
+            started_at=when,
+            ended_at=when,
+            error=reason or None,
+        )
+        try:
+            expected = RECORD_ADAPTER.dump_json(rec, exclude_none=False) + b"\n"
+        except PydanticSerializationError:  # lone surrogates: escaped instead, by either path
+            expected = None
+        line = record_line(rec)
+        if expected is not None:
+            assert line == expected
+        assert dumps_record(rec) == line[:-1].decode()
+        assert loads_record(line) == rec or expected is None
+
+    def test_lone_surrogates_are_escaped(self) -> None:
+        """Text UTF-8 cannot encode is written with backslash escapes; the line is still a record."""
+        rec = make([ActionRecord(depth=1, tool="a\ud800", executable=True)])
+        line = record_line(rec)
+        assert loads_record(line).actions[0].tool == "a\\ud800"  # the escape, as text
 
 
 class TestReader:

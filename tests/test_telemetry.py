@@ -11,11 +11,13 @@ from typing import Any
 import anyio
 import pytest
 from opentelemetry import trace
+from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, NumberDataPoint
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 
 from prefixmon import (
@@ -33,6 +35,8 @@ from prefixmon import (
 from prefixmon import semconv as sc
 from prefixmon.plan import PlanFollower
 from prefixmon.telemetry import Telemetry, redact_keys
+
+from .conftest import build_contacts
 
 
 @dataclass
@@ -210,8 +214,8 @@ class TestEvents:
     """The verdict as gen_ai.guardrail.result, and prefixmon.first_failure once."""
 
     async def test_guardrail_result_on_every_call(self, otel: Otel, tools: Toolset) -> None:
-        """Each call span has one guardrail event with component, source, type, value and reason."""
-        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
+        """With guardrail_events="all", each call span has one guardrail event with component, source, type, value and reason."""
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry(guardrail_events="all")]))
         got = [events(s, sc.GEN_AI_GUARDRAIL_RESULT) for s in otel.tool_spans()]
         assert all(len(e) == 1 for e in got)
         ok, blocked = got[0][0], got[1][0]
@@ -787,6 +791,12 @@ class TestHotPathShape:
         with pytest.raises(ValueError, match="guardrail_events"):
             Telemetry(guardrail_events="some")  # type: ignore[arg-type]
 
+    async def test_non_pass_is_the_default(self, otel: Otel, tools: Toolset) -> None:
+        """By default a plain pass carries its verdict as span attributes only; every other call has its event."""
+        assert Telemetry().guardrail_events == "non_pass"
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
+        assert [len(events(s, sc.GEN_AI_GUARDRAIL_RESULT)) for s in otel.tool_spans()] == [0, 1, 0, 1]
+
     async def test_call_counts_are_added_when_the_episode_ends(self, otel: Otel, tools: Toolset) -> None:
         """prefixmon.calls and interventions are summed per episode and added at its end; internal errors at once."""
 
@@ -831,14 +841,52 @@ class TestHotPathShape:
         def broken(kind: str, value: Any) -> Any:
             raise RuntimeError("redactor bug")
 
-        monitor = Monitor(tools, policy="block", observers=[otel.telemetry(capture_content=True, redact=broken)])
-        ep = await run_contacts(monitor)
+        telemetry = otel.telemetry(capture_content=True, redact=broken, guardrail_events="all")
+        ep = await run_contacts(Monitor(tools, policy="block", observers=[telemetry]))
         spans = otel.tool_spans()
         assert len(spans) == 4 and all(s.end_time is not None for s in spans)
         assert [attrs(s)[sc.PREFIXMON_DECISION] for s in spans] == ["allow", "block", "allow", "block"]
         assert all(len(events(s, sc.GEN_AI_GUARDRAIL_RESULT)) == 1 for s in spans)
         assert ep.internal_errors >= 4
         assert not any(k in attrs(s) for s in spans for k in (sc.GEN_AI_TOOL_CALL_ARGUMENTS, sc.PREFIXMON_REASON))
+
+    async def test_an_untraced_episode_takes_no_per_call_hook(self, otel: Otel, tools: Toolset) -> None:
+        """A sampled-out episode (or one without an SDK) makes no span and skips every per-call hook; metrics stay whole."""
+        sampled_out = TracerProvider(sampler=ALWAYS_OFF)
+        sampled_out.add_span_processor(SimpleSpanProcessor(otel.spans))
+        for provider in (sampled_out, trace.NoOpTracerProvider()):
+            for meters, hooks in ((otel.meter_provider, {"episode_finished"}), (NoOpMeterProvider(), set())):
+                telemetry = Telemetry(tracer_provider=provider, meter_provider=meters)
+                ep = Monitor(tools).open_episode("t")
+                telemetry.episode_started(ep)
+                assert telemetry.episode_hooks(ep) == hooks  # measured only, or nothing at all
+                telemetry.episode_finished(ep, await ep.aclose())
+        traced = otel.telemetry()
+        ep = Monitor(tools).open_episode("t")
+        traced.episode_started(ep)
+        assert traced.episode_hooks(ep) == traced.call_hooks() | {"episode_context", "episode_finished"}
+        await ep.aclose()
+        assert otel.tool_spans() == []
+
+    async def test_untraced_episodes_count_calls_from_their_record(self, otel: Otel, tools: Toolset) -> None:
+        """prefixmon.calls and interventions of sampled-out episodes equal those of traced ones, call for call."""
+        await run_contacts(Monitor(tools, policy="block", observers=[otel.telemetry()]))
+        traced = otel.counts(sc.METRIC_CALLS), otel.counts(sc.METRIC_INTERVENTIONS), otel.counts(sc.METRIC_EPISODES)
+        assert sum(traced[0].values()) == 4 and sum(traced[1].values()) == 2
+        reader = InMemoryMetricReader()
+        mp = MeterProvider(metric_readers=[reader])
+        untraced = Telemetry(tracer_provider=TracerProvider(sampler=ALWAYS_OFF), meter_provider=mp)
+        await run_contacts(Monitor(build_contacts()[0], policy="block", observers=[untraced]))  # a fresh contact book
+        again = Otel(spans=otel.spans, reader=reader, tracer_provider=otel.tracer_provider, meter_provider=mp)
+        assert (again.counts(sc.METRIC_CALLS), again.counts(sc.METRIC_INTERVENTIONS), again.counts(sc.METRIC_EPISODES)) == traced
+        mp.shutdown()
+
+    async def test_an_episode_without_calls_counts_no_call(self, otel: Otel, tools: Toolset) -> None:
+        """The no-tool slot of an episode without calls is not a call: no prefixmon.calls point, one episode."""
+        untraced = Telemetry(tracer_provider=TracerProvider(sampler=ALWAYS_OFF), meter_provider=otel.meter_provider)
+        async with Monitor(tools, observers=[untraced]).episode(task_id="t"):
+            pass
+        assert otel.counts(sc.METRIC_CALLS) == {} and sum(otel.counts(sc.METRIC_EPISODES).values()) == 1
 
     async def test_framework_runs_the_tool(self, otel: Otel, tools: Toolset) -> None:
         """begin/done without run(): the span starts when the call is emitted and ends when it is reported."""

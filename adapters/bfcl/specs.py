@@ -23,10 +23,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import Any, Final, Literal
 
-from prefixmon import Episode, Monitor, Precondition, Ref, SpecError, ToolBlocked, Toolset, TrackedState, dry_run
+from prefixmon import Episode, Monitor, Precondition, Ref, SpecError, ToolBlocked, Toolset, ToolSpec, TrackedState, dry_run
 
 from .data import BfclTask, function_docs, functions_of
 from .env import BfclCall, BfclEnv, bfcl_error_text, bfcl_result_text, invoke, rejection
@@ -168,11 +168,20 @@ def build_toolset(mode: Mode = "declared") -> Toolset:
     Args:
         mode: ``"declared"``, ``"dry_run"`` or ``"none"`` (see the module docstring).
 
+    Returns:
+        a new toolset (the caller may extend it) of specs made once per process and mode.
+
     Raises:
         SpecError: an unknown mode.
     """
     if mode not in MODES:
         raise SpecError(f"unknown precondition mode {mode!r}; expected one of {', '.join(MODES)}")
+    return Toolset(_specs(mode))
+
+
+@cache
+def _specs(mode: Mode) -> tuple[ToolSpec, ...]:
+    """Every function's spec in ``mode``, its JSON Schema compiled once per process (specs are immutable)."""
     tools = Toolset()
     for cls_name, docs in function_docs().items():
         for doc in docs:
@@ -203,7 +212,7 @@ def build_toolset(mode: Mode = "declared") -> Toolset:
                 coercion="strict",
                 unknown="forbid",
             )
-    return tools
+    return tuple(tools)
 
 
 # -- one task through a monitor ------------------------------------------------------------

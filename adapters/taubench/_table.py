@@ -25,12 +25,13 @@ class Table(Mapping[str, Any]):
 
     __slots__ = ("_base", "_deleted", "_derived", "_new", "_over")
 
-    def __init__(self, base: Mapping[str, Any]) -> None:
+    def __init__(self, base: Mapping[str, Any], *, derived: dict[str, Any] | None = None) -> None:
         self._base = base
         self._over: dict[str, Any] = {}
         self._new: list[str] = []
         self._deleted: set[str] = set()
-        self._derived: dict[str, Any] = {}
+        self._derived: dict[str, Any] = {} if derived is None else derived
+        """Data derived from the base (see :meth:`derived`): shared by every table over the same base when given."""
 
     def __getitem__(self, key: str) -> Any:
         if key in self._over:

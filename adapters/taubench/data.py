@@ -33,6 +33,7 @@ __all__ = (
     "load_schemas",
     "load_tables",
     "load_tasks",
+    "shared_derived",
     "split_domain",
 )
 
@@ -99,10 +100,21 @@ def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
     Raises:
         DataNotFoundError: the folder does not exist (the message says where it looked).
     """
+    return _resolved(None if path is None else os.fspath(path), os.environ.get(ENV_VAR) or None)
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(path: str | None, env_value: str | None) -> Path:
+    """The data folder for an explicit path and the environment variable's value, found once.
+
+    Every sandbox asks (a fresh one per replayed rollout): the ``stat`` and ``realpath`` calls
+    cost a sandbox more than its copy-on-write tables. A folder that does not exist is not
+    cached (the error is raised again, and a folder created later is found).
+    """
     if path is not None:
         candidates = [Path(path)]
-    elif os.environ.get(ENV_VAR):
-        candidates = [Path(os.environ[ENV_VAR])]
+    elif env_value:
+        candidates = [Path(env_value)]
     else:
         candidates = [PACKAGED]
     for candidate in candidates:
@@ -125,6 +137,12 @@ def _read_json(file: Path) -> Any:
 @functools.cache
 def _tables(domain: Domain, root: Path) -> Mapping[str, Mapping[str, Any]]:
     return {name: _read_json(root / domain / f"{name}.json") for name in TABLES[domain]}
+
+
+@functools.cache
+def shared_derived(domain: Domain, root: Path, table: str) -> dict[str, Any]:
+    """Indexes derived from one read-only base table, shared by every sandbox over it (see :meth:`.Table.derived`)."""
+    return {}
 
 
 def load_tables(domain: Domain, path: str | os.PathLike[str] | None = None) -> Mapping[str, Any]:

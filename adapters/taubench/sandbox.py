@@ -18,7 +18,7 @@ from typing import Any
 
 from . import _airline, _retail
 from ._table import Db, Table
-from .data import Domain, TauTask, load_tables
+from .data import Domain, TauTask, data_dir, load_tables, shared_derived
 
 __all__ = (
     "WRITE_TOOLS",
@@ -88,8 +88,10 @@ class Sandbox:
 
     def __init__(self, domain: Domain, *, data: str | os.PathLike[str] | None = None, replica: bool = False) -> None:
         tables = load_tables(domain, data)
+        root = data_dir(data)
         self.domain: Domain = domain
-        self.db: Db = {name: Table(base) for name, base in tables.items()}
+        # indexes over the base data (users by email, ...) are built once per process, not per sandbox
+        self.db: Db = {name: Table(base, derived=shared_derived(domain, root, name)) for name, base in tables.items()}
         self.tools: Mapping[str, ToolFn] = _TOOLS[domain]
         self.replica = replica
         self.divergences: list[tuple[str, str]] = []

@@ -22,6 +22,7 @@ Without an ``env`` the database preconditions cannot be decided and hold.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from prefixmon import Grounded, Precondition, Ref, Toolset, TrackedState
+from prefixmon import Grounded, Precondition, Ref, Toolset, ToolSpec, TrackedState
 
 from . import _airline, _retail
 from ._calculator import CALCULATOR_CHARS, evaluate
 from ._table import Db, Table
-from .data import Domain, load_schemas
+from .data import Domain, data_dir, load_schemas
 from .sandbox import WRITE_TOOLS, Sandbox, is_error_result
 
 __all__ = (
@@ -630,13 +631,21 @@ def toolset(domain: Domain, *, data: str | os.PathLike[str] | None = None) -> To
     ``execute=sandbox.executor(name)``) or ``env=Sandbox(domain, replica=True)`` (the calls
     run elsewhere; accepted writes are mirrored into the replica).
 
+    The specs (their compiled schemas) are made once per process and data folder; each call
+    returns a new toolset of them, which the caller may extend.
+
     Raises:
         ValueError: the schema file and the rules do not name the same tools.
     """
+    return Toolset(_specs(domain, data_dir(data)))
+
+
+@functools.cache
+def _specs(domain: Domain, root: Path) -> tuple[ToolSpec, ...]:
     rules = _rules(domain)
     tools = Toolset()
     seen: list[str] = []
-    for entry in load_schemas(domain, data):
+    for entry in load_schemas(domain, root):
         function = entry.get("function", entry)
         name = function["name"]
         if name not in rules:
@@ -665,7 +674,7 @@ def toolset(domain: Domain, *, data: str | os.PathLike[str] | None = None) -> To
     missing = sorted(set(rules) - set(seen))
     if missing:
         raise ValueError(f"τ-bench {domain} schema lacks tools {missing}")
-    return tools
+    return tuple(tools)
 
 
 def airline_toolset(*, data: str | os.PathLike[str] | None = None) -> Toolset:

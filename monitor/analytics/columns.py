@@ -7,9 +7,10 @@ or read them straight from record files with the fast loader in :mod:`.inputs`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Final, Literal
+from typing import Any, Final, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -26,12 +27,16 @@ __all__ = (
     "ColumnBuilder",
     "EpisodeColumns",
     "IntArray",
+    "KeyArray",
     "OnError",
     "SmallArray",
+    "TextColumn",
     "columns_from_records",
+    "combined",
     "concat_columns",
     "distinct_episodes",
     "task_units",
+    "unique_codes",
 )
 
 OnError = Literal["raise", "skip"]
@@ -48,6 +53,122 @@ DATASET: Final = "dataset"
 
 IntArray = npt.NDArray[np.int32]
 SmallArray = npt.NDArray[np.int8]
+KeyArray = npt.NDArray[np.int64]
+
+Texts = tuple[tuple[str, ...], tuple[str | None, ...], tuple[str | None, ...]]
+"""Episode ids, failure tools and failure reasons, one each per episode."""
+
+
+class TextColumn(Sequence[Any]):
+    """Per-episode text (episode ids, failure reasons) that is read only when something needs it.
+
+    The metrics never read these columns, and at ten million episodes they would be the
+    largest part of a report's memory (one Python string each). A reader that can read its
+    file again hands a loader instead: the text is loaded the first time it is read (a
+    review sheet, annotations, a duplicate id) and kept. ``len()`` never loads it.
+    """
+
+    __slots__ = ("_length", "_load", "_values")
+
+    def __init__(self, length: int, load: Callable[[], Sequence[Any]]) -> None:
+        self._length = length
+        self._load: Callable[[], Sequence[Any]] | None = load
+        self._values: Sequence[Any] | None = None
+
+    @classmethod
+    def of(cls, values: Sequence[Any]) -> TextColumn:
+        """A column of values already in memory."""
+        column = cls(len(values), lambda: values)
+        column._values = values
+        return column
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the text is in memory."""
+        return self._values is not None
+
+    def values(self) -> Sequence[Any]:
+        """All the values (loading them once)."""
+        values = self._values
+        if values is None:
+            assert self._load is not None
+            values = self._values = tuple(self._load())
+            self._load = None
+            if len(values) != self._length:
+                raise RuntimeError(f"a text column loaded {len(values)} values for {self._length} episodes")
+        return values
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Any]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self.values()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.values())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TextColumn):
+            other = other.values()
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == self._length and tuple(self.values()) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = repr(tuple(self._values[:3])) + ("..." if self._length > 3 else "") if self._values is not None else "not loaded"
+        return f"TextColumn({self._length} values: {shown})"
+
+
+def _text(values: Sequence[Any]) -> Sequence[Any]:
+    """Values of a text column as a plain sequence (loading a lazy one)."""
+    return values.values() if isinstance(values, TextColumn) else values
+
+
+DENSE_LIMIT: Final = 1 << 26
+"""Largest code range :func:`unique_codes` counts in a table (512 MiB of counts at most); beyond it, it sorts."""
+
+
+def combined(major: npt.NDArray[np.integer[Any]], size: int, minor: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.integer[Any]]:
+    """``major * size + minor`` per episode, in 32 bits when the codes fit (half the memory of 64)."""
+    top = (int(major.max()) + 1) * size if major.size else 0
+    out: npt.NDArray[np.integer[Any]] = major.astype(np.int32 if top < 2**31 else np.int64)
+    np.multiply(out, size, out=out)
+    np.add(out, minor, out=out)
+    return out
+
+
+def unique_codes(
+    codes: npt.NDArray[np.integer[Any]], size: int, *, inverse: bool = True
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.integer[Any]]]:
+    """``np.unique(codes, return_counts=True, return_inverse=True)`` of non-negative codes below ``size``.
+
+    With a table of ``size`` counts when it is small enough (:data:`DENSE_LIMIT`): one pass,
+    no sorted copy of the codes (at ten million episodes the sort's copies were most of a
+    report's memory). Returns ``(values, counts, inverse)`` (``inverse`` empty when not asked for).
+    """
+    if size <= DENSE_LIMIT:
+        counts = np.bincount(codes, minlength=size)
+        values = np.flatnonzero(counts)
+        if not inverse:
+            return values.astype(np.int64), counts[values].astype(np.int64), np.zeros(0, dtype=np.int32)
+        table = np.zeros(size, dtype=np.int32 if values.size < 2**31 else np.int64)
+        table[values] = np.arange(values.size, dtype=table.dtype)
+        return values.astype(np.int64), counts[values].astype(np.int64), table[codes]
+    values, where, counts = np.unique(codes, return_inverse=True, return_counts=True)
+    return values.astype(np.int64), counts.astype(np.int64), where.reshape(-1)
+
+
+def episode_keys(episode_ids: Iterable[str]) -> KeyArray:
+    """A 64-bit key per episode id (``hash()``, this process only) for telling duplicates apart cheaply."""
+    return np.fromiter((hash(e) for e in episode_ids), dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,12 +195,16 @@ class EpisodeColumns:
     """Distinct task ids."""
     label_sets: tuple[Mapping[str, str], ...]
     """Distinct label objects."""
-    episode_ids: tuple[str, ...]
-    """Episode ids, one per episode."""
-    failure_tool: tuple[str | None, ...]
+    episode_ids: Sequence[str]
+    """Episode ids, one per episode (a :class:`TextColumn` when read by the fast loader: loaded
+    from the file again when first read)."""
+    failure_tool: Sequence[str | None]
     """Tool of the first failure, one per episode (``None`` when executable)."""
-    failure_reason: tuple[str | None, ...]
+    failure_reason: Sequence[str | None]
     """Reason of the first failure, one per episode (``None`` when executable)."""
+    keys: KeyArray | None = None
+    """A 64-bit key per episode id (see :func:`episode_keys`), so that duplicate ids are found
+    without loading the ids; ``None``: computed from ``episode_ids`` when needed."""
 
     def __len__(self) -> int:
         return int(self.horizon.shape[0])
@@ -103,6 +228,7 @@ class EpisodeColumns:
     def select(self, mask: npt.NDArray[np.bool_]) -> EpisodeColumns:
         """The episodes where ``mask`` is true (lookup tables are kept as they are)."""
         where = np.flatnonzero(mask)
+        ids, tools, reasons = _text(self.episode_ids), _text(self.failure_tool), _text(self.failure_reason)
         return EpisodeColumns(
             horizon=self.horizon[where],
             fed=self.fed[where],
@@ -112,9 +238,10 @@ class EpisodeColumns:
             label_set=self.label_set[where],
             task_ids=self.task_ids,
             label_sets=self.label_sets,
-            episode_ids=tuple(self.episode_ids[i] for i in where),
-            failure_tool=tuple(self.failure_tool[i] for i in where),
-            failure_reason=tuple(self.failure_reason[i] for i in where),
+            episode_ids=tuple(ids[i] for i in where.tolist()),
+            failure_tool=tuple(tools[i] for i in where.tolist()),
+            failure_reason=tuple(reasons[i] for i in where.tolist()),
+            keys=None if self.keys is None else self.keys[where],
         )
 
 
@@ -126,7 +253,13 @@ def _value_order(value: str | None) -> tuple[int, str]:
 class ColumnBuilder:
     """Accumulates episodes one at a time and interns repeated strings.
 
-    Used by every reader; :meth:`add` takes already-checked plain values.
+    Used by every reader; :meth:`add` takes already-checked plain values. Numbers go into
+    compact arrays (4 bytes an episode, not a Python object each).
+
+    Args:
+        texts: loads the episode ids, failure tools and failure reasons again (a reader that
+            can read its file twice); the builder then keeps only a 64-bit key per id and
+            :meth:`add` takes no text. Default: the text is kept in memory.
     """
 
     __slots__ = (
@@ -134,27 +267,31 @@ class ColumnBuilder:
         "_episode",
         "_fed",
         "_horizon",
+        "_keys",
         "_label_index",
         "_labels",
         "_outcome",
         "_reason",
         "_task",
         "_task_index",
+        "_texts",
         "_tool",
     )
 
-    def __init__(self) -> None:
-        self._horizon: list[int] = []
-        self._fed: list[int] = []
-        self._outcome: list[int] = []
-        self._cause: list[int] = []
-        self._task: list[int] = []
-        self._labels: list[int] = []
+    def __init__(self, *, texts: Callable[[], Texts] | None = None) -> None:
+        self._horizon = array.array("i")
+        self._fed = array.array("i")
+        self._outcome = array.array("b")
+        self._cause = array.array("b")
+        self._task = array.array("i")
+        self._labels = array.array("i")
+        self._keys = array.array("q")
         self._episode: list[str] = []
         self._tool: list[str | None] = []
         self._reason: list[str | None] = []
         self._task_index: dict[str, int] = {}
         self._label_index: dict[tuple[tuple[str, str], ...], int] = {}
+        self._texts = texts
 
     def add(
         self,
@@ -170,40 +307,105 @@ class ColumnBuilder:
         failure_reason: str | None,
     ) -> None:
         """Append one episode (codes as in :data:`OUTCOME_CODE` and :data:`CAUSE_CODE`)."""
+        if self._texts is None:
+            self.add_text(episode_id, failure_tool, failure_reason)
+        self.append_codes(hash(episode_id), self.task_code(task_id), self.label_code(labels), horizon, fed, outcome, cause)
+
+    @property
+    def keeps_text(self) -> bool:
+        """Whether the text is kept in memory (no loader was given)."""
+        return self._texts is None
+
+    def task_code(self, task_id: str) -> int:
+        """The code of a task id (a new one for a new id)."""
         tasks = self._task_index
         code = tasks.get(task_id)
         if code is None:
             code = tasks[task_id] = len(tasks)
-        self._task.append(code)
+        return code
+
+    def label_code(self, labels: Mapping[str, str]) -> int:
+        """The code of a label set (the same labels in the same order share one)."""
         key = tuple(labels.items())
         sets = self._label_index
-        lcode = sets.get(key)
-        if lcode is None:
-            lcode = sets[key] = len(sets)
-        self._labels.append(lcode)
-        self._horizon.append(horizon)
-        self._fed.append(fed)
-        self._outcome.append(outcome)
-        self._cause.append(cause)
+        code = sets.get(key)
+        if code is None:
+            code = sets[key] = len(sets)
+        return code
+
+    def add_text(self, episode_id: str, failure_tool: str | None, failure_reason: str | None) -> None:
+        """Keep one episode's text (a builder without a text loader)."""
         self._episode.append(episode_id)
         self._tool.append(failure_tool)
         self._reason.append(failure_reason)
 
+    def take_numbers(self) -> dict[str, array.array[int]]:
+        """The numbers appended so far (``task``, ``label_set``, ``horizon``, ``fed``, ``outcome``,
+        ``cause``, ``keys``), handed over and cleared: a reader that writes them out as it goes."""
+        taken = {
+            "task": self._task,
+            "label_set": self._labels,
+            "horizon": self._horizon,
+            "fed": self._fed,
+            "outcome": self._outcome,
+            "cause": self._cause,
+            "keys": self._keys,
+        }
+        self._task, self._labels, self._horizon, self._fed = (array.array("i") for _ in range(4))
+        self._outcome, self._cause, self._keys = array.array("b"), array.array("b"), array.array("q")
+        return taken
+
+    def append_codes(self, key: int, task: int, label_set: int, horizon: int, fed: int, outcome: int, cause: int) -> None:
+        """Append one episode's numbers, its task and label set already coded (the fast loader's path)."""
+        self._task.append(task)
+        self._labels.append(label_set)
+        self._horizon.append(horizon)
+        self._fed.append(fed)
+        self._outcome.append(outcome)
+        self._cause.append(cause)
+        self._keys.append(key)
+
     def build(self) -> EpisodeColumns:
         """The columns of everything added so far."""
+        n = len(self._horizon)
+        if self._texts is None:
+            ids: Sequence[str] = tuple(self._episode)
+            tools: Sequence[str | None] = tuple(self._tool)
+            reasons: Sequence[str | None] = tuple(self._reason)
+        else:
+            shared = _SharedTexts(self._texts)
+            ids, tools, reasons = (TextColumn(n, lambda i=i: shared.get()[i]) for i in range(3))  # type: ignore[misc]
         return EpisodeColumns(
-            horizon=np.array(self._horizon, dtype=np.int32),
-            fed=np.array(self._fed, dtype=np.int32),
-            outcome=np.array(self._outcome, dtype=np.int8),
-            cause=np.array(self._cause, dtype=np.int8),
-            task=np.array(self._task, dtype=np.int32),
-            label_set=np.array(self._labels, dtype=np.int32),
+            horizon=np.frombuffer(self._horizon, dtype=np.int32).copy() if n else np.zeros(0, dtype=np.int32),
+            fed=np.frombuffer(self._fed, dtype=np.int32).copy() if n else np.zeros(0, dtype=np.int32),
+            outcome=np.frombuffer(self._outcome, dtype=np.int8).copy() if n else np.zeros(0, dtype=np.int8),
+            cause=np.frombuffer(self._cause, dtype=np.int8).copy() if n else np.zeros(0, dtype=np.int8),
+            task=np.frombuffer(self._task, dtype=np.int32).copy() if n else np.zeros(0, dtype=np.int32),
+            label_set=np.frombuffer(self._labels, dtype=np.int32).copy() if n else np.zeros(0, dtype=np.int32),
             task_ids=tuple(self._task_index),
             label_sets=tuple(dict(k) for k in self._label_index),
-            episode_ids=tuple(self._episode),
-            failure_tool=tuple(self._tool),
-            failure_reason=tuple(self._reason),
+            episode_ids=ids,
+            failure_tool=tools,
+            failure_reason=reasons,
+            keys=np.frombuffer(self._keys, dtype=np.int64).copy() if n else np.zeros(0, dtype=np.int64),
         )
+
+
+class _SharedTexts:
+    """One load of the three text columns of a file, shared by them."""
+
+    __slots__ = ("_load", "_texts")
+
+    def __init__(self, load: Callable[[], Texts]) -> None:
+        self._load: Callable[[], Texts] | None = load
+        self._texts: Texts | None = None
+
+    def get(self) -> Texts:
+        if self._texts is None:
+            assert self._load is not None
+            self._texts = self._load()
+            self._load = None
+        return self._texts
 
 
 def columns_from_records(records: Iterable[EpisodeRecord]) -> EpisodeColumns:
@@ -250,10 +452,22 @@ def concat_columns(parts: Sequence[EpisodeColumns]) -> EpisodeColumns:
         label_set=np.concatenate(labels),
         task_ids=tuple(task_index),
         label_sets=tuple(dict(k) for k in label_index),
-        episode_ids=tuple(e for p in parts for e in p.episode_ids),
-        failure_tool=tuple(t for p in parts for t in p.failure_tool),
-        failure_reason=tuple(t for p in parts for t in p.failure_reason),
+        episode_ids=_chain([p.episode_ids for p in parts]),
+        failure_tool=_chain([p.failure_tool for p in parts]),
+        failure_reason=_chain([p.failure_reason for p in parts]),
+        keys=np.concatenate([_keys(p) for p in parts]) if all(p.keys is not None for p in parts) else None,
     )
+
+
+def _chain(columns: Sequence[Sequence[Any]]) -> Sequence[Any]:
+    """One text column of several, loaded (part by part) only when read."""
+    if all(not isinstance(c, TextColumn) or c.loaded for c in columns):
+        return tuple(v for c in columns for v in _text(c))
+    return TextColumn(sum(len(c) for c in columns), lambda: tuple(v for c in columns for v in _text(c)))
+
+
+def _keys(columns: EpisodeColumns) -> KeyArray:
+    return columns.keys if columns.keys is not None else episode_keys(_text(columns.episode_ids))
 
 
 def distinct_episodes(columns: EpisodeColumns) -> tuple[EpisodeColumns, list[str]]:
@@ -263,12 +477,13 @@ def distinct_episodes(columns: EpisodeColumns) -> tuple[EpisodeColumns, list[str
     run, a sink that retried) would otherwise count twice and narrow every interval. The
     lookup tables keep only the task ids and label sets of the episodes kept.
     """
-    if len(set(columns.episode_ids)) == len(columns):  # the usual case, at C speed
+    keys = np.sort(_keys(columns))  # one copy, sorted in place (np.unique makes more)
+    if not len(keys) or not bool((keys[1:] == keys[:-1]).any()):  # the usual case: no id twice, none read to know it
         return columns, []
-    seen: set[str] = set()
+    seen: set[str] = set()  # a key seen twice: a duplicate, or (rarely) two ids with one key; the ids decide
     again: list[str] = []
     keep = np.ones(len(columns), dtype=np.bool_)
-    for i, episode_id in enumerate(columns.episode_ids):
+    for i, episode_id in enumerate(_text(columns.episode_ids)):
         if episode_id in seen:
             keep[i] = False
             again.append(episode_id)
@@ -307,6 +522,6 @@ def task_units(columns: EpisodeColumns) -> tuple[IntArray, tuple[tuple[str | Non
         return columns.task, tuple((None, t) for t in columns.task_ids)
     datasets, values = columns.label(DATASET)
     n_tasks = len(columns.task_ids)
-    keys, codes = np.unique(datasets.astype(np.int64) * n_tasks + columns.task, return_inverse=True)
+    keys, _, codes = unique_codes(combined(datasets, n_tasks, columns.task), len(values) * n_tasks)
     units = tuple((values[k // n_tasks], columns.task_ids[k % n_tasks]) for k in keys.tolist())
-    return codes.reshape(-1).astype(np.int32), units
+    return codes.astype(np.int32), units

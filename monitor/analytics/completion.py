@@ -23,7 +23,7 @@ from typing import Any, Final
 import numpy as np
 
 from ..exceptions import RecordError
-from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, task_units
+from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, combined, task_units, unique_codes
 
 __all__ = (
     "ATTRIBUTIONS",
@@ -104,15 +104,14 @@ def unstable_tasks(
         return unstable, rerun
     unit, names = task_units(columns) if units is None else units
     n_units = len(names)
-    g = cohort.astype(np.int64) * n_units + unit
-    groups, inverse = np.unique(g, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int64)
-    counts = np.bincount(inverse * 4 + code, minlength=groups.size * 4).reshape(groups.size, 4)
+    groups, _, inverse = unique_codes(combined(cohort, n_units, unit), n_cohorts * n_units)
+    code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int8)
+    counts = np.bincount(combined(inverse, 4, code), minlength=groups.size * 4).reshape(groups.size, 4)
     runs = counts.sum(axis=1)
-    score = np.array([SCORE[0], SCORE[1], SCORE[2], SCORE[-1]])[code]
-    total = np.bincount(inverse, weights=score, minlength=groups.size)
-    squares = np.bincount(inverse, weights=score * score, minlength=groups.size)
+    score = np.array([SCORE[0], SCORE[1], SCORE[2], SCORE[-1]])
+    # sums over each task's runs from its outcome counts: no per-episode arrays of scores
+    total = counts @ score
+    squares = counts @ (score * score)
     group_cohort = groups // n_units
     for c, n in zip(*np.unique(group_cohort[runs >= 2], return_counts=True), strict=True):
         rerun[int(c)] = int(n)
@@ -263,9 +262,10 @@ def attribute(
     score = np.array([SCORE[0], SCORE[1], SCORE[2], SCORE[-1]])
     outcome = np.where(columns.outcome < 0, 3, columns.outcome)
     completion += np.bincount(cohort, weights=score[outcome], minlength=n_cohorts)
+    ids = columns.episode_ids
     for i in np.flatnonzero(columns.outcome != 0):
         c = int(cohort[i])
-        found = by_episode.get(columns.episode_ids[i])
+        found = by_episode.get(ids[int(i)])
         if found is None:
             labels = columns.label_sets[int(columns.label_set[i])]
             for a in by_task.get(columns.task_ids[int(columns.task[i])], ()):
@@ -334,7 +334,7 @@ def review_sample(
     picked: list[tuple[int, str]] = []
     for c in np.unique(groups):
         members = np.flatnonzero(groups == c)
-        ok = sorted((i for i in members if columns.outcome[i] == 0), key=lambda i: columns.episode_ids[i])
+        ok = sorted((int(i) for i in members if columns.outcome[i] == 0), key=lambda i: columns.episode_ids[i])
         take = math.ceil(fraction * len(ok))
         chosen = sorted(rng.choice(len(ok), size=take, replace=False).tolist()) if take else []
         picked.extend((ok[j], "sampled success") for j in chosen)

@@ -22,12 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from .columns import CAUSES, EpisodeColumns, IntArray
+from .columns import CAUSES, DENSE_LIMIT, EpisodeColumns, IntArray, combined, unique_codes
 
 __all__ = (
     "STATISTICS",
@@ -218,9 +218,10 @@ class CohortSums:
 
 def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int, auc_scale: int = 1) -> CohortSums:
     """Every exact count the point estimates need, in one pass of bincounts (L = ``auc_scale``)."""
-    c = cohort.astype(np.int64)
-    horizon = columns.horizon.astype(np.int64)
-    fed = columns.fed.astype(np.int64)
+    # 32-bit codes and counts from tables: at ten million episodes, 64-bit copies of every
+    # column and sorted copies of them were most of a report's memory
+    c = cohort
+    horizon, fed = columns.horizon, columns.fed
     executable = fed == horizon + 1
     y = columns.outcome == 0
 
@@ -228,20 +229,22 @@ def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int, auc_s
         return np.bincount(c[mask], minlength=n_cohorts).astype(np.int64)
 
     width = (int(horizon.max()) if horizon.size else 0) + 2
-    fed_code, fed_count = np.unique(c * width + fed, return_counts=True)
-    horizon_code, horizon_count = np.unique(c * width + horizon, return_counts=True)
-    outcome_code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int64)
-    outcomes = np.bincount(c * 4 + outcome_code, minlength=n_cohorts * 4).reshape(n_cohorts, 4)
+    fed_code, fed_count, _ = unique_codes(combined(cohort, width, fed), n_cohorts * width, inverse=False)
+    horizon_code, horizon_count, _ = unique_codes(combined(cohort, width, horizon), n_cohorts * width, inverse=False)
+    outcome_code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int8)
+    outcomes = np.bincount(combined(c, 4, outcome_code), minlength=n_cohorts * 4).reshape(n_cohorts, 4)
     failed = columns.cause >= 0
     n_causes = len(CAUSES)
-    causes = np.bincount(c[failed] * n_causes + columns.cause[failed].astype(np.int64), minlength=n_cohorts * n_causes).reshape(
+    causes = np.bincount(combined(c[failed], n_causes, columns.cause[failed]), minlength=n_cohorts * n_causes).reshape(
         n_cohorts, n_causes
     )
+    fed_sum = np.zeros(n_cohorts, dtype=np.int64)  # exact: the sum of FED * (episodes with it) per cohort
+    np.add.at(fed_sum, fed_code // width, (fed_code % width) * fed_count)
     return CohortSums(
         n=np.bincount(c, minlength=n_cohorts).astype(np.int64),
         executable=count(executable),
-        fed_sum=np.bincount(c, weights=fed, minlength=n_cohorts).astype(np.int64),
-        auc_sum=np.bincount(c, weights=_auc(fed, horizon, auc_scale), minlength=n_cohorts).astype(np.float64),
+        fed_sum=fed_sum,
+        auc_sum=_auc_sums(c, fed, horizon, auc_scale, n_cohorts, width),
         success=count(y),
         success_executable=count(y & executable),
         recovered=count(y & ~executable),
@@ -256,7 +259,21 @@ def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int, auc_s
     )
 
 
-def _auc(fed: npt.NDArray[np.int64] | FloatArray, horizon: npt.NDArray[np.int64] | FloatArray, scale: int) -> FloatArray:
+def _auc_sums(cohort: IntArray, fed: IntArray, horizon: IntArray, scale: int, n_cohorts: int, width: int) -> FloatArray:
+    """Σ (FED_i - 1)·L/T_i per cohort, from the counts of each (cohort, FED, T) when they fit a table."""
+    size = n_cohorts * width * width
+    if size > DENSE_LIMIT:  # long horizons: one value per episode
+        return np.bincount(cohort, weights=_auc(fed, horizon, scale), minlength=n_cohorts).astype(np.float64)
+    codes, counts, _ = unique_codes(combined(combined(cohort, width, fed), width, horizon), size, inverse=False)
+    t = codes % width
+    f = (codes // width) % width
+    return np.bincount(codes // (width * width), weights=_auc(f, t, scale) * counts, minlength=n_cohorts).astype(np.float64)
+
+
+_Numbers = npt.NDArray[np.integer[Any]] | FloatArray
+
+
+def _auc(fed: _Numbers, horizon: _Numbers, scale: int) -> FloatArray:
     """(FED - 1)·L/T per episode: integers when L > 1."""
     if scale > 1:
         return ((fed - 1).astype(np.int64) * (scale // horizon.astype(np.int64))).astype(np.float64)

@@ -18,7 +18,17 @@ import numpy.typing as npt
 
 from ..records import BadLine, EpisodeRecord
 from .bootstrap import CHUNK_CELLS, ProgressFn, percentile_interval, resample_sums, wilson_interval
-from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, columns_from_records, distinct_episodes, task_units
+from .columns import (
+    CAUSES,
+    OUTCOMES,
+    EpisodeColumns,
+    IntArray,
+    columns_from_records,
+    combined,
+    distinct_episodes,
+    task_units,
+    unique_codes,
+)
 from .completion import Annotation, Attribution, UnstableTask, attribute, read_annotations, unstable_tasks
 from .curves import StepCurve
 from .inputs import load_columns
@@ -390,7 +400,7 @@ def build_report(
     n_cohorts = len(grouping.cohort_keys)
     unit, units = task_units(columns)
     unit_ids = [t for _, t in units]
-    cohort_tasks, runs = np.unique(grouping.cohort.astype(np.int64) * len(units) + unit, return_counts=True)
+    cohort_tasks, runs, _ = unique_codes(combined(grouping.cohort, len(units), unit), n_cohorts * len(units), inverse=False)
     tasks_per_cohort = np.bincount(cohort_tasks // len(units), minlength=n_cohorts)
     # A sum (point or resampled) adds at most (tasks) x (most runs of one task in one cohort) episodes.
     scale = auc_scale(columns.horizon, len(units) * int(runs.max()))
