@@ -99,10 +99,12 @@ _PASS_EVENT: Final[Mapping[str, Any]] = {
     sc.PREFIXMON_EXECUTABLE: True,
 }
 GuardrailEvents = Literal["all", "non_pass"]
-ToolSpans = Literal["own", "enrich"]
-"""``own``: an ``execute_tool`` span per call; ``enrich``: the call's attributes go on the span
-current when the call starts (a framework's own tool span, e.g. the MCP SDK's ``tools/call``
-server span), so there is no second span for one execution."""
+ToolSpans = Literal["auto", "own", "enrich"]
+"""``auto``: enrich a framework's own tool span when one is current as the call starts (a
+recording span whose ``gen_ai.operation.name`` is ``execute_tool`` for the same tool, as the MCP
+SDK's ``tools/call`` server span is), else an ``execute_tool`` span of our own; ``own``: always
+our own span; ``enrich``: the call's attributes always go on the span current when the call
+starts. One execution never gets two tool spans."""
 _NO_CAPTURE_IDLE: Final = frozenset({"call_result"})
 _EPISODE_HOOKS: Final = frozenset({"episode_context", "episode_finished"})
 _FINISHED_ONLY: Final = frozenset({"episode_finished"})
@@ -114,6 +116,16 @@ _MAX_ATTRIBUTE_SETS: Final = 4096
 _CallKey = tuple[bool, Decision, "Cause | None"]
 """``(executable, decision, cause)``: one distinct attribute set of the per-call counters."""
 _PASS_KEY: Final[_CallKey] = (True, Decision.ALLOW, None)
+
+
+def _is_tool_span(span: Span, tool: str) -> bool:
+    """Whether ``span`` is a framework's own span of executing ``tool`` (the SDK's spans show their attributes)."""
+    attrs = getattr(span, "attributes", None)
+    return (
+        isinstance(attrs, Mapping)
+        and attrs.get(sc.GEN_AI_OPERATION_NAME) == sc.EXECUTE_TOOL
+        and attrs.get(sc.GEN_AI_TOOL_NAME) == tool
+    )
 
 
 @dataclass(slots=True)
@@ -262,9 +274,10 @@ class Telemetry(Observer):
             and added when it ends.
         provider_name: ``gen_ai.provider.name`` of the episode span (the model provider,
             e.g. ``openai``); default: the episode's ``provider`` label, else ``_OTHER``.
-        tool_spans: ``"own"`` (an ``execute_tool`` span per call) or ``"enrich"`` (put the
-            call's attributes on the framework's own tool span, current when the call
-            starts; use it with the MCP server guard, under the MCP SDK's span).
+        tool_spans: ``"auto"`` (default: the framework's own tool span when one is current,
+            like the MCP SDK's ``tools/call`` span under the server guard, else our own),
+            ``"own"`` (always an ``execute_tool`` span of ours) or ``"enrich"`` (always the
+            span current when the call starts). See :data:`ToolSpans`.
         logger_provider: where the log-based ``gen_ai.guardrail.result`` events go;
             default: the global one (a no-op until the application configures logs).
         log_events: emit the log-based guardrail event for every call that was not simply
@@ -288,7 +301,7 @@ class Telemetry(Observer):
         tracing: bool = True,
         metrics: bool = True,
         provider_name: str | None = None,
-        tool_spans: ToolSpans = "own",
+        tool_spans: ToolSpans = "auto",
         logger_provider: otel_logs.LoggerProvider | None = None,
         log_events: bool = True,
     ) -> None:
@@ -308,8 +321,8 @@ class Telemetry(Observer):
         self.guardrail_events: GuardrailEvents = guardrail_events
         self.tracing = tracing
         self.metrics = metrics
-        if tool_spans not in ("own", "enrich"):
-            raise ValueError(f"tool_spans must be 'own' or 'enrich', got {tool_spans!r}")
+        if tool_spans not in ("auto", "own", "enrich"):
+            raise ValueError(f"tool_spans must be 'auto', 'own' or 'enrich', got {tool_spans!r}")
         self.provider_name = provider_name
         self.tool_spans: ToolSpans = tool_spans
         self.log_events = log_events
@@ -602,7 +615,12 @@ class Telemetry(Observer):
         # episode (the episode is active here, same trace); called from elsewhere (another task,
         # under an ancestor of the episode span), nest under the episode span anyway.
         current = trace.get_current_span()
-        if self.tool_spans == "enrich" and current is not st.span and current.is_recording():
+        if (
+            current is not st.span
+            and self.tool_spans != "own"
+            and current.is_recording()
+            and (self.tool_spans == "enrich" or _is_tool_span(current, tool))
+        ):
             call = _Call(self._tracer, st, name, attrs, None, fed)
             call.span = current
             call.adopted = True
@@ -712,6 +730,8 @@ class Telemetry(Observer):
                     start_time=call.start,
                 )
             elif span.is_recording():
+                if call.adopted and not action.reached_environment and action.decision in _NOT_RUN:
+                    attrs[sc.GEN_AI_OPERATION_NAME] = sc.APPLY_GUARDRAIL  # the framework's span: nothing executed
                 span.set_attributes(attrs)
             if not span.is_recording():
                 return
