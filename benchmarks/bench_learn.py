@@ -148,6 +148,17 @@ def compare_table(rows: Sequence[tuple[str, Learner, Toolset]]) -> str:
             f"| {name} | {learner.stats.episodes:,} | {_cell(c.references)} | {_cell(c.invalidations)} | "
             f"{_cell(c.producers)} | {_cell(c.writes)} |"
         )
+        whole = sorted(
+            f"{tool}: {{{kind}: {key!r}}}"
+            for tool, rules in spec.tools.items()
+            for kind, key in rules.produces.items()
+            if key in (".", "*")
+        )
+        if whole:
+            details.append(f"- {name}, whole-result producers ('.' the answer, '*' every value): {', '.join(whole)}")
+        held = [n.split(": not written", 1)[0] for n in learner.stats.notes if ": not written as a reference" in n]
+        if held:
+            details.append(f"- {name}, references held back (produces cannot name where values came from): {', '.join(held)}")
         for what in (c.references, c.invalidations, c.writes):
             if what is None:
                 continue

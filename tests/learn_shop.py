@@ -37,13 +37,52 @@ TOOLS: list[dict[str, Any]] = [
     )
 ]
 
+CATALOGUE_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": sorted(properties)},
+        },
+    }
+    for name, description, properties in (
+        ("find_user", "Find a user's id by email.", {"email": {"type": "string"}}),
+        ("user_directory", "The shop's users by nickname.", {}),
+        ("list_products", "Every product type and its product id.", {}),
+        ("get_product", "Get a product.", {"product_id": {"type": "string"}}),
+        ("add_item", "Add a product to a pending order.", {"order_id": {"type": "string"}, "product_id": {"type": "string"}}),
+        ("order_total", "The total of an order.", {"order_id": {"type": "string"}}),
+    )
+]
+"""Tools whose answers bind as a whole: a bare user id, mappings keyed by names, a bare number nobody reuses."""
+
+PRODUCTS = (
+    "Desk Lamp",
+    "Office Chair",
+    "T-Shirt",
+    "Water Bottle",
+    "Yoga Mat",
+    "Wall Clock",
+    "Tea Kettle",
+    "Gaming Mouse",
+    "E-Reader",
+    "Pet Bed",
+    "Sun Glasses",
+    "Air Purifier",
+)
+NICKNAMES = (
+    *("ana", "bo", "cy", "dee", "eli", "fay", "gus", "hal", "ivy", "jo", "kai", "lu", "mo", "ned", "oz"),
+    *("pia", "quin", "rae", "sol", "tim", "uma", "vic", "wes", "xia", "yul", "zed", "abe", "bea", "cal", "dot"),
+)
 CITIES = ("Lisbon", "Nairobi", "Osaka", "Quito", "Tromso", "Hanoi", "Perth", "Lagos", "Porto", "Bogota", "Cusco", "Dakar")
 
 
 class Shop:
     """Users and their orders; each method is a tool."""
 
-    def __init__(self, rng: random.Random, n_users: int = 3) -> None:
+    def __init__(self, rng: random.Random, n_users: int = 3, *, n_products: int = 12, lookup_json: bool = False) -> None:
+        self.lookup_json = lookup_json
         self.users: dict[str, dict[str, Any]] = {}
         self.orders: dict[str, dict[str, Any]] = {}
         for u in range(n_users):
@@ -61,6 +100,40 @@ class Shop:
                 }
                 ids.append(order_id)
             self.users[user_id] = {"user_id": user_id, "name": f"Person {u}", "orders": ids}
+        # a catalogue draws from its own generator, so the plain runs stay what they were
+        extra = random.Random(f"{sorted(self.users)}")
+        self.nicknames = dict(zip(extra.sample(NICKNAMES, n_users), self.users, strict=True))
+        self.products = {name: str(extra.randrange(10**9, 10**10)) for name in PRODUCTS[:n_products]}
+
+    def find_user(self, email: str) -> str:
+        """The bare user id (a text answer), like τ-bench's find_user_id_by_email."""
+        for user_id in self.users:
+            if email == f"{user_id}@example.com":
+                return json.dumps({"user_id": user_id, "email": email}) if self.lookup_json else user_id
+        return "Error: user not found"
+
+    def user_directory(self) -> str:
+        return json.dumps({nick: user_id for nick, user_id in self.nicknames.items()})
+
+    def list_products(self) -> str:
+        return json.dumps(self.products)
+
+    def get_product(self, product_id: str) -> str:
+        for name, pid in self.products.items():
+            if pid == product_id:
+                return json.dumps({"product_id": pid, "name": name, "color": "red"})
+        return "Error: product not found"
+
+    def add_item(self, order_id: str, product_id: str) -> str:
+        order = self.orders.get(order_id)
+        if order is None or product_id not in self.products.values():
+            return "Error: order or product not found"
+        order["items"].append({"item_id": f"it{product_id}", "price": 10.0})
+        return json.dumps(order)
+
+    def order_total(self, order_id: str) -> str:
+        order = self.orders.get(order_id)
+        return f"{sum(i['price'] for i in order['items']):.2f}" if order else "Error: order not found"
 
     def get_user(self, user_id: str) -> str:
         user = self.users.get(user_id)
@@ -114,18 +187,49 @@ class Recorder:
         fn: Callable[..., str] = getattr(self.shop, tool)
         result = fn(**args)
         self.events.append(Call(tool=tool, arguments=dict(args), call_id=f"c{len(self.events)}", result=result))
-        return json.loads(result) if result.startswith("{") else None
+        return json.loads(result) if result.startswith("{") else result
 
 
-def shop_episode(seed: int, *, delete_then_use: bool = True, cancel_delivered: bool = True) -> Transcript:
-    """One scripted support conversation on a fresh shop."""
+def shop_episode(
+    seed: int,
+    *,
+    delete_then_use: bool = True,
+    cancel_delivered: bool = True,
+    catalogue: bool = False,
+    n_products: int = 12,
+    lookup_json: bool = False,
+) -> Transcript:
+    """One scripted support conversation on a fresh shop.
+
+    With ``catalogue`` the user gives an email (even seeds: ``find_user`` answers with the bare
+    id) or a nickname (odd seeds: looked up in ``user_directory``), and asks for a product by
+    name (``list_products``, then ``get_product`` and ``add_item`` with its id) before the order
+    flow; ``order_total`` answers with a bare number that no later call uses. ``lookup_json``:
+    every fourth ``find_user`` answers with an object instead of the bare id.
+    """
     rng = random.Random(seed)
-    shop = Shop(rng)
+    shop = Shop(rng, n_products=n_products, lookup_json=lookup_json and seed % 4 == 0)
     run = Recorder(shop)
     user_id = rng.choice(sorted(shop.users))
     city = CITIES[seed % len(CITIES)]
-    run.say(f"Hi, I'm {user_id}. Please ship my first order to {city}.")
+    if not catalogue:
+        run.say(f"Hi, I'm {user_id}. Please ship my first order to {city}.")
+    else:
+        product = PRODUCTS[seed % n_products]
+        if seed % 2 == 0:
+            run.say(f"Hi, my email is {user_id}@example.com. Please add a {product} and ship my first order to {city}.")
+            found = run.call("find_user", email=f"{user_id}@example.com")
+            user_id = found["user_id"] if isinstance(found, dict) else found
+        else:
+            nick = next(n for n, u in shop.nicknames.items() if u == user_id)
+            run.say(f"Hi, I'm {nick} here. Please add a {product} and ship my first order to {city}.")
+            user_id = run.call("user_directory")[nick]
     user = run.call("get_user", user_id=user_id)
+    if catalogue:
+        products = run.call("list_products")
+        details = run.call("get_product", product_id=products[PRODUCTS[seed % n_products]])
+        run.call("add_item", order_id=user["orders"][0], product_id=details["product_id"])
+        run.call("order_total", order_id=user["orders"][0])
     first, *rest = user["orders"]
     order = run.call("get_order", order_id=first)
     run.call("ship_to", order_id=first, city=city)

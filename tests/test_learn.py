@@ -28,11 +28,11 @@ from prefixmon.learn.output import diff_spec, dump_spec, merge_spec, render_spec
 from prefixmon.otel_setup import configure_otel
 from prefixmon.specfile import SpecFile, load_spec, parse_spec
 
-from .learn_shop import TOOLS, as_messages, shop_episode
+from .learn_shop import CATALOGUE_TOOLS, TOOLS, as_messages, shop_episode
 
 
-def shop_tools() -> Toolset:
-    return Toolset.from_openai(TOOLS)
+def shop_tools(*, catalogue: bool = False) -> Toolset:
+    return Toolset.from_openai([*TOOLS, *CATALOGUE_TOOLS] if catalogue else TOOLS)
 
 
 def corpus(n: int = 24, **options: Any) -> list[Transcript]:
@@ -42,6 +42,15 @@ def corpus(n: int = 24, **options: Any) -> list[Transcript]:
 @pytest.fixture(scope="module")
 def shop_spec() -> SpecFile:
     return learn(corpus(), tools=shop_tools())
+
+
+def catalogue_learner(n: int = 24, **options: Any) -> Learner:
+    return Learner(shop_tools(catalogue=True)).add_all(corpus(n, catalogue=True, **options))
+
+
+@pytest.fixture(scope="module")
+def catalogue_spec() -> SpecFile:
+    return catalogue_learner().spec()
 
 
 class TestProvenance:
@@ -87,6 +96,126 @@ class TestProvenance:
             return invented.verdict.executable, known.verdict.executable
 
         assert anyio.run(run) == (False, True)
+
+
+class TestWholeResults:
+    """Producers of a whole result: '.' (a bare answer) and '*' (every value of an object keyed by names)."""
+
+    def test_bare_answer(self, catalogue_spec: SpecFile) -> None:
+        """find_user answers with the bare user id that get_user then takes: produces {user_id: '.'}, with evidence."""
+        assert catalogue_spec.tools["find_user"].produces == {"user_id": "."}
+        evidence = catalogue_spec.tools["find_user"].evidence_for["produces.user_id"]
+        assert evidence.support == 12 and evidence.first_seen == "shop-0" and evidence.last_seen == "shop-22"
+        assert evidence.examples[0] == "find_user answers with a bare value (12 of 12 accepted results)"
+        assert evidence.examples[1].startswith("shop-0: get_user(user_id=") and evidence.examples[1].endswith(" <- find_user")
+        rule = catalogue_spec.tools["get_user"].args["user_id"]
+        assert rule.ref == "user_id" and not rule.user
+
+    def test_mapping_keyed_by_names(self, catalogue_spec: SpecFile) -> None:
+        """list_products returns {product name: product id}: names that are not identifiers, so produces {product_id: '*'}."""
+        assert catalogue_spec.tools["list_products"].produces == {"product_id": "*"}
+        evidence = catalogue_spec.tools["list_products"].evidence_for["produces.product_id"]
+        assert evidence.support == 48  # the get_product and add_item calls whose product id it returned
+        assert evidence.examples[0] == (
+            "list_products returns objects keyed by names (24 of 24 accepted results; 12 different keys, "
+            "12 not identifiers, at most 12 in one result; none names an id)"
+        )
+        example = evidence.examples[1]
+        assert example.startswith("shop-0: add_item(product_id=") and example.endswith(" <- list_products.*")
+        assert catalogue_spec.tools["get_product"].args["product_id"].ref == "product_id"
+
+    def test_mapping_keyed_by_varying_identifiers(self, catalogue_spec: SpecFile) -> None:
+        """user_directory's keys are identifiers ('ana') but differ between runs (more than twice as many keys over
+        all results as one result has): a mapping keyed by names, so produces {user_id: '*'}."""
+        assert catalogue_spec.tools["user_directory"].produces == {"user_id": "*"}
+        why = catalogue_spec.tools["user_directory"].evidence_for["produces.user_id"].examples[0]
+        assert "0 not identifiers, at most 3 in one result" in why
+        keys = int(why.split("; ")[1].split(" different keys")[0])
+        assert keys >= 2 * 3
+
+    def test_records_keep_their_id_key(self, catalogue_spec: SpecFile) -> None:
+        """A flat record with a key naming the id (get_product's product_id) stays a named-key producer, not '*'."""
+        assert catalogue_spec.tools["get_product"].produces == {"product_id": "product_id"}
+        assert catalogue_spec.tools["add_item"].args["product_id"].ref == "product_id"
+        assert catalogue_spec.tools["get_user"].produces["order_id"] == "orders"
+        assert "." not in catalogue_spec.tools["get_order"].produces.values()
+
+    def test_answers_nobody_uses_produce_nothing(self, catalogue_spec: SpecFile) -> None:
+        """order_total answers with a bare number that no later call takes: no producer."""
+        assert catalogue_spec.tools["order_total"].produces == {}
+
+    def test_too_few_names_are_held_back(self) -> None:
+        """With three products the catalogue cannot be told from a record: no '*', and the reference is held back, noted."""
+        learner = catalogue_learner(n_products=3)
+        spec = learner.spec()
+        assert spec.tools["list_products"].produces == {}
+        assert "product_id" not in spec.tools["get_product"].args
+        notes = [n for n in learner.stats.notes if n.startswith("get_product.product_id: not written as a reference")]
+        assert len(notes) == 1 and "list_products: its results are not all bare answers, nor objects keyed by names" in notes[0]
+
+    def test_mixed_answers_are_held_back(self) -> None:
+        """find_user answering sometimes with the bare id and sometimes with an object: neither '.' nor a key covers it."""
+        learner = catalogue_learner(lookup_json=True)
+        spec = learner.spec()
+        assert "." not in spec.tools["find_user"].produces.values()
+        assert "user_id" not in spec.tools["get_user"].args
+        assert any(n.startswith("get_user.user_id: not written") and "find_user:" in n for n in learner.stats.notes)
+
+    def test_applied_spec_binds_whole_results(self, catalogue_spec: SpecFile) -> None:
+        """At runtime the bare answer and the mapping's values are bound; ids no result gave are refused."""
+
+        async def run() -> list[bool]:
+            monitor = Monitor(shop_tools(catalogue=True).apply_spec(catalogue_spec))
+            verdicts = []
+            async with monitor.episode(task_id="t") as ep:
+                ep.user("My email is a@example.com.")
+                for tool, args, result in (
+                    ("get_user", {"user_id": "user_1111_0"}, "Error: user not found"),
+                    ("find_user", {"email": "a@example.com"}, "user_1111_0\n"),
+                    ("get_user", {"user_id": "user_1111_0"}, '{"user_id": "user_1111_0", "orders": []}'),
+                    ("user_directory", {}, '{"bo": "user_2222_1"}'),
+                    ("get_user", {"user_id": "user_2222_1"}, '{"user_id": "user_2222_1", "orders": []}'),
+                    ("get_product", {"product_id": "4455667788"}, "Error: product not found"),
+                    ("list_products", {}, '{"Desk Lamp": "4455667788", "T-Shirt": "1122334455"}'),
+                    ("get_product", {"product_id": "4455667788"}, '{"product_id": "4455667788", "name": "Desk Lamp"}'),
+                ):
+                    pending = await ep.begin(tool, args)
+                    verdicts.append(pending.verdict.executable)
+                    if result.startswith("Error:"):
+                        pending.failed(result)
+                    else:
+                        pending.done(result)
+            return verdicts
+
+        assert anyio.run(run) == [False, True, True, True, True, False, True, True]
+
+    async def test_held_out_catalogue_runs(self, catalogue_spec: SpecFile) -> None:
+        """Catalogue runs the learner did not see: no accepted call is refused."""
+        held_out = corpus(0) + [shop_episode(seed, catalogue=True) for seed in range(100, 130)]
+        report = await check_spec(held_out, shop_tools(catalogue=True).apply_spec(catalogue_spec))
+        assert report.accepted > 300 and report.refused == [] and report.false_errors == []
+
+    def test_tau_retail_lookups_and_product_types(self, tmp_path: Path) -> None:
+        """τ-bench retail gold runs on the sandbox: the find_user_id_by_* answers and list_all_product_types' values."""
+        from prefixmon.adapters.taubench import load_schemas
+        from prefixmon.adapters.taubench.replay import gold_rollouts
+        from prefixmon.adapters.transcripts import error_text
+
+        tools = Toolset.from_openai(load_schemas("retail"), error_result=error_text)
+        file = tmp_path / "retail_test.json"
+        file.write_text(json.dumps(gold_rollouts("retail_test")))
+        learner = Learner(tools).add_all(read_transcripts([file]))
+        spec = learner.spec()
+        assert spec.tools["find_user_id_by_name_zip"].produces == {"user_id": "."}
+        assert spec.tools["find_user_id_by_email"].produces == {"user_id": "."}
+        assert spec.tools["list_all_product_types"].produces == {"product_id": "*"}
+        assert spec.tools["get_product_details"].args["product_id"].ref == "product_id"
+        assert spec.tools["modify_user_address"].args["user_id"].ref == "user_id"
+        assert spec.tools["get_product_details"].produces["product_id"] == "product_id"
+        assert spec.tools["calculate"].produces == {}
+        why = spec.tools["list_all_product_types"].evidence_for["produces.product_id"].examples[0]
+        assert "50 different keys" in why and "none names an id" in why
+        assert not [n for n in learner.stats.notes if "not written as a reference" in n]
 
 
 class TestThresholds:

@@ -9,8 +9,15 @@
   compete, the one that explains more calls stays and arguments that then fall below the
   confidence are dropped (one pass: dropping never changes another argument's producers).
   Producers the cover did not need but that returned the values too under a key naming an
-  id are kept as well (up to ``max_producers``): the next episode may take its value from
-  them; so are tools whose results hold the kind under its own name.
+  id, or as their answer, are kept as well (up to ``max_producers``): the next episode may
+  take its value from them; so are tools whose results hold the kind under its own name, and
+  answering tools named after the kind (``find_user_id_by_email``).
+- **Whole results**: a tool whose accepted results are bare texts or integers produces with
+  ``"."`` (the answer is the reference); one whose results are objects keyed by names
+  (``{"T-Shirt": "9523456873", ...}``: texts and integers only, no key naming an id, at least
+  ``min_distinct`` keys that are not identifiers or that vary between results) produces with
+  ``"*"`` (every value). Values returned where neither can name them hold the reference
+  back, with a note (a later episode could take its value from there and be refused).
 - **Grounded / derived**: a non-reference argument whose values the user had said (strings,
   and numbers of 100 or more: smaller ones are counts written as words) is grounded; values
   that only came
@@ -44,7 +51,7 @@ from ..specfile import SCHEMA, ArgRule, ErrorRule, Evidence, ObserveRule, Requir
 from ..toolset import Toolset
 from . import _values as V
 from ._access import prior_access, words
-from ._stats import GIVEN, ArgStats, FieldStats, InvalidationStats, ShapeStats, Tally, ToolStats
+from ._stats import EVERY, GIVEN, WHOLE, ArgStats, FieldStats, InvalidationStats, ShapeStats, Tally, ToolStats
 
 
 class _Thresholds(Protocol):
@@ -93,9 +100,31 @@ Source = tuple[str, str]
 Arg = tuple[str, str]
 
 
+_HIDDEN: Final = ("<unexpressible>", "")
+"""A source no ``produces`` entry can name (a whole result or object values of a tool that is neither an answer
+nor a mapping keyed by names)."""
+
+
+@dataclass(slots=True)
+class _View:
+    """An argument's producers as spec/1 can write them (``.`` and ``*`` only for tools whose results bind that way)."""
+
+    sources: Counter[Source]
+    sets: Counter[frozenset[Source]]
+    seen: dict[Source, list[str]]
+    """Source -> [first episode, last episode, examples...]."""
+    hidden: int = 0
+    """Calls whose value also came back where produces cannot name it."""
+    only_hidden: int = 0
+    """Calls whose value came back only there."""
+    hidden_by: set[str] = field(default_factory=set)
+    """Tools that returned the values where produces cannot name them."""
+
+
 @dataclass(slots=True)
 class _Ref:
     stats: ArgStats
+    view: _View
     chosen: list[Source]
     covered: int
     coverage: Counter[Source] = field(default_factory=Counter)
@@ -104,7 +133,8 @@ class _Ref:
 
 def build_spec(learner: Learner) -> SpecFile:
     """The spec file the learner's counts support."""
-    refs = _references(learner)
+    modes = _whole_results(learner)
+    refs = _references(learner, modes)
     rules: dict[str, dict[str, Any]] = {name: {} for name in sorted(learner.tool_stats)}
 
     def tool(name: str) -> dict[str, Any]:
@@ -113,29 +143,32 @@ def build_spec(learner: Learner) -> SpecFile:
     for (name, path), ref in sorted(refs.items()):
         user = ref.stats.user > 0
         tool(name).setdefault("args", {})[path] = ArgRule(ref=ref.kind, user=user, evidence=ref.stats.ref.evidence())
-    produced: dict[tuple[str, str], tuple[str, int, Tally]] = {}
-    for ref in refs.values():
+    keep = learner.thresholds.examples
+    produced: dict[tuple[str, str], tuple[str, int, str | None, str | None, list[str]]] = {}
+    for _, ref in sorted(refs.items()):
         for source in ref.chosen:
-            key, n = source[1], ref.coverage[source]
+            key, n = source[1], ref.view.sources[source]  # the calls whose value it returned
+            seen = ref.view.seen.get(source, [])
             found = produced.get((source[0], ref.kind))
             if found is None:
-                produced[(source[0], ref.kind)] = (key, n, ref.stats.ref)
+                why = [modes[source[0]][1]] if key in (WHOLE, EVERY) else []  # why the result binds as a whole
+                first, last = (seen[0], seen[1]) if seen else (None, None)
+                produced[(source[0], ref.kind)] = (key, n, first, last, [*why, *seen[2:][:keep]])
             elif found[0] == key:
-                produced[(source[0], ref.kind)] = (key, found[1] + n, found[2])
-    for (producer, kind), (key, n) in _potential_producers(learner, refs, produced).items():
-        produced[(producer, kind)] = (key, n, Tally(examples=[f"{producer} returns {key}, named like the {kind}s"]))
-    for (producer, kind), (key, n, tally) in sorted(produced.items()):
+                examples = found[4] + [e for e in seen[2:] if e not in found[4]]
+                produced[(source[0], ref.kind)] = (key, found[1] + n, found[2], found[3], examples)
+    for (producer, kind), (key, n, why) in _potential_producers(learner, refs, produced, modes).items():
+        produced[(producer, kind)] = (key, n, None, None, [why])
+    for (producer, kind), (key, n, first, last, examples) in sorted(produced.items()):
         if producer == GIVEN:
             continue  # held before the episode (bindings), not produced by a tool
         entry = tool(producer)
         entry.setdefault("produces", {})[kind] = key
         entry.setdefault("evidence_for", {})[f"produces.{kind}"] = Evidence(
             support=n,
-            first_seen=tally.first,
-            last_seen=tally.last,
-            examples=tuple(e for e in tally.examples if f" <- {producer}.{key}" in e or e.startswith(f"{producer} returns "))
-            if learner.thresholds.examples
-            else (),
+            first_seen=first,
+            last_seen=last,
+            examples=tuple(examples[: keep + (key in (WHOLE, EVERY))]) if keep else (),
         )
     _unobserved_producers(learner, refs)
     _grounding(learner, refs, tool)
@@ -150,9 +183,91 @@ def build_spec(learner: Learner) -> SpecFile:
 
 
 # -- references ----------------------------------------------------------------------------------
-def _cover(stats: ArgStats, limit: int, banned: set[Source]) -> tuple[list[Source], int, Counter[Source]]:
+def _whole_results(learner: Learner) -> dict[str, tuple[str, str]]:
+    """Tools whose results bind as a whole, with why: ``.`` (answers) or ``*`` (mappings keyed by names).
+
+    ``.``: at least ``min_confidence`` of the tool's accepted results were a bare text or
+    integer (``find_user_id_by_email`` -> ``'sara_doe_496'``). ``*``: as many were objects of
+    texts and integers only, none of them had a key that names an id (that is a record: its
+    id key is the producer), at least ``min_distinct`` different keys were seen, and the keys
+    are names, not fields: half of them or more are not identifiers (``T-Shirt``, ``Office
+    Chair``), or they vary between results (at least twice as many keys over all results as
+    the most one result had). Which values later calls used as a kind decides the rest.
+    """
+    th = learner.thresholds
+    out: dict[str, tuple[str, str]] = {}
+    for name, ts in learner.tool_stats.items():
+        if not ts.results:
+            continue
+        if ts.answers and ts.answers / ts.results >= th.min_confidence:
+            out[name] = (WHOLE, f"{name} answers with a bare value ({ts.answers} of {ts.results} accepted results)")
+            continue
+        if not ts.flat or ts.flat / ts.results < th.min_confidence or ts.flat_with_id:
+            continue
+        distinct = len(ts.flat_keys)
+        if distinct < th.min_distinct and not ts.flat_keys_full:
+            continue
+        names = sum(not V.IDENT.match(k) for k in ts.flat_keys)
+        varying = ts.flat_keys_full or distinct >= 2 * ts.most_keys
+        if 2 * names >= distinct or varying:
+            more = "+" if ts.flat_keys_full else ""
+            why = (
+                f"{name} returns objects keyed by names ({ts.flat} of {ts.results} accepted results; {distinct}{more} "
+                f"different keys, {names} not identifiers, at most {ts.most_keys} in one result; none names an id)"
+            )
+            out[name] = (EVERY, why)
+    return out
+
+
+def _view(learner: Learner, stats: ArgStats, modes: Mapping[str, tuple[str, str]]) -> _View:
+    """The argument's producers as spec/1 writes them: keys of a mapping keyed by names become ``*``; a whole
+    result or object value of a tool that binds neither way cannot be named."""
+
+    def where(source: Source) -> Source:
+        tool, key = source
+        if tool == GIVEN:
+            return source
+        mode = modes.get(tool, ("", ""))[0]
+        if key == WHOLE:
+            return source if mode == WHOLE else _HIDDEN
+        if mode == EVERY:
+            ts = learner.tool_stats[tool]
+            return (tool, EVERY) if key == EVERY or key in ts.flat_keys or ts.flat_keys_full else source
+        return _HIDDEN if key == EVERY else source
+
+    view = _View(sources=Counter(), sets=Counter(), seen={})
+    for source, n in stats.sources.items():
+        mapped = where(source)
+        view.sources[mapped] += n
+        if mapped == _HIDDEN:
+            view.hidden_by.add(source[0])
+    for sources, n in stats.source_sets.items():
+        mapped = frozenset(where(s) for s in sources)
+        view.sets[mapped] += n
+        if _HIDDEN in mapped:
+            if len(mapped) > 1:
+                view.hidden += n
+            else:
+                view.only_hidden += n
+    for source, seen in stats.source_seen.items():
+        found = view.seen.setdefault(where(source), [*seen[:2]])
+        found[1] = seen[1]
+        found.extend(e for e in seen[2:] if e not in found)
+    view.sources.pop(_HIDDEN, None)
+    return view
+
+
+def _hidden_where(view: _View, elsewhere: bool) -> str:
+    """Where values came back that produces cannot name, for a note (``elsewhere``: also inside results)."""
+    parts = [f"{name}: its results are not all bare answers, nor objects keyed by names" for name in sorted(view.hidden_by)]
+    if elsewhere or not parts:
+        parts.append("in a list of values, or under a key that is not a name inside a result")
+    return "; ".join(parts)
+
+
+def _cover(view: _View, limit: int) -> tuple[list[Source], int, Counter[Source]]:
     """Greedy set cover of the calls by producers: (chosen, calls covered, calls each chosen one covers)."""
-    remaining = {s - banned: n for s, n in stats.source_sets.items()}
+    remaining = {s - {_HIDDEN}: n for s, n in view.sets.items()}
     chosen: list[Source] = []
     coverage: Counter[Source] = Counter()
     covered = 0
@@ -169,17 +284,17 @@ def _cover(stats: ArgStats, limit: int, banned: set[Source]) -> tuple[list[Sourc
         covered += score[best]
         remaining = {s: n for s, n in remaining.items() if best not in s}
     # Producers the cover did not need but that returned these values too, under a key that
-    # names an id: the next episode may take its value from them.
-    for source, n in sorted(stats.sources.items(), key=lambda kv: (-kv[1], kv[0])):
+    # names an id or as their answer: the next episode may take its value from them.
+    for source, n in sorted(view.sources.items(), key=lambda kv: (-kv[1], kv[0])):
         if len(chosen) >= limit:
             break
-        if source not in chosen and source not in banned and (source[0] == GIVEN or V.names_an_id(source[1])):
+        if source not in chosen and (source[0] == GIVEN or source[1] in (WHOLE, EVERY) or V.names_an_id(source[1])):
             chosen.append(source)
             coverage[source] = n
     return chosen, covered, coverage
 
 
-def _references(learner: Learner) -> dict[Arg, _Ref]:
+def _references(learner: Learner, modes: Mapping[str, tuple[str, str]]) -> dict[Arg, _Ref]:
     th = learner.thresholds
     refs: dict[Arg, _Ref] = {}
     for arg, stats in learner.args.items():
@@ -189,16 +304,23 @@ def _references(learner: Learner) -> dict[Arg, _Ref]:
         named = V.names_an_id(arg[1].rsplit(".", 1)[-1].removesuffix("[]"))
         if not named and (stats.opaque < n or len(stats.distinct) < 2):
             continue  # returned earlier, but a fact (a zip code, a state) or a constant, not a handle
-        if stats.co_unexpressible:
+        view = _view(learner, stats, modes)
+        hidden = stats.co_unexpressible + view.hidden
+        if hidden:
             learner.stats.notes.append(
-                f"{arg[0]}.{arg[1]}: not written as a reference: {stats.co_unexpressible} of its values were also returned "
-                "where produces cannot name them (a bare result, or a value under a key that is not a name)"
+                f"{arg[0]}.{arg[1]}: not written as a reference: {hidden} of its values were also returned "
+                f"where produces cannot name them ({_hidden_where(view, stats.co_unexpressible > 0)})"
             )
             continue
-        refs[arg] = _Ref(stats=stats, chosen=[], covered=0)
+        refs[arg] = _Ref(stats=stats, view=view, chosen=[], covered=0)
     for arg, ref in list(refs.items()):
-        ref.chosen, ref.covered, ref.coverage = _cover(ref.stats, th.max_producers, set())
+        ref.chosen, ref.covered, ref.coverage = _cover(ref.view, th.max_producers)
         if not ref.chosen or (ref.covered + ref.stats.user) / ref.stats.accepted < th.min_confidence:
+            if ref.view.only_hidden:
+                learner.stats.notes.append(
+                    f"{arg[0]}.{arg[1]}: not written as a reference: {ref.view.only_hidden} of its values were returned "
+                    f"only where produces cannot name them ({_hidden_where(ref.view, False)})"
+                )
             del refs[arg]
     for members, sources in _components(refs):
         kind = _kind_name(members, sources)
@@ -213,7 +335,7 @@ def _references(learner: Learner) -> dict[Arg, _Ref]:
     emitted = {pk: min(c, key=lambda k: (-c[k], k)) for pk, c in keys.items()}
     for arg, ref in list(refs.items()):
         allowed = {s for s in ref.chosen if emitted.get((s[0], ref.kind)) == s[1]}
-        covered = sum(n for sources, n in ref.stats.source_sets.items() if sources & allowed)
+        covered = sum(n for sources, n in ref.view.sets.items() if sources & allowed)
         if (covered + ref.stats.user) / ref.stats.accepted < th.min_confidence:
             del refs[arg]
             continue
@@ -221,6 +343,7 @@ def _references(learner: Learner) -> dict[Arg, _Ref]:
         ref.coverage = Counter({s: n for s, n in ref.coverage.items() if s in allowed})
         ref.covered = covered
     kinds = {ref.kind for ref in refs.values()}
+    empty = _View(sources=Counter(), sets=Counter(), seen={})
     for arg, stats in learner.args.items():
         # Ids of a known kind that the user always stated (an access token given in the request).
         n = stats.accepted
@@ -228,7 +351,7 @@ def _references(learner: Learner) -> dict[Arg, _Ref]:
         if arg in refs or n < th.min_support or stats.id_like < n or stats.bound or leaf not in kinds or stats.unexpressible:
             continue
         if V.names_an_id(leaf) and stats.user / n >= th.min_confidence:
-            refs[arg] = _Ref(stats=stats, chosen=[], covered=0, kind=leaf)
+            refs[arg] = _Ref(stats=stats, view=empty, chosen=[], covered=0, kind=leaf)
     return refs
 
 
@@ -236,26 +359,42 @@ _GENERIC_WORDS: Final = frozenset({"details", "detail", "info", "information", "
 
 
 def _potential_producers(
-    learner: Learner, refs: Mapping[Arg, _Ref], produced: Mapping[tuple[str, str], Any]
-) -> dict[tuple[str, str], tuple[str, int]]:
-    """Tools whose results hold a learned kind under its own name (``card_id``), or under ``id`` when the
-    tool is named after the kind's object (``create_ticket`` -> ``ticket_id``): producers no observed use
-    needed, which the next episode may take its value from. More producers never refuse more."""
+    learner: Learner,
+    refs: Mapping[Arg, _Ref],
+    produced: Mapping[tuple[str, str], Any],
+    modes: Mapping[str, tuple[str, str]],
+) -> dict[tuple[str, str], tuple[str, int, str]]:
+    """Producers no observed use needed, which the next episode may take its value from (more producers never
+    refuse more): tools whose results hold a learned kind under its own name (``card_id``), under ``id`` when
+    the tool is named after the kind's object (``create_ticket`` -> ``ticket_id``), or as their bare answer
+    when the tool is named after the kind (``find_user_id_by_email`` -> ``user_id``)."""
     kinds = {ref.kind for ref in refs.values()}
-    out: dict[tuple[str, str], tuple[str, int]] = {}
+    out: dict[tuple[str, str], tuple[str, int, str]] = {}
     for name, stats in sorted(learner.tool_stats.items()):
         used = {key for (producer, _), (key, *_) in produced.items() if producer == name}
-        named = [w.removesuffix("s") for w in words(name) if w not in _GENERIC_WORDS]
+        said = words(name)
+        named = [w.removesuffix("s") for w in said if w not in _GENERIC_WORDS]
+        answers = modes.get(name, ("", ""))[0] == WHOLE
         for kind in sorted(kinds):
             if (name, kind) in produced:
                 continue
             if kind in stats.result_keys and kind not in used:
-                out[(name, kind)] = (kind, stats.result_keys[kind])
+                out[(name, kind)] = (kind, stats.result_keys[kind], f"{name} returns {kind}, named like the {kind}s")
                 used.add(kind)
             elif "id" in stats.result_keys and "id" not in used and named and named[-1] == _object_name(kind):
-                out[(name, kind)] = ("id", stats.result_keys["id"])
+                out[(name, kind)] = ("id", stats.result_keys["id"], f"{name} returns id, named like the {kind}s")
                 used.add("id")
+            elif answers and WHOLE not in used and _says(said, words(kind)):
+                out[(name, kind)] = (WHOLE, stats.answers, f"{modes[name][1]}, and its name says {kind}")
+                used.add(WHOLE)
     return out
+
+
+def _says(said: list[str], kind: list[str]) -> bool:
+    """Whether a tool's name words hold a kind's words in a row (``find_user_id_by_email`` holds ``user_id``; a
+    one-word kind such as ``id`` says too little)."""
+    n = len(kind)
+    return n > 1 and any(said[i : i + n] == kind for i in range(len(said) - n + 1))
 
 
 def _unobserved_producers(learner: Learner, refs: Mapping[Arg, _Ref]) -> None:

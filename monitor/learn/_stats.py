@@ -10,7 +10,9 @@ from typing import Any, Final
 from ..specfile import Evidence
 
 __all__ = (
+    "EVERY",
     "GIVEN",
+    "WHOLE",
     "AccessStats",
     "ArgStats",
     "FieldStats",
@@ -31,6 +33,12 @@ MAX_DISTINCT: Final = 64
 """Distinct values remembered per argument (enough to tell a constant or a choice from a fact)."""
 MAX_FIELD_VALUES: Final = 16
 """Distinct values of an observed field counted per (tool, argument, field)."""
+MAX_NAME_KEYS: Final = 512
+"""Distinct keys of a tool's flat result objects remembered (enough to tell a catalogue from a record)."""
+WHOLE: Final = "."
+"""The result key of a value that was the whole result (a text or number answer): ``produces: {kind: "."}``."""
+EVERY: Final = "*"
+"""The result key of every value of a result object keyed by names, not fields: ``produces: {kind: "*"}``."""
 
 
 def bounded_add(counter: Counter[Any], item: Hashable, limit: int, n: int = 1) -> None:
@@ -110,6 +118,8 @@ class ArgStats:
     """Agrees: an unseen number computed from seen ones."""
     sources: Counter[tuple[str, str]] = field(default_factory=Counter)
     source_sets: Counter[frozenset[tuple[str, str]]] = field(default_factory=Counter)
+    source_seen: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    """(tool, key) -> [first episode, last episode, examples...] of the calls whose value it returned."""
     distinct: set[Hashable] = field(default_factory=set)
 
 
@@ -170,4 +180,18 @@ class ToolStats:
     """Calls whose arguments were not an object."""
     result_keys: Counter[str] = field(default_factory=Counter)
     """Keys its accepted results held scalars under (what ``produces`` could name)."""
+    results: int = 0
+    """Accepted calls with a result."""
+    answers: int = 0
+    """Accepted results that were a bare text or integer (what ``produces: {kind: "."}`` binds)."""
+    flat: int = 0
+    """Accepted results that were an object of texts and integers only (what ``"*"`` binds every value of)."""
+    flat_with_id: int = 0
+    """Flat results with a key that names an id (``{"user_id": ...}``): records, not mappings keyed by names."""
+    flat_keys: set[str] = field(default_factory=set)
+    """Distinct keys of the flat results (at most :data:`MAX_NAME_KEYS`)."""
+    flat_keys_full: bool = False
+    """More distinct keys were seen than :attr:`flat_keys` holds."""
+    most_keys: int = 0
+    """The most keys one flat result had."""
     access: AccessStats = field(default_factory=AccessStats)

@@ -185,21 +185,23 @@ def argument_leaves(args: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
-def result_leaves(data: Any) -> list[tuple[str | None, Any]]:
-    """``(nearest key, value)`` of the scalars in a result, as the tracked state binds them.
+def result_leaves(data: Any) -> list[tuple[str | None, Any, bool]]:
+    """``(nearest key, value, top)`` of the scalars in a result, as the tracked state binds them.
 
-    A value in a list takes the key of the list; a bare scalar result has no key (``None``):
-    ``produces`` cannot name it. At most a bounded number of nodes is visited.
+    A value in a list takes the key of the list; a bare scalar result has no key (``None``).
+    ``top`` says the value sits directly in a result object (what ``produces: {kind: "*"}``
+    binds). At most a bounded number of nodes is visited.
     """
-    out: list[tuple[str | None, Any]] = []
+    out: list[tuple[str | None, Any, bool]] = []
     budget = _MAX_NODES
+    top_level = 1 if isinstance(data, Mapping) else -1
     stack: list[tuple[Any, str | None, int]] = [(data, None, 0)]
     while stack and budget > 0:
         value, at, depth = stack.pop()
         budget -= 1
         t = type(value)
         if t is str or t is int or t is float:
-            out.append((at, value))
+            out.append((at, value, depth == top_level))
         elif t is dict or isinstance(value, Mapping):
             if depth < _MAX_DEPTH:
                 for k, v in reversed(list(value.items())):
@@ -209,7 +211,7 @@ def result_leaves(data: Any) -> list[tuple[str | None, Any]]:
                 for v in reversed(value):
                     stack.append((v, at, depth + 1))
         elif value is not None:
-            out.append((at, value))
+            out.append((at, value, depth == top_level))
     return out
 
 

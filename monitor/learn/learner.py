@@ -26,11 +26,14 @@ from ..toolset import Toolset
 from . import _values as V
 from ._access import prior_access, words
 from ._stats import (
+    EVERY,
     GIVEN,
     MAX_DISTINCT,
     MAX_FIELD_VALUES,
+    MAX_NAME_KEYS,
     MAX_SOURCE_SETS,
     MAX_SOURCES,
+    WHOLE,
     ArgStats,
     FieldStats,
     InvalidationStats,
@@ -129,9 +132,10 @@ class _Episode:
     calls: int = 0
     state: TrackedState = field(default_factory=TrackedState)
     sources: dict[Hashable, list[tuple[str, str]]] = field(default_factory=dict)
-    """Value -> (tool, key) of accepted results that returned it under a key."""
+    """Value -> (tool, key) of accepted results that returned it: under a key, as the whole result
+    (:data:`WHOLE`), or directly in a result object under a key that is not a name (:data:`EVERY`)."""
     unexpressible: set[Hashable] = field(default_factory=set)
-    """Values returned only as a bare result or a mapping key."""
+    """Values returned where no ``produces`` entry can name them (a list of scalars, a key that is not a name deeper down)."""
     objects: dict[Hashable, dict[str, _Observed]] = field(default_factory=dict)
     """Id value -> {id key: the record showing it}, current ones only."""
     fingerprints: dict[tuple[str, Hashable], tuple[Mapping[str, Any], int]] = field(default_factory=dict)
@@ -263,7 +267,7 @@ class Learner:
             for path, k in named:
                 if "." not in path and "[]" not in path:  # what a write makes stale at runtime
                     ep.objects.pop(k, None)
-        self._index_result(ep, tool, data)
+        self._index_result(ep, tool, data, call.result)
         for path, k in named:
             candidates = ep.pending.setdefault(k, [])
             if len(candidates) < 16:
@@ -304,9 +308,20 @@ class Learner:
         if producers:
             stats.bound += 1
             stats.co_unexpressible += k in ep.unexpressible
-            stats.ref.hit(ep.id, f"{example} <- {producers[0][0]}.{producers[0][1]}", keep)
+            stats.ref.hit(ep.id, f"{example} <- {_where(producers[0])}", keep)
+            seen_by = stats.source_seen
             for source in producers:
                 bounded_add(stats.sources, source, MAX_SOURCES)
+                seen = seen_by.get(source)
+                if seen is None:
+                    if len(seen_by) < MAX_SOURCES:
+                        seen_by[source] = [ep.id, ep.id, f"{example} <- {_where(source)}"] if keep else [ep.id, ep.id]
+                else:
+                    seen[1] = ep.id
+                    if len(seen) < 2 + keep:
+                        quoted = f"{example} <- {_where(source)}"
+                        if quoted not in seen:
+                            seen.append(quoted)
             bounded_add(stats.source_sets, frozenset(producers), MAX_SOURCE_SETS)
         elif k is not None and ep.state.user_said(value):
             stats.user += 1
@@ -402,18 +417,37 @@ class Learner:
             stats.unknown += 1
 
     # -- what an accepted result shows ---------------------------------------------------------
-    def _index_result(self, ep: _Episode, tool: str, data: Any) -> None:
+    def _index_result(self, ep: _Episode, tool: str, data: Any, raw: Any) -> None:
         if data is None:
             return
+        ts = self._tool(tool)
         if not isinstance(data, (Mapping, list, tuple)):
-            k = V.key(data.strip() if isinstance(data, str) else data)
-            if k is not None:
+            value = data.strip() if isinstance(data, str) else data
+            k = V.key(value)
+            if k is None or k == "":
+                return  # no answer: neither for nor against answering with a bare value
+            ts.results += 1
+            if k in ep.pending:
+                self._settle(ep.pending.pop(k), ep.id, reproduced=True)
+            # What produces: {kind: "."} binds at runtime: the result itself when it is a text or an integer.
+            if isinstance(raw, (str, int)) and not isinstance(raw, bool):
+                ts.answers += 1
+                self._source(ep, k, (tool, WHOLE))
+            else:
                 ep.unexpressible.add(k)
             return
-        keys = self._tool(tool).result_keys
-        pending, sources, unexpressible = ep.pending, ep.sources, ep.unexpressible
+        ts.results += 1
+        # produces: {kind: "*"} binds every text or integer value of a result object (JSON text parsed only when
+        # it starts with "{", as the runtime reads it).
+        every = False
+        if isinstance(data, Mapping):
+            every = not isinstance(raw, (str, bytes)) or raw[:1] in ("{", b"{")
+            if every:
+                self._flat(ts, data)
+        keys = ts.result_keys
+        pending, unexpressible = ep.pending, ep.unexpressible
         names = self._names
-        for at, value in V.result_leaves(data):
+        for at, value, top in V.result_leaves(data):
             t = type(value)
             k = value if t is str or t is int else V.key(value)
             if k is None:
@@ -426,15 +460,14 @@ class Learner:
                 if len(names) < 65_536:
                     names[at] = named
             if not named or at is None:
-                unexpressible.add(k)
+                if top and every and (t is str or t is int):
+                    self._source(ep, k, (tool, EVERY))
+                else:
+                    unexpressible.add(k)
                 continue
             if at in keys or len(keys) < 256:
                 keys[at] += 1
-            found = sources.get(k)
-            if found is None:
-                sources[k] = [(tool, at)]
-            elif (tool, at) not in found and len(found) < _MAX_SOURCES_PER_VALUE:
-                found.append((tool, at))
+            self._source(ep, k, (tool, at))
         for at, record in V.records(data):
             id_key = V.primary_id(at, record)
             if id_key is None:
@@ -444,6 +477,34 @@ class Learner:
                 continue
             ep.objects.setdefault(k, {})[id_key] = _Observed(record=record, tool=tool, at=at)
             self._compare(ep, (id_key, k), record)
+
+    @staticmethod
+    def _source(ep: _Episode, k: Hashable, source: tuple[str, str]) -> None:
+        found = ep.sources.get(k)
+        if found is None:
+            ep.sources[k] = [source]
+        elif source not in found and len(found) < _MAX_SOURCES_PER_VALUE:
+            found.append(source)
+
+    @staticmethod
+    def _flat(ts: ToolStats, data: Mapping[Any, Any]) -> None:
+        """Count a result object of texts and integers only: a mapping keyed by names, or a flat record."""
+        for key, value in data.items():
+            t = type(value)
+            if (t is not str and t is not int) or type(key) is not str:
+                return
+        ts.flat += 1
+        ts.most_keys = max(ts.most_keys, len(data))
+        with_id = False
+        seen = ts.flat_keys
+        for key in data:
+            with_id = with_id or V.names_an_id(key)
+            if key not in seen:
+                if len(seen) < MAX_NAME_KEYS:
+                    seen.add(key)
+                else:
+                    ts.flat_keys_full = True
+        ts.flat_with_id += with_id
 
     def _compare(self, ep: _Episode, ident: tuple[str, Hashable], record: Mapping[str, Any]) -> None:
         """Access evidence: an object before and after the calls that named it, over the fields both views show.
@@ -504,6 +565,11 @@ class Learner:
                 stats.tally.hit(episode, f"{c.example}, then rejected", self.thresholds.examples)
             else:
                 stats.unused += 1
+
+
+def _where(source: tuple[str, str]) -> str:
+    """Where a value came from, for an example: ``get_user.orders``, ``find_user_id`` (the whole result), ``list_types.*``."""
+    return source[0] if source[1] == WHOLE else f"{source[0]}.{source[1]}"
 
 
 def _leaf_object(path: str) -> str:
