@@ -38,6 +38,7 @@ __all__ = (
     "RecordRedactor",
     "SinkStats",
     "Status",
+    "bad_line",
     "build_record",
     "dumps_record",
     "iter_records",
@@ -420,12 +421,20 @@ def iter_records(
             try:
                 yield loads_record(raw)
             except RecordError as e:
-                truncated = not raw.endswith(b"\n")
-                msg = TRUNCATED if truncated else str(e)
-                if on_error == "raise":
-                    raise RecordError(msg, path=name, line=line_no) from None
-                if errors is not None:
-                    errors.append(BadLine(path=name, line=line_no, message=msg, truncated=truncated))
+                bad_line(raw, e, name, line_no, on_error, errors)
+
+
+def bad_line(raw: bytes, error: RecordError, path: str, line_no: int, on_error: str, errors: list[BadLine] | None) -> None:
+    """A line that is not a record: raised (``on_error="raise"``) or appended to ``errors``.
+
+    A line without its newline is reported as :data:`TRUNCATED` (a writer stopped mid-record).
+    """
+    truncated = not raw.endswith(b"\n")
+    message = TRUNCATED if truncated else str(error)
+    if on_error == "raise":
+        raise RecordError(message, path=path, line=line_no) from None
+    if errors is not None:
+        errors.append(BadLine(path=path, line=line_no, message=message, truncated=truncated))
 
 
 def read_records(

@@ -14,16 +14,24 @@ from typing import Any
 
 from prefixmon.learn import Call, Message, Transcript
 
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": sorted(properties)},
-        },
-    }
-    for name, description, properties in (
+
+def _functions(rows: tuple[tuple[str, str, dict[str, Any]], ...]) -> list[dict[str, Any]]:
+    """OpenAI function definitions of ``(name, description, properties)``, every property required."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": description,
+                "parameters": {"type": "object", "properties": properties, "required": sorted(properties)},
+            },
+        }
+        for name, description, properties in rows
+    ]
+
+
+TOOLS: list[dict[str, Any]] = _functions(
+    (
         ("get_user", "Get a user's profile and order ids.", {"user_id": {"type": "string"}}),
         ("get_order", "Get the status and details of an order.", {"order_id": {"type": "string"}}),
         (
@@ -35,18 +43,10 @@ TOOLS: list[dict[str, Any]] = [
         ("delete_order", "Delete an order record.", {"order_id": {"type": "string"}}),
         ("ship_to", "Change where an order is shipped.", {"order_id": {"type": "string"}, "city": {"type": "string"}}),
     )
-]
+)
 
-CATALOGUE_TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": sorted(properties)},
-        },
-    }
-    for name, description, properties in (
+CATALOGUE_TOOLS: list[dict[str, Any]] = _functions(
+    (
         ("find_user", "Find a user's id by email.", {"email": {"type": "string"}}),
         ("user_directory", "The shop's users by nickname.", {}),
         ("list_products", "Every product type and its product id.", {}),
@@ -54,7 +54,7 @@ CATALOGUE_TOOLS: list[dict[str, Any]] = [
         ("add_item", "Add a product to a pending order.", {"order_id": {"type": "string"}, "product_id": {"type": "string"}}),
         ("order_total", "The total of an order.", {"order_id": {"type": "string"}}),
     )
-]
+)
 """Tools whose answers bind as a whole: a bare user id, mappings keyed by names, a bare number nobody reuses."""
 
 PRODUCTS = (

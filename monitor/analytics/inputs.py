@@ -30,7 +30,7 @@ from typing import IO, Any, Final, Literal
 
 from .._writer import flush_writers
 from ..exceptions import RecordError
-from ..records import MAX_HORIZON, SCHEMA, TRUNCATED, BadLine, EpisodeRecord, loads_record
+from ..records import MAX_HORIZON, SCHEMA, BadLine, EpisodeRecord, bad_line, loads_record
 from ..vocabulary import Cause, Decision, Outcome
 from ._parallel import read_in_parallel, workers_for
 from .columns import (
@@ -399,12 +399,7 @@ def _validated(raw: bytes, path: str, line_no: int, on_error: OnError, errors: l
     try:
         return _fields(loads_record(raw))
     except RecordError as e:
-        truncated = not raw.endswith(b"\n")
-        message = TRUNCATED if truncated else str(e)
-        if on_error == "raise":
-            raise RecordError(message, path=path, line=line_no) from None
-        if errors is not None:
-            errors.append(BadLine(path=path, line=line_no, message=message, truncated=truncated))
+        bad_line(raw, e, path, line_no, on_error, errors)
         return None
 
 
