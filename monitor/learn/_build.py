@@ -157,8 +157,8 @@ def build_spec(learner: Learner) -> SpecFile:
             elif found[0] == key:
                 examples = found[4] + [e for e in seen[2:] if e not in found[4]]
                 produced[(source[0], ref.kind)] = (key, found[1] + n, found[2], found[3], examples)
-    for (producer, kind), (key, n, why) in _potential_producers(learner, refs, produced, modes).items():
-        produced[(producer, kind)] = (key, n, None, None, [why])
+    for (producer, kind), (key, n, reason) in _potential_producers(learner, refs, produced, modes).items():
+        produced[(producer, kind)] = (key, n, None, None, [reason])
     for (producer, kind), (key, n, first, last, examples) in sorted(produced.items()):
         if producer == GIVEN:
             continue  # held before the episode (bindings), not produced by a tool
@@ -242,10 +242,10 @@ def _view(learner: Learner, stats: ArgStats, modes: Mapping[str, tuple[str, str]
         if mapped == _HIDDEN:
             view.hidden_by.add(source[0])
     for sources, n in stats.source_sets.items():
-        mapped = frozenset(where(s) for s in sources)
-        view.sets[mapped] += n
-        if _HIDDEN in mapped:
-            if len(mapped) > 1:
+        places = frozenset(where(s) for s in sources)
+        view.sets[places] += n
+        if _HIDDEN in places:
+            if len(places) > 1:
                 view.hidden += n
             else:
                 view.only_hidden += n

@@ -73,7 +73,8 @@ def spans(tool_spans: str) -> list[dict[str, Any]]:
     """The finished spans of one scenario: an accepted and a refused ``echo`` call through a guarded server."""
     done = subprocess.run([sys.executable, "-c", SCRIPT, tool_spans], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
 
 
 def tool_call_spans(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
