@@ -8,7 +8,8 @@ accepted too, as the JSON mapping requires of readers, and so are bare span obje
 some backends return them.
 
 Only the prefixmon spans matter: episode spans (those carrying ``prefixmon.horizon``) and
-``execute_tool`` call spans carrying ``prefixmon.depth``, matched on
+call spans (``execute_tool``, ``apply_guardrail``, or a framework's own span that
+prefixmon enriched) carrying ``prefixmon.depth``, matched on
 ``prefixmon.episode.id``. Everything else in the file is ignored.
 
 Without content capture, spans carry no reasons or error messages (they may quote

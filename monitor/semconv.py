@@ -67,6 +67,7 @@ __all__ = (
     "PREFIXMON_FIRST_FAILURE_DEPTH",
     "PREFIXMON_FIRST_FAILURE_TOOL",
     "PREFIXMON_HORIZON",
+    "PREFIXMON_INTERNAL_ERROR",
     "PREFIXMON_INVALID_REACHED_ENVIRONMENT",
     "PREFIXMON_LABEL_PREFIX",
     "PREFIXMON_OUTCOME",
@@ -202,10 +203,13 @@ PREFIXMON_REASON: Final = "prefixmon.reason"
 PREFIXMON_ERROR: Final = "prefixmon.error"
 """*Content*: the environment's error message for a call."""
 PREFIXMON_EPISODE_ERROR: Final = "prefixmon.episode.error"
-"""*Content*: the agent body's exception, when the episode ended with an error."""
+"""The type name of the agent body's exception, when the episode ended with an error (no message: not content)."""
 PREFIXMON_WHERE: Final = "prefixmon.where"
 """Where in the monitor an internal error happened."""
 
+PREFIXMON_INTERNAL_ERROR: Final = "prefixmon.internal_error"
+"""Event name: an error the monitor caught in itself during the episode (on the episode span;
+attributes ``prefixmon.where`` and ``error.type``)."""
 PREFIXMON_FIRST_FAILURE: Final = "prefixmon.first_failure"
 """Event name: the episode's first non-executable call (on that call's span and on the
 episode span)."""
@@ -231,7 +235,8 @@ METRIC_FIRST_FAILURES: Final = "prefixmon.first_failures"
 """Counter of episodes' primary causes (the cause at FED)."""
 METRIC_INTERVENTIONS: Final = "prefixmon.interventions"
 """Counter of calls the monitor did not simply let through: block, replan, approve, edit,
-deny, fail_closed (attribute ``prefixmon.decision``, and the chosen labels)."""
+deny, fail_closed (attributes ``prefixmon.decision``, ``prefixmon.executable``,
+``prefixmon.cause`` when not executable, and the chosen labels)."""
 METRIC_INTERNAL_ERRORS: Final = "prefixmon.internal_errors"
 """Counter of errors caught inside the monitor (attributes ``prefixmon.where``,
 ``error.type``)."""

@@ -10,9 +10,12 @@ What it emits (names in :mod:`prefixmon.semconv`):
 
 - an ``invoke_agent {agent}`` span per episode (or, with ``enrich_current_span=True``, the
   episode's attributes on the framework's own agent span), current while the episode runs;
-- an ``execute_tool {tool}`` span (kind INTERNAL) per call, blocked calls included, with
-  ``prefixmon.depth / executable / cause / code / decision``, the episode's FED so far, and
-  ``error.type = prefixmon.<cause>`` when the call is not executable;
+- a span (kind INTERNAL) per call: ``execute_tool {tool}`` when something ran,
+  ``apply_guardrail prefixmon`` when prefixmon's decision left nothing to run (blocked,
+  denied, guidance only); or, with ``tool_spans="auto"``, the framework's own ``execute_tool``
+  span of the call (the MCP SDK's). Each carries ``prefixmon.depth / executable / cause /
+  code / decision``, the episode's FED so far, and ``error.type = prefixmon.<cause>`` when
+  the call is not executable;
 - a ``gen_ai.guardrail.result`` event with the verdict on every call that was not simply
   executable and allowed (with ``guardrail_events="all"``, on every call span), and a
   ``prefixmon.first_failure`` event on the first failure;
@@ -71,6 +74,22 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _NOT_RUN: Final = frozenset({Decision.BLOCK, Decision.DENY, Decision.FAIL_CLOSED})
 """Decisions after which nothing ran: the call's span is ``apply_guardrail``, not ``execute_tool``."""
 _GUARDRAIL_SPAN: Final = f"{sc.APPLY_GUARDRAIL} {sc.GUARDRAIL_COMPONENT}"
+
+
+def _not_overwriting(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` without the ``gen_ai.*`` ones a framework's span already has (it says what it is);
+    when its attributes cannot be read, without any ``gen_ai.*`` (ours may not describe it)."""
+    present = getattr(span, "attributes", None)
+    if not isinstance(present, Mapping):
+        return {k: v for k, v in attrs.items() if not k.startswith("gen_ai.")}
+    return {k: v for k, v in attrs.items() if not (k.startswith("gen_ai.") and k in present)}
+
+
+def _ran_nothing(action: ActionRecord) -> bool:
+    """Whether prefixmon's decision left nothing to run: refused, or intervened without a replacement call."""
+    return not action.reached_environment and action.decision is not Decision.ALLOW and action.replacement is None
+
+
 _INTERVENTIONS: Final = frozenset(
     {Decision.BLOCK, Decision.REPLAN, Decision.APPROVE, Decision.EDIT, Decision.DENY, Decision.FAIL_CLOSED}
 )
@@ -267,7 +286,8 @@ class Telemetry(Observer):
             every call that was not simply executable and allowed, where the verdict says
             something (the pass verdict is on every span anyway, as ``prefixmon.executable``
             and ``prefixmon.decision``, and the log-based event is emitted for the same calls);
-            ``"all"``: also on every pass, about a fifth of a call span's cost more.
+            ``"all"``: also on every pass (about 4 µs a call with the Python SDK,
+            docs/performance.md).
         tracing: emit spans and events.
         metrics: record metrics. Per-call counts (``prefixmon.calls``,
             ``prefixmon.interventions``, with the ``metric_labels``) are summed per episode
@@ -437,7 +457,7 @@ class Telemetry(Observer):
         if self.enrich_current_span:
             current = trace.get_current_span()
             if current.is_recording():
-                current.set_attributes(self._episode_start_attributes(episode))
+                current.set_attributes(_not_overwriting(current, self._episode_start_attributes(episode)))
                 self._track(episode, current, counts, own=False)
                 return
         agent = self.agent_name or episode.labels.get("agent")
@@ -718,8 +738,9 @@ class Telemetry(Observer):
         try:
             code = verdict.code if not verdict.executable else None
             attrs = self._call_end_attributes(action, code, fed)
+            refused = _ran_nothing(action)
             if span is None:
-                if not action.reached_environment and action.decision in _NOT_RUN:
+                if refused:
                     call.name = _GUARDRAIL_SPAN
                     call.attrs[sc.GEN_AI_OPERATION_NAME] = sc.APPLY_GUARDRAIL
                 span = call.span = self._tracer.start_span(
@@ -730,8 +751,12 @@ class Telemetry(Observer):
                     start_time=call.start,
                 )
             elif span.is_recording():
-                if call.adopted and not action.reached_environment and action.decision in _NOT_RUN:
-                    attrs[sc.GEN_AI_OPERATION_NAME] = sc.APPLY_GUARDRAIL  # the framework's span: nothing executed
+                if call.adopted:  # the framework's span: a refused call never got our start attributes
+                    attrs = {**call.attrs, **attrs}
+                if refused:  # let through, then nothing ran (guidance only, no such tool): not an execution
+                    attrs[sc.GEN_AI_OPERATION_NAME] = sc.APPLY_GUARDRAIL
+                    if not call.adopted:
+                        span.update_name(_GUARDRAIL_SPAN)
                 span.set_attributes(attrs)
             if not span.is_recording():
                 return
@@ -832,7 +857,7 @@ class Telemetry(Observer):
             self._m_errors.add(1, {sc.PREFIXMON_WHERE: where.split(" ", 1)[0], sc.ERROR_TYPE: type(error).__name__})
         st = self._episodes.get(id(episode)) if episode is not None else None
         if st is not None and st.span.is_recording():
-            st.span.add_event("prefixmon.internal_error", {sc.PREFIXMON_WHERE: where, sc.ERROR_TYPE: type(error).__name__})
+            st.span.add_event(sc.PREFIXMON_INTERNAL_ERROR, {sc.PREFIXMON_WHERE: where, sc.ERROR_TYPE: type(error).__name__})
 
 
 def _tool_attributes(spec: Any) -> dict[str, Any]:

@@ -119,7 +119,7 @@ async def run_contacts(monitor: Monitor, **labels: str) -> Any:
 
 
 class TestCallSpans:
-    """One execute_tool span per call, blocked calls included."""
+    """One span per call: execute_tool when something ran, apply_guardrail when nothing did."""
 
     async def test_executable_call_span(self, otel: Otel, tools: Toolset) -> None:
         """An executable call gets an INTERNAL execute_tool span with the GenAI and prefixmon attributes."""
@@ -194,6 +194,27 @@ class TestCallSpans:
             assert span.parent is not None and span.parent.span_id == root.context.span_id
             assert span.context.trace_id == root.context.trace_id
             assert attrs(span)[sc.PREFIXMON_EPISODE_ID] == attrs(root)[sc.PREFIXMON_EPISODE_ID]
+
+    async def test_calls_that_never_ran_are_guardrail_spans(self, otel: Otel, tools: Toolset) -> None:
+        """A replan with guidance only and an undeclared tool under observe ran nothing: no execute_tool span claims they did."""
+
+        async def guidance(verdict: Verdict, call: ToolCall, state: TrackedState) -> Replan:
+            return Replan(guidance="search first")
+
+        monitor = Monitor(tools, policy="replan", replan=guidance, observers=[otel.telemetry()])
+        async with monitor.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked):
+                await ep.call("remove_contact", {"person_id": "p-9"})
+        observed = Monitor(tools, policy="observe", observers=[otel.telemetry()])
+        async with observed.episode(task_id="t") as ep:
+            with pytest.raises(ToolBlocked):
+                await ep.call("no_such_tool", {})
+        spans = otel.tool_spans()
+        guardrail = ("apply_guardrail prefixmon", "apply_guardrail")
+        assert [(s.name, attrs(s)[sc.GEN_AI_OPERATION_NAME]) for s in spans] == [guardrail] * 2
+        assert [attrs(s)[sc.PREFIXMON_DECISION] for s in spans] == ["replan", "observe"]
+        assert [attrs(s)[sc.GEN_AI_TOOL_NAME] for s in spans] == ["remove_contact", "no_such_tool"]
+        assert not any(attrs(s)[sc.PREFIXMON_REACHED_ENVIRONMENT] for s in spans)
 
     async def test_replacement_and_decisions(self, otel: Otel, tools: Toolset) -> None:
         """A replanned call records the replacement tool and decision replan."""
@@ -332,6 +353,18 @@ class TestEpisodeSpan:
         assert a[sc.PREFIXMON_STARTED_AT] == int(ep.record.started_at.timestamp() * 1_000_000) * 1000
         for span in otel.tool_spans():
             assert span.parent is not None and span.parent.span_id == framework_span.get_span_context().span_id
+
+    async def test_enrich_keeps_the_frameworks_own_gen_ai_attributes(self, otel: Otel, tools: Toolset) -> None:
+        """The framework's span keeps what it says it is (operation, provider, agent); ours are added, not overwritten."""
+        tracer = otel.tracer_provider.get_tracer("framework")
+        monitor = Monitor(tools, policy="block", observers=[otel.telemetry(enrich_current_span=True)])
+        own = {sc.GEN_AI_OPERATION_NAME: "chat", sc.GEN_AI_PROVIDER_NAME: "openai"}
+        with tracer.start_as_current_span("chat gpt", attributes=own):
+            await run_contacts(monitor, agent="support-bot")
+        a = attrs(next(s for s in otel.finished() if s.name == "chat gpt"))
+        assert a[sc.GEN_AI_OPERATION_NAME] == "chat" and a[sc.GEN_AI_PROVIDER_NAME] == "openai"
+        assert a[sc.GEN_AI_AGENT_NAME] == "support-bot"  # not set by the framework: ours
+        assert a[sc.PREFIXMON_FED] == 2
 
     async def test_enrich_without_current_span_opens_one(self, otel: Otel, tools: Toolset) -> None:
         """enrich_current_span falls back to an invoke_agent span when no span is current."""
@@ -731,7 +764,7 @@ class TestContent:
                 with contextlib.suppress(ToolBlocked):
                     await ep.call(name, {})
         spans = otel.tool_spans()
-        assert [s.name for s in spans] == ["execute_tool", "execute_tool"]
+        assert [s.name for s in spans] == ["apply_guardrail prefixmon"] * 2  # refused: nothing ran
         assert [attrs(s)[sc.GEN_AI_TOOL_NAME] for s in spans] == ["delete_everything", sc.UNKNOWN_TOOL]
 
 

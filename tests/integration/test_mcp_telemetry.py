@@ -12,11 +12,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("mcp")
+
+from prefixmon import read_records
+from prefixmon.otlp import read_otlp_records
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +40,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from prefixmon import Telemetry
 from prefixmon.adapters.mcp import MonitorMiddleware
+from prefixmon.otel_setup import OtlpJsonFileSpanExporter
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
+tool_spans, out = sys.argv[1], sys.argv[2]
+provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileSpanExporter(out + "/spans.jsonl")))
 trace.set_tracer_provider(provider)
-tool_spans = sys.argv[1]
 
 
 async def main() -> None:
@@ -52,7 +59,7 @@ async def main() -> None:
         return CallToolResult(content=[TextContent(type="text", text=str((params.arguments or {}).get("text")))])
 
     options = {} if tool_spans == "default" else {"tool_spans": tool_spans}
-    guard = MonitorMiddleware(observers=[Telemetry(**options)])
+    guard = MonitorMiddleware(observers=[Telemetry(capture_content=True, **options)], sink=out + "/records.jsonl")
     server: Server[Any] = Server("echo", on_list_tools=list_tools, on_call_tool=call_tool)
     server.middleware.append(guard)
     async with guard, Client(server, mode="legacy") as client:
@@ -69,9 +76,19 @@ print(json.dumps([
 """
 
 
-def spans(tool_spans: str) -> list[dict[str, Any]]:
-    """The finished spans of one scenario: an accepted and a refused ``echo`` call through a guarded server."""
-    done = subprocess.run([sys.executable, "-c", SCRIPT, tool_spans], capture_output=True, text=True, timeout=120, check=False)
+def spans(tool_spans: str, out: Path | None = None) -> list[dict[str, Any]]:
+    """The finished spans of one scenario: an accepted and a refused ``echo`` call through a guarded server.
+
+    ``out`` receives the guard's records (``records.jsonl``) and the spans as OTLP JSON (``spans.jsonl``).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        return _run(tool_spans, out or Path(tmp))
+
+
+def _run(tool_spans: str, out: Path) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, tool_spans, str(out)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     found: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
@@ -106,3 +123,11 @@ class TestServerSpans:
         ours = [s for s in found if s["scope"] == "prefixmon" and s["attributes"].get("gen_ai.tool.name") == "echo"]
         assert [s["name"] for s in ours] == ["execute_tool echo", "apply_guardrail prefixmon"]
         assert all(s["kind"] == "INTERNAL" for s in ours)
+
+    @pytest.mark.parametrize("tool_spans", ["auto", "own"])
+    def test_records_from_the_spans(self, tool_spans: str, tmp_path: Path) -> None:
+        """The episode rebuilt from the trace (content captured) equals the guard's record, on the SDK's spans as on ours."""
+        spans(tool_spans, tmp_path)
+        (record,) = read_records(tmp_path / "records.jsonl")
+        assert [a.executable for a in record.actions] == [True, False]
+        assert read_otlp_records(tmp_path / "spans.jsonl") == [record]
