@@ -254,8 +254,10 @@ def configure_otel(
         batch: batch span exports (off: export each span as it ends, for short scripts).
         set_global: also install the providers as the global ones (only an application
             should; a library never does).
-        logs: build a logger provider for log-based events (OTLP with the traces, or the
-            console); default: when OTLP or console export is configured for logs.
+        logs: build a logger provider for log-based events. ``True``: OTLP wherever traces
+            go (and the console with ``console=True``); default: when ``OTEL_LOGS_EXPORTER``
+            names ``otlp`` (sent to ``otlp_endpoint`` when given, else the environment's
+            endpoint) or ``console``; ``False``: never, whatever the environment says.
 
     Raises:
         ImportError: OTLP/HTTP export was asked for without the ``otlp`` extra.
@@ -272,14 +274,14 @@ def configure_otel(
         exporters.append(ConsoleSpanExporter())
     if console or "console" in _env_exporters("METRICS"):
         metric_exporters.append(ConsoleMetricExporter())
-    if (console and logs is not False) or "console" in _env_exporters("LOGS"):
+    if logs is not False and (console or "console" in _env_exporters("LOGS")):
         log_exporters.append(ConsoleLogRecordExporter())
     want_traces = otlp_endpoint is not None or _env_otlp("TRACES")
     want_metrics = otlp_metrics and (otlp_endpoint is not None or _env_otlp("METRICS"))
-    want_logs = logs is not False and (
-        (otlp_endpoint is not None and logs is True)
-        or (otlp_endpoint is None and _env_otlp("LOGS") and "otlp" in _env_exporters("LOGS"))
-    )
+    # logs=True: wherever traces go; by default only when OTEL_LOGS_EXPORTER names otlp
+    asked = "otlp" in _env_exporters("LOGS") and "none" not in _env_exporters("LOGS")
+    reachable = otlp_endpoint is not None or _env_otlp("LOGS")
+    want_logs = logs is not False and reachable and (logs is True or asked)
     if want_traces or want_metrics or want_logs:
         try:
             from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter

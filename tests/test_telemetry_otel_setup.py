@@ -88,3 +88,31 @@ class TestEnvironment:
         otel.tracer_provider.get_tracer("t").start_span("s").end()
         otel.shutdown()
         assert seen == []
+
+
+class TestLogs:
+    """Which log exporters ``logs=`` and OTEL_LOGS_EXPORTER give."""
+
+    def test_env_otlp_logs_go_to_the_given_endpoint(
+        self, monkeypatch: pytest.MonkeyPatch, collector: tuple[str, list[tuple[str, dict[str, str]]]]
+    ) -> None:
+        """OTEL_LOGS_EXPORTER=otlp with otlp_endpoint= passed: the logs go to that endpoint (none were exported)."""
+        url, seen = collector
+        monkeypatch.setenv("OTEL_LOGS_EXPORTER", "otlp")
+        otel = configure_otel(otlp_endpoint=url, otlp_metrics=False, batch=False)
+        assert otel.logger_provider is not None
+        from opentelemetry._logs import LogRecord
+
+        otel.logger_provider.get_logger("t").emit(LogRecord(event_name="gen_ai.guardrail.result", attributes={"a": 1}))
+        otel.shutdown()
+        assert "/v1/logs" in {p for p, _ in seen}
+
+    def test_logs_false_wins_over_the_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """logs=False builds no logger provider, whatever OTEL_LOGS_EXPORTER says (console was still built)."""
+        monkeypatch.setenv("OTEL_LOGS_EXPORTER", "console,otlp")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        otel = configure_otel(logs=False, batch=False)
+        try:
+            assert otel.logger_provider is None
+        finally:
+            otel.shutdown()
