@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import random
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
@@ -224,13 +225,22 @@ _RANDOM_ID_MASK: Final = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
 _UUID4_BITS: Final = (0x4000 << 64) | (0x8000 << 48)
 
 
+_ids: Final = random.Random(os.urandom(32))
+"""Where episode ids come from: seeded by the OS once per process, again in a forked child.
+
+Not ``os.urandom`` per id: that call releases the GIL, and with a JSONL sink's writer thread
+awake the episode then waited to get it back (17 µs of a one-call episode's 28 µs,
+benchmarks/bench_sink.py). Episode ids identify records; they are not secrets."""
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+
+
 def _random_id() -> str:
     """A random UUID4 as 32 hex digits, as ``uuid.uuid4().hex`` but without building a ``UUID``.
 
     Every episode needs one; ``uuid4().hex`` cost 2.5 µs of an empty episode's 16 µs, this
-    0.8 µs (benchmarks/bench_hot_path.py, section 1). Same randomness (``os.urandom``), same bits.
+    well under 1 µs (benchmarks/bench_hot_path.py, section 1). Same bits as a UUID4.
     """
-    return "%032x" % (int.from_bytes(os.urandom(16)) & _RANDOM_ID_MASK | _UUID4_BITS)
+    return "%032x" % (_ids.getrandbits(128) & _RANDOM_ID_MASK | _UUID4_BITS)
 
 
 _OUTCOMES: Final[Mapping[str, Outcome]] = MappingProxyType({o.value: o for o in Outcome})

@@ -503,3 +503,38 @@ class TestTieBreakWithFaultsAndRejections:
                 await ep.call("send_money", {"phone": "+1 555 0000", "amount": 5})
         assert ep.record is not None and ep.record.first_failure is not None
         assert ep.record.first_failure.cause.value == "state_consistency"
+
+
+class TestEpisodeIds:
+    """Generated episode ids: UUID4s, never repeated, not even by a forked child."""
+
+    def test_ids_are_uuid4_hex_and_distinct(self) -> None:
+        """Each id parses as a version-4, RFC 4122 UUID, and 10,000 of them are all different."""
+        import uuid
+
+        from prefixmon.episode import _random_id
+
+        ids = [_random_id() for _ in range(10_000)]
+        assert len(set(ids)) == len(ids)
+        for text in ids[:100]:
+            parsed = uuid.UUID(hex=text)
+            assert parsed.hex == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+    def test_a_forked_child_draws_other_ids(self) -> None:
+        """After fork the child's generator is seeded afresh: its next ids are not the parent's next ids."""
+        import os
+
+        from prefixmon.episode import _random_id
+
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its next three ids, to the parent
+            os.close(read)
+            os.write(write, ",".join(_random_id() for _ in range(3)).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            child = f.read().split(",")
+        os.waitpid(pid, 0)
+        parent = [_random_id() for _ in range(3)]
+        assert len(child) == 3 and not set(child) & set(parent)
