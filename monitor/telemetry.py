@@ -286,7 +286,7 @@ class Telemetry(Observer):
             every call that was not simply executable and allowed, where the verdict says
             something (the pass verdict is on every span anyway, as ``prefixmon.executable``
             and ``prefixmon.decision``, and the log-based event is emitted for the same calls);
-            ``"all"``: also on every pass (about 4 µs a call with the Python SDK,
+            ``"all"``: also on every pass (4 to 10 µs a call with the Python SDK,
             docs/performance.md).
         tracing: emit spans and events.
         metrics: record metrics. Per-call counts (``prefixmon.calls``,
