@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from ._readonly import MappingView, view
@@ -117,17 +117,6 @@ class Dispatch:
         self.fault(f"observer {type(obs).__name__}.{hook}", error)
 
     # -- episode -----------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def episode_contexts(self, episode: Any) -> Iterator[None]:
-        """Every observer's ``episode_context`` entered around the block."""
-        entered = self.enter_episode(episode)
-        try:
-            yield
-        except BaseException as e:
-            self.exit_episode(entered, e)
-            raise
-        self.exit_episode(entered, None)
-
     def enter_episode(self, episode: Any) -> Entered:
         """Enter every observer's ``episode_context``; what was entered, for :meth:`exit_episode`."""
         entered: Entered = []
