@@ -11,6 +11,17 @@ if TYPE_CHECKING:
     from ..toolset import Toolset
 
 
+_THRESHOLDS: tuple[tuple[str, type, str, str], ...] = (
+    ("min_support", int, "N", "observations a rule needs"),
+    ("min_confidence", float, "F", "share of observations that must agree, 0.5 to 1"),
+    ("min_rejected", int, "N", "rejected calls a suggested precondition must separate"),
+    ("examples", int, "N", "examples quoted per rule, 0 for none"),
+    ("min_distinct", int, "N", "distinct values a grounded argument needs"),
+    ("max_producers", int, "N", "producers named per reference"),
+)
+"""The ``--min-support``-style flags: a :class:`~prefixmon.learn.Thresholds` field each (type, metavar, help)."""
+
+
 class LearnCommand:
     """``prefixmon learn --tools TOOLS.json FILE... --out SPEC``."""
 
@@ -40,48 +51,15 @@ class LearnCommand:
         )
         parser.add_argument("--merge", metavar="EXISTING", help="merge into this spec; its hand-written rules are never changed")
         parser.add_argument("--diff", action="store_true", help="print what would change (a unified diff) and write nothing")
-        parser.add_argument(
-            "--min-support",
-            type=int,
-            default=d.min_support,
-            metavar="N",
-            help=f"observations a rule needs (default: {d.min_support})",
-        )
-        parser.add_argument(
-            "--min-confidence",
-            type=float,
-            default=d.min_confidence,
-            metavar="F",
-            help=f"share of observations that must agree, 0.5 to 1 (default: {d.min_confidence:g})",
-        )
-        parser.add_argument(
-            "--min-rejected",
-            type=int,
-            default=d.min_rejected,
-            metavar="N",
-            help=f"rejected calls a suggested precondition must separate (default: {d.min_rejected})",
-        )
-        parser.add_argument(
-            "--examples",
-            type=int,
-            default=d.examples,
-            metavar="N",
-            help=f"examples quoted per rule, 0 for none (default: {d.examples})",
-        )
-        parser.add_argument(
-            "--min-distinct",
-            type=int,
-            default=d.min_distinct,
-            metavar="N",
-            help=f"distinct values a grounded argument needs (default: {d.min_distinct})",
-        )
-        parser.add_argument(
-            "--max-producers",
-            type=int,
-            default=d.max_producers,
-            metavar="N",
-            help=f"producers named per reference (default: {d.max_producers})",
-        )
+        for field, kind, metavar, what in _THRESHOLDS:
+            default = getattr(d, field)
+            parser.add_argument(
+                "--" + field.replace("_", "-"),
+                type=kind,
+                default=default,
+                metavar=metavar,
+                help=f"{what} (default: {default:g})",
+            )
 
     def run(self, args: argparse.Namespace) -> int:
         """Learn, then write the spec (or print the diff); exit 1 when input lines were skipped."""
@@ -95,14 +73,7 @@ class LearnCommand:
             return 2
         if args.out is not None:
             format_of(args.out)  # a bad extension fails before any work
-        thresholds = Thresholds(
-            min_support=args.min_support,
-            min_confidence=args.min_confidence,
-            min_rejected=args.min_rejected,
-            examples=args.examples,
-            max_producers=args.max_producers,
-            min_distinct=args.min_distinct,
-        )
+        thresholds = Thresholds(**{field: getattr(args, field) for field, *_ in _THRESHOLDS})
         tools = _tools(Path(args.tools))
         base_path = args.merge or (args.out if args.diff and args.out and Path(args.out).is_file() else None)
         base = load_spec(base_path) if base_path else None
