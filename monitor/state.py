@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 from .grounding import TOKEN_START, FormIndex, GroundingMatch, fold
@@ -30,6 +31,7 @@ MAX_WALK_DEPTH: Final = 64
 """Nesting below this depth in a tool result is not indexed."""
 MAX_WALK_ITEMS: Final = 200_000
 """At most this many nodes (leaves and containers) of one tool result are visited."""
+_NO_PRODUCE: Final[Mapping[str, str]] = MappingProxyType({})
 MAX_TOKENISED_LENGTH: Final = 2_000
 """Strings up to this length are also indexed word by word; longer ones from tool results are
 pooled as their length and hash only (an exact match still counts as seen)."""
@@ -250,11 +252,19 @@ class TrackedState:
             produce: ``{key: kind}``: values found under ``key`` are bound as ``kind``.
             tool: the producing tool, for messages.
         """
-        if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
-            with contextlib.suppress(ValueError, RecursionError):
-                result = json.loads(result)
+        t = type(result)
+        if t is str or t is bytes or isinstance(result, (str, bytes)):
+            if result[:1] in ("{", "[", b"{", b"["):
+                with contextlib.suppress(ValueError, RecursionError):
+                    result = json.loads(result)
+            elif t is str:  # a plain text result (an MCP server's usual answer), straight to its leaf
+                self._leaf(result, None, _NO_PRODUCE, tool, [MAX_WALK_ITEMS])
+                return
+        elif t is int:  # a scalar result needs no walk
+            self._leaf(result, None, _NO_PRODUCE, tool, [MAX_WALK_ITEMS])
+            return
         budget = [MAX_WALK_ITEMS]
-        self._walk(result, None, produce or {}, tool, 0, budget)
+        self._walk(result, None, produce or _NO_PRODUCE, tool, 0, budget)
         if budget[0] <= 0:  # the rest of the result was not indexed
             self._pool_lossy = True
 
@@ -310,7 +320,7 @@ class TrackedState:
             if obj not in pool:
                 self._pool_text(obj)
         else:
-            k = _key(obj)
+            k = obj if type(obj) is int else _key(obj)
             if k is None:
                 if obj is not None and type(obj) is not bool:  # dates and decimals have forms
                     self._forms.add_object(obj)

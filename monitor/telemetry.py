@@ -350,12 +350,13 @@ class Telemetry(Observer):
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self._traces_live = False
-        """An SDK tracer provider was seen (see :meth:`_tracing_live`)."""
-        self._traces_checked = float("-inf")
-        """Until when "no SDK tracer provider" stands without asking again."""
+        """An SDK tracer provider was seen (see :meth:`_look_for_sdk`)."""
         self._measures_live = False
-        """An SDK meter provider was seen (see :meth:`_metrics_live`)."""
-        self._measures_checked = float("-inf")
+        """An SDK meter provider was seen (see :meth:`_look_for_sdk`)."""
+        self._recheck_at = float("-inf")
+        """Until when "no SDK provider" stands without asking the API again."""
+        self._all_live = False
+        """Whatever is enabled (spans, measurements) has its SDK provider: nothing more to look for."""
         self._logger = otel_logs.get_logger("prefixmon", _VERSION, logger_provider=logger_provider)
         self._static: dict[int, tuple[Any, str, dict[str, Any]]] = {}
         """Per declared tool (by spec identity): its span name and the attributes every call span of it starts with."""
@@ -414,34 +415,23 @@ class Telemetry(Observer):
         return content_text(kind, value, self.redact, self.max_content_chars)
 
     # -- episodes -----------------------------------------------------------------------------
-    def _tracing_live(self) -> bool:
-        """Whether spans can be recorded at all: not while no SDK is configured (the API's no-op or stand-in provider).
+    def _look_for_sdk(self) -> None:
+        """Ask the API whether SDK providers are configured (callers ask at most every :data:`_RECHECK` seconds).
 
-        A provider, once set, stays (the API refuses to replace it), so a live answer is kept;
-        "not yet" is asked again at most every :data:`_RECHECK` seconds (the API's getter reads
-        the environment each time it is asked before a provider is set: 1 to 2 µs an episode).
+        Spans and measurements are recorded only with an SDK (not through the API's no-op or
+        stand-in providers). A provider, once set, stays (the API refuses to replace it), so a
+        live answer is kept; "not yet" is asked again at most every :data:`_RECHECK` seconds
+        (the API's getters read the environment each time they are asked before a provider
+        is set: 1 to 2 µs an episode).
         """
-        if self._traces_live:
-            return True
-        now = monotonic()
-        if now < self._traces_checked:
-            return False
-        provider = self._tracer_provider or trace.get_tracer_provider()
-        live = self._traces_live = not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
-        self._traces_checked = now + _RECHECK
-        return live
-
-    def _metrics_live(self) -> bool:
-        """Whether measurements reach anything: not while no SDK is configured (see :meth:`_tracing_live`)."""
-        if self._measures_live:
-            return True
-        now = monotonic()
-        if now < self._measures_checked:
-            return False
-        provider = self._meter_provider or otel_metrics.get_meter_provider()
-        live = self._measures_live = not isinstance(provider, _NO_METER_PROVIDERS)
-        self._measures_checked = now + _RECHECK
-        return live
+        self._recheck_at = monotonic() + _RECHECK
+        if not self._traces_live:
+            provider = self._tracer_provider or trace.get_tracer_provider()
+            self._traces_live = not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+        if not self._measures_live:
+            meters = self._meter_provider or otel_metrics.get_meter_provider()
+            self._measures_live = not isinstance(meters, _NO_METER_PROVIDERS)
+        self._all_live = (self._traces_live or not self.tracing) and (self._measures_live or not self.metrics)
 
     def episode_started(self, episode: Episode) -> None:
         """Open the episode span (or adopt the current one) and make it current.
@@ -449,10 +439,12 @@ class Telemetry(Observer):
         Asked again for every episode, so an SDK configured after the monitor was made is used
         from the next episode on; until then nothing is built for spans or measurements.
         """
+        if not self._all_live and monotonic() >= self._recheck_at:
+            self._look_for_sdk()
         counts: dict[_CallKey, int] | None = None
-        if self.metrics and self._metrics_live():
+        if self.metrics and self._measures_live:
             counts = self._counts[id(episode)] = {}
-        if not self.tracing or not self._tracing_live():
+        if not self.tracing or not self._traces_live:
             return
         if self.enrich_current_span:
             current = trace.get_current_span()
@@ -726,8 +718,11 @@ class Telemetry(Observer):
         key = (action.executable, action.decision, action.cause)
         if counts is not None:
             counts[key] = counts.get(key, 0) + 1
-        elif self.metrics and self._metrics_live():  # an episode this observer never saw start
-            self._add_call_counts({key: 1}, self._label_key(episode.labels))
+        elif self.metrics:  # an episode this observer never saw start
+            if not self._measures_live and monotonic() >= self._recheck_at:
+                self._look_for_sdk()
+            if self._measures_live:
+                self._add_call_counts({key: 1}, self._label_key(episode.labels))
         if call is not None:
             self._finish_call_span(episode, call, action, verdict)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -934,3 +936,49 @@ class TestHotPathShape:
         assert span.end_time - span.start_time >= 10_000_000
         a = attrs(span)
         assert a[sc.GEN_AI_TOOL_CALL_ID] == "c1" and a[sc.PREFIXMON_EXECUTABLE] is True and a[sc.PREFIXMON_TURN] == 0
+
+
+_LATE_SDK = """
+import time, anyio
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prefixmon import Monitor, Telemetry, Toolset
+
+tools = Toolset()
+
+@tools.tool
+async def ping(n: int) -> int:
+    "Echo."
+    return n
+
+monitor = Monitor(tools, observers=[Telemetry()])  # made before any SDK is configured
+
+async def episode(task):
+    async with monitor.episode(task_id=task) as ep:
+        await ep.call("ping", {"n": 1})
+
+anyio.run(episode, "before")
+spans = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(spans))
+trace.set_tracer_provider(provider)
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+time.sleep(0.25)  # past the recheck interval
+anyio.run(episode, "after")
+tasks = sorted({s.attributes.get("prefixmon.task.id") for s in spans.get_finished_spans()} - {None})
+calls = [m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+         for m in sm.metrics if m.name == "prefixmon.calls"]
+print(tasks, sum(p.value for m in calls for p in m.data.data_points))
+"""
+
+
+def test_sdk_configured_after_the_monitor_is_used() -> None:
+    """Global SDK providers set after ``Telemetry()`` was made trace and measure the next episodes (not earlier ones)."""
+    done = subprocess.run([sys.executable, "-c", _LATE_SDK], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['after']", "1"]
