@@ -90,6 +90,10 @@ class SinkStats:
     """Accepted records that could not be written before the sink closed."""
     errors: int = 0
     """Failed opens, writes and syncs (each retry that fails counts once)."""
+    batches: int = 0
+    """Batches written: how often the writer took lines off the queue and wrote them (each
+    costs the agent's thread one hand-back of the GIL or so; ``written / batches`` is the
+    mean batch size)."""
 
 
 class LineWriter:
@@ -353,6 +357,7 @@ class LineWriter:
                 done, error = 0, e
             if error is None:
                 self._clean = True
+                self.stats.batches += 1  # one batch is written at a time (``_busy``)
                 if self.fsync:
                     try:
                         os.fsync(fd)

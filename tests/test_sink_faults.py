@@ -205,6 +205,25 @@ class TestOneWriter:
         assert len(read_records(sink.path)) == 3
         assert sink.close()
 
+    def test_batches_count_writes_not_records(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """``stats.batches`` counts writes: records queued together go out in one, a flush per record costs one each."""
+        sink = JsonlSink(tmp_path / "r.jsonl")
+
+        def refuse(self: threading.Thread) -> None:
+            raise RuntimeError("can't start new thread")
+
+        with capture_logs():
+            monkeypatch.setattr(threading.Thread, "start", refuse)
+            assert all(sink.submit(make([])) for _ in range(100))
+            monkeypatch.undo()
+            assert sink.flush(5)  # written from here, all at once
+        assert (sink.stats.written, sink.stats.batches) == (100, 1)
+        for _ in range(5):
+            assert sink.submit(make([])) and sink.flush(5)  # the writer thread wakes for each flush
+        assert (sink.stats.written, sink.stats.batches) == (105, 6)
+        assert sink.close()
+        assert len(read_records(sink.path)) == 105
+
     async def test_sinks_of_one_file_share_a_writer_and_keep_order(self, tmp_path: Path) -> None:
         """Two monitors writing one file: records appear in the order the episodes ended."""
         path = tmp_path / "r.jsonl"
