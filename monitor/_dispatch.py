@@ -185,16 +185,15 @@ class Dispatch:
             except OBSERVER_ERRORS as e:
                 self._fault(obs, "call_checked", e)
 
-    def enter_execution(self, episode: Any, call: Any, token: tuple[Any, ...]) -> Entered | None:
-        """Enter the observers' execution contexts; ``None`` when none was entered."""
+    def enter_execution(self, episode: Any, name: str, args: Any, call_id: str | None, token: tuple[Any, ...]) -> Entered | None:
+        """Enter the observers' execution contexts for the call ``name(args)``; ``None`` when none was entered."""
         entered: Entered | None = None
         if not self.context:
             return None
-        args = call.args
         if type(args) is dict or (args is not None and not isinstance(args, (str, bytes)) and isinstance(args, Mapping)):
             source, viewed = self.viewed  # the emitted dict is often the validated one, already viewed
-            shown = viewed.args if viewed is not None and source is not None and source.args is args else view(args)
-            call = _call(call.name, shown, call.call_id)
+            args = viewed.args if viewed is not None and source is not None and source.args is args else view(args)
+        call = _call(name, args, call_id)
         for i, obs in self.context:
             try:
                 cm = obs.execution_context(episode, call, token[i])
@@ -296,7 +295,7 @@ NO_OBSERVERS: Final = Dispatch((), _no_fault)
 
 
 _verdict: Final = trusted_constructor(
-    Verdict, ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined")
+    Verdict, ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined", "derived")
 )
 _call: Final = trusted_constructor(ToolCall, ("name", "args", "call_id"))
 
@@ -315,4 +314,5 @@ def _viewed(verdict: Verdict) -> Verdict:
         MappingView(args),
         verdict.faults,
         verdict.undetermined,
+        verdict.derived,
     )

@@ -14,9 +14,9 @@ the cost of setting the slots through their descriptors (0.41 Âµs against 0.84 Â
 frozen ``__init__``; every call makes a verdict and an action record, so it shows in the
 per-call overhead (``benchmarks/bench_hot_path.py``). The object is a normal instance of
 the dataclass afterwards (equality, hashing, pickling, pydantic serialisation, frozenness).
-If the twin cannot take the class's layout, the slots are set through their descriptors;
-if the class's fields ever differ from the names given, the plain constructor is used, so it
-is always correct.
+If the twin cannot take the class's layout, the slots are set through their descriptors.
+The names must be the class's fields, all of them in order: anything else raises when the
+constructor is made (at import), so a field added to a class can never be silently dropped.
 """
 
 from __future__ import annotations
@@ -53,17 +53,20 @@ def trusted_constructor(cls: type[T], names: tuple[str, ...], defaults: dict[str
         defaults: default values of trailing parameters.
 
     The caller guarantees what ``__post_init__`` would check.
+
+    Raises:
+        TypeError: ``names`` are not the class's fields in declaration order.
     """
+    declared = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    if declared != names:
+        raise TypeError(f"trusted {cls.__name__} names {names}, but its fields are {declared}")
     defaults = defaults or {}
     params = ", ".join(f"{n}=_d_{n}" if n in defaults else n for n in names)
     namespace: dict[str, Any] = {f"_d_{n}": v for n, v in defaults.items()}
     namespace["_cls"] = cls
     namespace["_new"] = object.__new__
-    same = tuple(f.name for f in fields(cls)) == names  # type: ignore[arg-type]
-    twin = _twin(cls) if same else None
-    if not same:
-        body = f"    return _cls({', '.join(f'{n}={n}' for n in names)})\n"
-    elif twin is not None:
+    twin = _twin(cls)
+    if twin is not None:
         namespace["_twin"] = twin
         body = (
             "    obj = _new(_twin)\n"

@@ -134,10 +134,8 @@ class PendingCall:
         self._replacement = replacement
         self._token = token
         self._closed = False
-        self._plain = (
-            replacement is None and token is None and spec is not None and spec.error_result is None and verdict.executable
-        )
-        """Executable, as emitted, no observer token and no error result to recognise: its outcome takes the fast path."""
+        self._plain = replacement is None and spec is not None and spec.error_result is None and verdict.executable
+        """Executable, as emitted, and no error result to recognise: its outcome takes the fast path."""
 
     @property
     def depth(self) -> int:
@@ -182,7 +180,14 @@ class PendingCall:
         episode = self._episode
         token = self._token
         dispatch = episode._hooks
-        entered = dispatch.enter_execution(episode, self.call, token) if token is not None and dispatch.context else None
+        entered: Entered | None = None
+        if token is not None and dispatch.context:
+            call = self._replacement
+            if call is None:
+                verdict = self.verdict
+                entered = dispatch.enter_execution(episode, verdict.tool, self._raw, verdict.call_id, token)
+            else:
+                entered = dispatch.enter_execution(episode, call.name, call.args, call.call_id, token)
         if entered is None:
             result = func(**self.args) if func is not None else execute(self.args)  # type: ignore[misc]
             return (await result) if type(result) is CoroutineType or inspect.isawaitable(result) else result
@@ -659,7 +664,11 @@ class Episode:
             pending.abandon(f"execute= runs {name} and cannot run the replacement {replacement}")
             raise ToolBlocked(pending.verdict, decision=Decision.REPLAN.value, guidance=f"call {replacement} instead")
         try:
-            func = pending.spec.func if execute is None and pending._token is None and pending.spec is not None else None
+            func = (
+                pending.spec.func
+                if execute is None and pending.spec is not None and (pending._token is None or not self._hooks.context)
+                else None
+            )
             if func is not None:  # the common case, without run()'s extra coroutine
                 result = func(**pending.args)
                 if type(result) is CoroutineType or inspect.isawaitable(result):
@@ -726,9 +735,19 @@ class Episode:
             except BaseException:  # KeyboardInterrupt: the call ran; record it before it propagates
                 self._record_cut_short(pending, verdict, verdict.tool)
                 raise
-            self._slots[depth - 1] = trusted_action(
+            token = pending._token
+            hooks = self._hooks
+            if token is not None and hooks.result:
+                try:
+                    hooks.call_result(self, depth, result, token)
+                except BaseException:
+                    self._record_cut_short(pending, verdict, verdict.tool)
+                    raise
+            action = self._slots[depth - 1] = trusted_action(
                 depth, verdict.tool, verdict.call_id, True, None, None, pending.decision, True, None, self.state.turn, None
             )
+            if token is not None and hooks.finished:
+                hooks.call_finished(self, action, verdict, token)
             return
         name = verdict.tool if replacement is None else replacement.name
         rejection: Failure | None = None

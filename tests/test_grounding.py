@@ -16,7 +16,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefixmon import Cause, Grounded, Monitor, SpecError, ToolBlocked, Toolset, ToolSpec, TrackedState, Verdict, verify_plan
+from prefixmon import (
+    Cause,
+    Decision,
+    Episode,
+    Grounded,
+    Monitor,
+    Observer,
+    SpecError,
+    ToolBlocked,
+    Toolset,
+    ToolSpec,
+    TrackedState,
+    Verdict,
+    verify_plan,
+)
 from prefixmon.grounding import MAX_RECENT_NUMBERS, FormIndex, derivation, fold, parse_date, parse_number, value_forms
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -264,6 +278,24 @@ class TestText:
 
 class TestDerived:
     """Values computed from two numbers seen earlier."""
+
+    async def test_observers_see_the_derivation(self) -> None:
+        """The verdict an observer gets says how a value was derived, as the episode's own verdict does."""
+        seen: list[Verdict] = []
+
+        class Watch(Observer):
+            def call_checked(self, episode: Episode, verdict: Verdict, decision: Decision, token: Any) -> None:
+                seen.append(verdict)
+
+        results = [{"balance": 100}, {"price": 35}]
+        monitor = Monitor(build_tools("derived", results), policy="observe", observers=[Watch()])
+        async with monitor.episode(task_id="grounding") as ep:
+            for i in range(len(results)):
+                await ep.call("read", {"i": i})
+            expected = ep.check("use", {"v": 65})
+            await ep.call("use", {"v": 65})
+        assert expected.derived == ("v: 65 = 100 - 35",)
+        assert seen[-1].derived == expected.derived and seen[-1].args == {"v": 65}
 
     async def test_sum(self) -> None:
         """A refund of two item prices."""

@@ -18,7 +18,8 @@ from typing import Any
 import jsonschema_rs
 import pytest
 
-from prefixmon import Cause, Monitor, SpecError, ToolBlocked, Toolset
+from prefixmon import Cause, Monitor, SpecError, ToolBlocked, Toolset, Verdict
+from prefixmon._trusted import trusted_constructor
 from prefixmon._validation import MAX_PROBLEMS, JsonSchemaValidator, schema_validator
 from prefixmon.exceptions import ArgumentError
 
@@ -504,3 +505,13 @@ class TestAdapterChoices:
         lax = openai.toolset_from_openai([definition], coercion="lax")
         ruled = openai.toolset_from_openai([definition], rules={"f": {"coercion": "lax"}})
         assert [getattr(t["f"].validate, "coercion", None) for t in (tools, lax, ruled)] == ["strict", "lax", "lax"]
+
+
+def test_a_trusted_constructor_names_every_field() -> None:
+    """A hot-path constructor that leaves out a field refuses to be made (it would drop the field silently)."""
+    names = ("tool", "call_id", "depth", "executable", "failures", "args", "faults", "undetermined")
+    with pytest.raises(TypeError, match="derived"):
+        trusted_constructor(Verdict, names)
+    build = trusted_constructor(Verdict, (*names, "derived"))
+    v = build("t", None, 1, True, (), {}, (), (), ("v: 2 = 1 + 1",))
+    assert v == Verdict(tool="t", depth=1, executable=True, args={}, derived=("v: 2 = 1 + 1",))
