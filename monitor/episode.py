@@ -465,12 +465,18 @@ class Episode:
 
     def check(self, name: str, args: Mapping[str, Any] | str | bytes | None = None, *, call_id: str | None = None) -> Verdict:
         """Judge a call as if it were emitted next, without recording anything."""
-        return self._judge(name, args, self.state.depth + 1, call_id)
+        return self._judge_named(name, args, self.state.depth + 1, call_id)
 
-    def _judge(self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None) -> Verdict:
+    def _judge_named(self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None) -> Verdict:
+        """:meth:`_judge` of the tool ``name``, its spec looked up here (what the policy hooks judge replacements with)."""
+        return self._judge(name, args, depth, call_id, self.monitor.toolset.get(name))
+
+    def _judge(
+        self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None, spec: ToolSpec | None
+    ) -> Verdict:
         monitor = self.monitor
         try:
-            verdict = predicate.check(monitor.toolset, self.state, name, args, depth=depth, call_id=call_id)
+            verdict = predicate.check_declared(spec, monitor.toolset, self.state, name, args, depth, call_id)
         except Exception as e:
             self._fault(f"checking {name}", e)
             if monitor.fail_closed:
@@ -546,7 +552,7 @@ class Episode:
             spec = self.monitor.toolset.get(name)
             if spec is not None and spec.probes:
                 return self._guarded(self._probed(spec, name, args, depth, call_id, token), name, call_id, depth, token)
-            verdict = self._judge(name, args, depth, call_id)
+            verdict = self._judge(name, args, depth, call_id, spec)
             if verdict.executable and not verdict.undetermined:  # the common case, without _decide
                 return self._pending(verdict, args, verdict.args, _ALLOW, token, spec)  # type: ignore[arg-type]
             decided = self._decide(verdict, args, token, spec)
@@ -591,7 +597,7 @@ class Episode:
         """The admission of a call whose spec has probes: look up what its rules read, then judge it."""
         run, toolset = self.monitor.run_probe, self.monitor.toolset
         await probe(self.state, spec, args, depth, run=run, toolset=toolset, records=self.probes, fault=self._fault)
-        verdict = self._judge(name, args, depth, call_id)
+        verdict = self._judge(name, args, depth, call_id, spec)
         decided = self._decide(verdict, args, token, spec)
         return decided if type(decided) is PendingCall else await self._guarded(decided, name, call_id, depth, token, verdict)  # type: ignore[arg-type]
 
@@ -610,7 +616,9 @@ class Episode:
         depth = verdict.depth
         self._hooked[depth] = (verdict, token)
         try:
-            resolution = await self.monitor.intervention.resolve_undetermined(verdict, raw, judge=self._judge, fault=self._fault)
+            resolution = await self.monitor.intervention.resolve_undetermined(
+                verdict, raw, judge=self._judge_named, fault=self._fault
+            )
         finally:
             del self._hooked[depth]
         if resolution.args is None:
@@ -626,7 +634,9 @@ class Episode:
             self._refuse(verdict, token, Resolution(decision=Decision.FAIL_CLOSED))
         self._hooked[depth] = (verdict, token)
         try:
-            resolution = await self.monitor.intervention.resolve(verdict, raw, self.state, judge=self._judge, fault=self._fault)
+            resolution = await self.monitor.intervention.resolve(
+                verdict, raw, self.state, judge=self._judge_named, fault=self._fault
+            )
         finally:
             del self._hooked[depth]
         if resolution.args is None:

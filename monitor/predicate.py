@@ -40,6 +40,7 @@ __all__ = (
     "Verdict",
     "acceptance",
     "check",
+    "check_declared",
     "check_dependencies",
     "check_information",
     "check_preconditions",
@@ -124,15 +125,15 @@ def check_schema(
     toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
 ) -> tuple[ToolSpec | None, dict[str, Any] | None, Failure | None]:
     """Tool existence and exposure, argument parsing and schema fit."""
-    spec, _, args, failure = _check_schema(toolset, state, name, raw)
+    spec, _, args, failure = _check_schema(toolset.get(name), toolset, state, name, raw)
     return spec, args, failure
 
 
 def _check_schema(
-    toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
+    spec: ToolSpec | None, toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
 ) -> tuple[ToolSpec | None, dict[str, Any] | None, dict[str, Any] | None, Failure | None]:
-    """:func:`check_schema`, also returning the parsed arguments (the names the call carried)."""
-    spec = toolset.get(name)
+    """:func:`check_schema` of the tool ``name`` whose spec is ``spec`` (``None``: not declared), also
+    returning the parsed arguments (the names the call carried)."""
     if spec is None:
         return (
             None,
@@ -155,7 +156,7 @@ def _check_schema(
                 reason=f"{name} is not available at this point{_available(toolset, state)}",
             ),
         )
-    parsed = parse_arguments(raw)
+    parsed = raw if type(raw) is dict else parse_arguments(raw)  # (a dict, the common case, without the call)
     if isinstance(parsed, str):
         return spec, None, None, Failure(cause=Cause.SCHEMA, code="invalid_json", reason=f"{name}: {parsed}")
     try:
@@ -433,10 +434,25 @@ def check(
     call_id: str | None = None,
 ) -> Verdict:
     """Judge one call before it runs (checks 1, 2, 3 and 5)."""
-    spec, parsed, args, failure = _check_schema(toolset, state, name, raw_args)
+    return check_declared(toolset.get(name), toolset, state, name, raw_args, depth, call_id)
+
+
+def check_declared(
+    spec: ToolSpec | None,
+    toolset: Toolset,
+    state: TrackedState,
+    name: str,
+    raw_args: Mapping[str, Any] | str | bytes | None,
+    depth: int,
+    call_id: str | None,
+) -> Verdict:
+    """:func:`check` of a tool whose spec the caller looked up already (``None``: not declared)."""
+    spec, parsed, args, failure = _check_schema(spec, toolset, state, name, raw_args)
     if spec is None or args is None:
         assert failure is not None
         return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
+    if not spec.refs and not spec.requires and not spec.grounded:  # no rules: judge() would say the same
+        return _executable(spec.name, call_id, depth, True, (), args, (), (), ())
     return judge(toolset, state, spec, args, depth=depth, call_id=call_id, sent=parsed)
 
 
