@@ -1,0 +1,249 @@
+"""Instructions per episode and per call, counted by valgrind (issue 17's ratios without the noise). Not part of pytest.
+
+Run:  .venv/bin/python benchmarks/bench_instructions.py [--markdown FILE] [--jobs 2]
+      (needs valgrind: ``apt-get install valgrind``; about 5 minutes)
+
+Wall-clock ratios on a shared 2-core machine move by tens of percent between runs (see
+docs/performance.md). The instructions a piece of code executes do not: each side below runs
+in its own process under ``valgrind --tool=cachegrind`` twice, with ``N`` and ``3N`` units
+after the same warm-up, and the difference divided by ``2N`` is the instructions of one unit
+(everything the process executes counts: the garbage collector, the OpenTelemetry SDK, its
+export thread). Instructions are not time: code that misses the caches runs slower per
+instruction, which is what the cold-call row of bench_hot_path.py measures. The ratios here
+are the work each configuration adds, the wall-clock ratios what it costs on this machine.
+Under valgrind a process runs about 50 times slower, so ``Telemetry()`` without an SDK asks
+the API for one (every 0.1 s) about 50 times as often per episode as it does at full speed:
+its rows are an upper bound.
+
+Compare two versions of the code by running this file with each one's interpreter (the
+sides run with ``sys.executable``, whatever ``prefixmon`` it imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+HERE: Final = os.path.dirname(os.path.abspath(__file__))
+LABELS: Final = {"dataset": "d", "model": "m", "method": "react"}
+SIDES: Final[dict[str, tuple[str, int]]] = {
+    # name: (what one unit is, N)
+    "episode x5, no telemetry": ("a 5-call episode", 1000),
+    "episode x5, Telemetry() without an SDK": ("a 5-call episode", 1000),
+    "episode x5, Telemetry() sampled out": ("a 5-call episode", 1000),
+    "empty episode": ("an episode", 2000),
+    "call": ("a call in a long episode", 5000),
+    "call, an observer in every per-call hook doing nothing": ("a call in a long episode", 5000),
+    "SDK sampled-out episode span (start and end)": ("a span", 5000),
+    "bare execute_tool span, SDK on": ("a span", 2000),
+    "call inside the cheapest span, SDK on (floor)": ("a call", 2000),
+    "call, Telemetry with the SDK on": ("a call", 2000),
+}
+
+
+# -- the sides (run inside valgrind) ----------------------------------------------------------
+def _side(name: str) -> Callable[[int], Awaitable[None]]:
+    """The coroutine function running ``n`` units of side ``name``."""
+    sys.path.insert(0, HERE)
+    import bench_hot_path as hot
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+    from opentelemetry.trace import SpanKind
+
+    from prefixmon import Monitor, Observer, Telemetry
+    from prefixmon import semconv as sc
+
+    tools = hot.build_tools()
+    sampled_out = TracerProvider(sampler=ALWAYS_OFF)
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(hot.DropExporter(), max_queue_size=1 << 16))
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    tracer = provider.get_tracer("bench")
+    order = tools["order"].func
+    assert order is not None
+
+    class Idle(Observer):
+        """Takes part in every per-call hook and does nothing: the dispatch's own cost."""
+
+        def call_started(self, episode: Any, tool: str, call_id: str | None, depth: int) -> int:
+            return 1
+
+        def call_checked(self, episode: Any, verdict: Any, decision: Any, token: Any) -> None:
+            pass
+
+        def execution_context(self, episode: Any, call: Any, token: Any) -> None:
+            return None
+
+        def call_finished(self, episode: Any, action: Any, verdict: Any, token: Any) -> None:
+            pass
+
+    def episodes(monitor: Monitor, calls: int) -> Callable[[int], Awaitable[None]]:
+        async def run(n: int) -> None:
+            for _ in range(n):
+                async with monitor.episode(task_id="t", labels=LABELS) as ep:
+                    for i in range(calls):
+                        await ep.call("ping", {"n": i})
+                    ep.finish("success")
+
+        return run
+
+    def calls(monitor: Monitor, tool: str = "ping") -> Callable[[int], Awaitable[None]]:
+        async def run(n: int) -> None:
+            async with monitor.episode(task_id="t") as ep:
+                if tool == "order":
+                    await hot.prime(ep)
+                for i in range(n):
+                    await ep.call(tool, hot.ORDER_ARGS if tool == "order" else {"n": i})
+
+        return run
+
+    async def sampled_out_spans(n: int) -> None:
+        dropped = sampled_out.get_tracer("bench")
+        for _ in range(n):
+            dropped.start_span(sc.INVOKE_AGENT, attributes=hot.START_ATTRS).end()
+
+    async def bare_spans(n: int) -> None:
+        with tracer.start_as_current_span(sc.INVOKE_AGENT, kind=SpanKind.INTERNAL):
+            for depth in range(n):
+                attrs = {**hot.START_ATTRS, sc.PREFIXMON_DEPTH: depth}
+                with tracer.start_as_current_span(f"{sc.EXECUTE_TOOL} order", kind=SpanKind.INTERNAL, attributes=attrs) as span:
+                    await order(**hot.ORDER_ARGS)
+                    span.set_attributes(hot.END_ATTRS)
+
+    checks_only = Monitor(tools, policy="block")
+
+    async def floor(n: int) -> None:
+        with tracer.start_as_current_span(sc.INVOKE_AGENT, kind=SpanKind.INTERNAL):
+            async with checks_only.episode(task_id="floor") as ep:
+                await hot.prime(ep)
+                for depth in range(n):
+                    attrs = {**hot.START_ATTRS, sc.PREFIXMON_DEPTH: depth, **hot.END_ATTRS}
+                    span = tracer.start_span(f"{sc.EXECUTE_TOOL} order", kind=SpanKind.INTERNAL, attributes=attrs)
+                    token = otel_context.attach(trace.set_span_in_context(span))
+                    await ep.call("order", hot.ORDER_ARGS)
+                    otel_context.detach(token)
+                    span.end()
+
+    sides: dict[str, Callable[[int], Awaitable[None]]] = {
+        "episode x5, no telemetry": episodes(Monitor(tools, policy="block"), 5),
+        "episode x5, Telemetry() without an SDK": episodes(Monitor(tools, policy="block", observers=[Telemetry()]), 5),
+        "episode x5, Telemetry() sampled out": episodes(
+            Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=sampled_out, metrics=False)]), 5
+        ),
+        "empty episode": episodes(Monitor(tools, policy="block"), 0),
+        "call": calls(Monitor(tools, policy="block")),
+        "call, an observer in every per-call hook doing nothing": calls(Monitor(tools, policy="block", observers=[Idle()])),
+        "SDK sampled-out episode span (start and end)": sampled_out_spans,
+        "bare execute_tool span, SDK on": bare_spans,
+        "call inside the cheapest span, SDK on (floor)": floor,
+        "call, Telemetry with the SDK on": calls(
+            Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=provider, meter_provider=meters)]), "order"
+        ),
+    }
+    return sides[name]
+
+
+def _run_side(name: str, n: int) -> None:
+    run = _side(name)
+
+    async def main() -> None:
+        await run(200)  # warm-up: caches filled, lazy imports done
+        await run(n)
+
+    asyncio.run(main())
+
+
+# -- the driver ---------------------------------------------------------------------------------
+def _instructions(name: str, n: int) -> int:
+    done = subprocess.run(
+        [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--side",
+            name,
+            "--n",
+            str(n),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count from valgrind for {name!r}:\n{done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def per_unit(name: str) -> float:
+    """Instructions of one unit of ``name``: (count at 3N - count at N) / 2N."""
+    _, n = SIDES[name]
+    return (_instructions(name, 3 * n) - _instructions(name, n)) / (2 * n)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--jobs", type=int, default=2, help="valgrind processes at once (default 2)")
+    args = parser.parse_args()
+    if args.side is not None:
+        _run_side(args.side, args.n)
+        return 0
+    if shutil.which("valgrind") is None:
+        print("bench_instructions.py needs valgrind (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        ir = dict(zip(SIDES, pool.map(per_unit, SIDES), strict=True))
+    e5, call, idle = ir["episode x5, no telemetry"], ir["call"], ir["call, an observer in every per-call hook doing nothing"]
+    bare, floor, monitor = (
+        ir["bare execute_tool span, SDK on"],
+        ir["call inside the cheapest span, SDK on (floor)"],
+        ir["call, Telemetry with the SDK on"],
+    )
+    rows = [
+        ("5-call episode, no telemetry", f"{e5:,.0f}", ""),
+        ("  Telemetry() without an SDK / no telemetry", f"{ir['episode x5, Telemetry() without an SDK']:,.0f}",
+         f"{ir['episode x5, Telemetry() without an SDK'] / e5:.3f}x"),
+        ("  Telemetry() sampled out / no telemetry", f"{ir['episode x5, Telemetry() sampled out']:,.0f}",
+         f"{ir['episode x5, Telemetry() sampled out'] / e5:.3f}x"),
+        ("    floor: the SDK's sampled-out span alone / a 5-call episode",
+         f"{ir['SDK sampled-out episode span (start and end)']:,.0f}",
+         f"{1 + ir['SDK sampled-out episode span (start and end)'] / e5:.3f}x"),
+        ("empty episode, in calls", f"{ir['empty episode']:,.0f}", f"{ir['empty episode'] / call:.2f} calls"),
+        ("open + close of a 5-call episode, in calls", "", f"{(e5 - 5 * call) / call:.2f} calls"),
+        ("checked call (zero-rule ping, tool included)", f"{call:,.0f}", ""),
+        ("  with an observer in every per-call hook doing nothing / without", f"{idle:,.0f}", f"{idle / call:.2f}x"),
+        ("SDK on: bare execute_tool span (export thread included)", f"{bare:,.0f}", ""),
+        ("  floor: checks inside the cheapest span / bare span", f"{floor:,.0f}", f"{floor / bare:.2f}x"),
+        ("  monitor with Telemetry / bare span", f"{monitor:,.0f}", f"{monitor / bare:.2f}x"),
+    ]  # fmt: skip
+    lines = ["| what | instructions per unit | ratio |", "|---|---:|---:|"]
+    lines += [f"| {what} | {count} | {ratio} |" for what, count, ratio in rows]
+    table = "\n".join(lines)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
