@@ -285,12 +285,15 @@ class TrackedState:
             for k, v in obj.items():
                 if budget[0] <= 0:
                     return
-                if type(v) is str and level < MAX_WALK_DEPTH:  # a string leaf, inlined
+                tv = type(v)
+                if tv is str and level < MAX_WALK_DEPTH:  # a string leaf, inlined
                     budget[0] -= 1
                     if v not in pool:
                         self._pool_text(v)
                     if k in produce and isinstance(k, str):
                         self.bind(produce[k], v, tool=tool)
+                elif (tv is int or tv is float) and level < MAX_WALK_DEPTH:  # a number: its leaf, one frame less
+                    self._leaf(v, k if isinstance(k, str) else None, produce, tool, budget)
                 else:
                     self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
             return
@@ -303,10 +306,19 @@ class TrackedState:
             return
         if isinstance(obj, (list, tuple, set, frozenset)):
             budget[0] -= 1
+            pool = self._pool
+            bound = key is not None and key in produce
             for v in obj:
                 if budget[0] <= 0:
                     return
-                self._walk(v, key, produce, tool, level + 1, budget)
+                if type(v) is str and level < MAX_WALK_DEPTH:  # a string item, inlined as in a dict
+                    budget[0] -= 1
+                    if v not in pool:
+                        self._pool_text(v)
+                    if bound:
+                        self.bind(produce[key], v, tool=tool)  # type: ignore[index]
+                else:
+                    self._walk(v, key, produce, tool, level + 1, budget)
             return
         if hasattr(obj, "model_dump"):
             self._walk(obj.model_dump(), key, produce, tool, level + 1, budget)
