@@ -140,7 +140,8 @@ class CohortReport:
     outcomes: Mapping[str, int]
     """success, partial, failure, and none (no outcome recorded)."""
     decomposition: Decomposition
-    unstable: tuple[UnstableTask, ...]
+    unstable: Sequence[UnstableTask]
+    """Tasks whose reruns disagree (an :class:`~.completion.UnstableTasks`: built when read)."""
     rerun_tasks: int
     """Tasks with two or more runs in this cohort (the candidates for instability)."""
     attribution: Attribution | None = None
@@ -487,7 +488,7 @@ def build_report(
                     uninterrupted=int(sums.success_executable[c]) / n,
                     recovered=recovered / n,
                 ),
-                unstable=tuple(unstable[c]),
+                unstable=unstable[c],
                 rerun_tasks=rerun[c],
                 attribution=None if attributions is None else attributions[c],
             )
