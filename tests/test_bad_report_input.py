@@ -264,6 +264,10 @@ class TestEveryLineWhole:
             record_line(horizon=True),
             record_line(started_at="2026-02-30T00:00:00Z"),
             record_line(actions=[{"depth": 1, "tool": "t", "executable": True, "decision": "maybe"}] * 2),
+            record_line(probes=[{"depth": "x"}]),  # the fast loader used to skip the probes unread
+            record_line(probes=5),
+            record_line(probes=None),
+            record_line(probes=[{"depth": 1, "tool": "get_order", "object": "order", "ok": True}]),
         ],
     )
     def test_both_readers_give_one_answer(self, tmp_path: Path, line: str) -> None:
