@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..exceptions import RecordError
-from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, combined, task_units, unique_codes
+from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, task_units, unique_pairs
 
 __all__ = (
     "ATTRIBUTIONS",
@@ -200,9 +200,12 @@ def unstable_tasks(
         return [none] * n_cohorts, rerun
     unit, names = task_units(columns) if units is None else units
     n_units = len(names)
-    groups, _, inverse = unique_codes(combined(cohort, n_units, unit), n_cohorts * n_units)
+    groups, _, inverse = unique_pairs(cohort, n_units, unit)
     code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int8)
-    counts = np.bincount(combined(inverse, 4, code), minlength=groups.size * 4).reshape(groups.size, 4)
+    counts = np.zeros(groups.size * 4, dtype=np.int64)
+    found, found_counts, _ = unique_pairs(inverse, 4, code, inverse=False)
+    counts[found] = found_counts
+    counts = counts.reshape(groups.size, 4)
     runs = counts.sum(axis=1)
     score = np.array([SCORE[0], SCORE[1], SCORE[2], SCORE[-1]])
     group_cohort = groups // n_units

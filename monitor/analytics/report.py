@@ -24,10 +24,9 @@ from .columns import (
     EpisodeColumns,
     IntArray,
     columns_from_records,
-    combined,
     distinct_episodes,
     task_units,
-    unique_codes,
+    unique_pairs,
 )
 from .completion import Annotation, Attribution, UnstableTask, attribute, read_annotations, unstable_tasks
 from .curves import StepCurve
@@ -401,7 +400,7 @@ def build_report(
     n_cohorts = len(grouping.cohort_keys)
     unit, units = task_units(columns)
     unit_ids = [t for _, t in units]
-    cohort_tasks, runs, _ = unique_codes(combined(grouping.cohort, len(units), unit), n_cohorts * len(units), inverse=False)
+    cohort_tasks, runs, _ = unique_pairs(grouping.cohort, len(units), unit, inverse=False)
     tasks_per_cohort = np.bincount(cohort_tasks // len(units), minlength=n_cohorts)
     # A sum (point or resampled) adds at most (tasks) x (most runs of one task in one cohort) episodes.
     scale = auc_scale(columns.horizon, len(units) * int(runs.max()))
