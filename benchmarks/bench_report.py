@@ -171,9 +171,12 @@ def main() -> int:
         f"{max(r['tree_mb'] for r in ours):.0f} MB in all | {best['cohorts']:.0f} |"
     )
     print(
-        f"| floor: decoding every line whole, one process (what agreeing with --validate takes) | {floor['seconds']:.1f} s | | | |"
+        "| floor: decoding every line whole, one process (what agreeing with --validate takes) | "
+        f"{floor['seconds']:.1f} s | | | |"
     )
-    pairs = ", ".join(f"{o['seconds']:.1f}/{d['seconds']:.1f} s = {o['seconds'] / d['seconds']:.2f}x" for o, d in zip(ours, ducks))
+    pairs = ", ".join(
+        f"{o['seconds']:.1f}/{d['seconds']:.1f} s = {o['seconds'] / d['seconds']:.2f}x" for o, d in zip(ours, ducks, strict=True)
+    )
     print(f"\nruns (prefixmon/DuckDB): {pairs}")
     print(f"time ratio prefixmon / DuckDB, best runs: {ratio:.2f}x (target <= 2x) -> {'met' if ratio <= 2 else 'NOT met'}")
     print(

@@ -450,7 +450,8 @@ class ColumnBuilder:
         self._rows.clear()
         # In range by construction: codes < 2**31, horizon <= MAX_HORIZON without actions (and
         # never above memory with them), outcome and cause codes -1..4.
-        for column, target in enumerate((self._keys, self._task, self._labels, self._horizon, self._fed, self._outcome, self._cause)):
+        targets = (self._keys, self._task, self._labels, self._horizon, self._fed, self._outcome, self._cause)
+        for column, target in enumerate(targets):
             target.frombytes(rows[:, column].astype(_TYPECODE_DTYPE[target.typecode]).tobytes())
 
     def build(self) -> EpisodeColumns:

@@ -202,10 +202,10 @@ def unstable_tasks(
     n_units = len(names)
     groups, _, inverse = unique_pairs(cohort, n_units, unit)
     code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int8)
-    counts = np.zeros(groups.size * 4, dtype=np.int64)
+    flat = np.zeros(groups.size * 4, dtype=np.int64)
     found, found_counts, _ = unique_pairs(inverse, 4, code, inverse=False)
-    counts[found] = found_counts
-    counts = counts.reshape(groups.size, 4)
+    flat[found] = found_counts
+    counts = flat.reshape(groups.size, 4)
     runs = counts.sum(axis=1)
     score = np.array([SCORE[0], SCORE[1], SCORE[2], SCORE[-1]])
     group_cohort = groups // n_units

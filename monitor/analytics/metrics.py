@@ -93,11 +93,11 @@ class Grouping:
     keys: tuple[str, ...]
     """The label keys that define cohorts."""
     cohort: IntArray
-    """Cohort index per episode."""
+    """Cohort index per episode (in the narrowest signed integers that hold it, see :func:`~.columns.small_int`)."""
     cohort_keys: tuple[tuple[str | None, ...], ...]
     """Label values of each cohort, aligned with ``keys`` (``None`` = label missing)."""
     stratum: IntArray
-    """Stratum index per episode (tasks are resampled within a stratum)."""
+    """Stratum index per episode (tasks are resampled within a stratum; narrowest integers, as ``cohort``)."""
     strata: tuple[str | None, ...]
     """Name of each stratum (the value of the strata label, usually the dataset)."""
 
@@ -114,7 +114,7 @@ def group(columns: EpisodeColumns, by: Sequence[str], strata: str | None = "data
     index = {k: i for i, k in enumerate(cohort_keys)}
     cohort_table = np.array([index.get(k, -1) for k in per_set], dtype=small_int(len(cohort_keys)))
     if strata is None:
-        stratum = np.zeros(len(columns), dtype=np.int8)
+        stratum = np.zeros(len(columns), dtype=small_int(0))
         names: tuple[str | None, ...] = (None,)
     else:
         stratum, names = columns.label(strata)

@@ -199,7 +199,8 @@ def sections(report: Report) -> list[Section]:
             )
         )
     total = sum(len(c.unstable) for c in report.cohorts)
-    unstable: list[tuple[tuple[tuple[str, str], ...], CohortReport, UnstableTask]] = []  # the rows shown: only these tasks are built (see UnstableTasks)
+    # the rows shown: only these tasks are built (see UnstableTasks)
+    unstable: list[tuple[tuple[tuple[str, str], ...], CohortReport, UnstableTask]] = []
     for k, c in zip(keyed, report.cohorts, strict=True):
         unstable.extend((k, c, u) for u in c.unstable[: MAX_UNSTABLE_ROWS - len(unstable)])
     if unstable:
