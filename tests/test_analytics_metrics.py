@@ -273,3 +273,28 @@ class TestSums:
         assert sums.survivors[0].tolist() == [4, 3, 2, 1, 0]
         assert sums.reach[0].tolist() == [4, 4, 3, 2, 1]
         assert sums.curve_length(0) == 4
+
+    def test_counted_in_chunks_the_same(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The counts a report makes a chunk of episodes at a time (for its memory at ten million
+        episodes) give the report a single pass gives, reruns, unstable tasks and a repeated id included."""
+        import prefixmon.analytics.columns as columns_module
+
+        outcomes = (Outcome.SUCCESS, Outcome.PARTIAL, Outcome.FAILURE, None)
+        records = [
+            episode(
+                n,
+                1 + n % 4,
+                1 + n % 5 if n % 5 <= n % 4 else 2 + n % 4,
+                outcomes[n % 4 if n % 3 else 0],
+                task=f"t-{n % 9}",
+                labels={"dataset": ("bfcl", "tau")[n % 2], "method": ("react", "plan", "dual")[n % 3]},
+                cause=tuple(Cause)[n % 5],
+            )
+            for n in range(300)
+        ]
+        records.append(records[17])
+        whole = build_report(records, bootstrap=0).to_dict()
+        monkeypatch.setattr(columns_module, "_COUNT_CHUNK", 7)
+        chunked = build_report(records, bootstrap=0)
+        assert chunked.to_dict() == whole
+        assert any(len(c.unstable) for c in chunked.cohorts) and chunked.duplicates

@@ -264,6 +264,10 @@ class TestEveryLineWhole:
             record_line(horizon=True),
             record_line(started_at="2026-02-30T00:00:00Z"),
             record_line(actions=[{"depth": 1, "tool": "t", "executable": True, "decision": "maybe"}] * 2),
+            record_line(probes=[{"depth": "x"}]),  # the fast loader used to skip the probes unread
+            record_line(probes=5),
+            record_line(probes=None),
+            record_line(probes=[{"depth": 1, "tool": "get_order", "object": "order", "ok": True}]),
         ],
     )
     def test_both_readers_give_one_answer(self, tmp_path: Path, line: str) -> None:
@@ -284,6 +288,67 @@ class TestEveryLineWhole:
         else:
             assert not isinstance(fast, str), fast
             assert int(fast.fed[0]) == validated[0].fed and int(fast.horizon[0]) == validated[0].horizon
+
+
+def _mutations() -> list[str]:
+    """A valid record with one field at a time made wrong (or null, or gone), top level, in an
+    action, in the first failure and in a probe: the lines where a fast reader could differ."""
+    base = json.loads(record_line())
+    base["labels"] = {"dataset": "d", "model": "m"}
+    base["probes"] = [{"depth": 1, "tool": "t", "object": "order", "ok": True, "error": None}]
+    failing = json.loads(json.dumps(base))
+    failing["fed"], failing["executable"], failing["outcome"] = 2, False, "failure"
+    failing["actions"][1].update(executable=False, cause="schema", reason="bad 'x'")
+    failing["first_failure"] = {"depth": 2, "tool": "t", "cause": "schema", "reason": "bad 'x'"}
+    wrong: list[Any] = [None, True, 0, 2, -1, 1.0, "x", "", [], {}, [1], {"a": "b"}, 2**64, "2026-01-01T00:00:00Z"]
+    lines = [json.dumps(base), json.dumps(failing)]
+
+    def variants(record: dict[str, Any], where: list[Any]) -> None:
+        target: Any = record
+        for step in where:
+            target = target[step]
+        for key in list(target):
+            for value in wrong:
+                changed = json.loads(json.dumps(record))
+                spot = changed
+                for step in where:
+                    spot = spot[step]
+                spot[key] = value
+                lines.append(json.dumps(changed))
+            gone = json.loads(json.dumps(record))
+            spot = gone
+            for step in where:
+                spot = spot[step]
+            del spot[key]
+            lines.append(json.dumps(gone))
+
+    for record in (base, failing):
+        variants(record, [])
+        variants(record, ["actions", 1])
+        variants(record, ["probes", 0])
+        variants(record, ["labels"])
+    variants(failing, ["first_failure"])
+    return lines
+
+
+class TestOneAnswerPerLine:
+    """The fast loader and pydantic (``--validate``) give the same verdict, message and values on every line."""
+
+    def test_every_field_made_wrong(self, tmp_path: Path) -> None:
+        lines = _mutations()
+        path = write(tmp_path / "r.jsonl", *(line.replace("e-1", f"e-{i}") for i, line in enumerate(lines)))
+        fast_errors: list[BadLine] = []
+        slow_errors: list[BadLine] = []
+        columns = load_columns(path, on_error="skip", errors=fast_errors)
+        records = read_records(path, on_error="skip", errors=slow_errors)
+        assert [(e.line, e.message) for e in fast_errors] == [(e.line, e.message) for e in slow_errors]
+        assert 0 < len(records) < len(lines)
+        assert list(columns.episode_ids) == [r.episode_id for r in records]
+        assert columns.fed.tolist() == [r.fed for r in records]
+        assert columns.horizon.tolist() == [r.horizon for r in records]
+        assert [columns.label_sets[i] for i in columns.label_set] == [r.labels for r in records]
+        assert [columns.task_ids[i] for i in columns.task] == [r.task_id for r in records]
+        assert list(columns.failure_reason) == [None if r.first_failure is None else r.first_failure.reason for r in records]
 
 
 class TestPipes:

@@ -17,6 +17,7 @@ by one process. ``PREFIXMON_READ_WORKERS=1`` turns it off.
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 import pickle
@@ -41,8 +42,8 @@ MIN_BYTES: Final = 256 * 2**20
 WORKERS_VAR: Final = "PREFIXMON_READ_WORKERS"
 """Environment variable: the most worker processes a file is read with (``1``: none)."""
 
-Reader = Callable[[Iterator[bytes], str, OnError, "list[BadLine] | None", "list[int]", ColumnBuilder], None]
-"""The sequential reader of lines (``inputs._read_records``)."""
+Reader = Callable[[Iterator[bytes], str, OnError, "list[BadLine] | None", "list[int]", ColumnBuilder], int]
+"""The sequential reader of lines (``inputs._read_records``); returns the number of lines it read."""
 
 
 def workers_for(path: str, size: int) -> int:
@@ -77,8 +78,6 @@ class _Part:
     """The worker itself failed (not a bad line): what happened."""
 
 
-_FLUSH_LINES: Final = 65_536
-"""A worker writes its numbers out every this many lines."""
 _COLUMNS: Final = (("task", np.int32), ("label_set", np.int32), ("horizon", np.int32), ("fed", np.int32),
                    ("outcome", np.int8), ("cause", np.int8), ("keys", np.int64))  # fmt: skip
 
@@ -95,40 +94,51 @@ def _ranges(path: str, size: int, n: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in itertools.pairwise(starts) if a < b] or [(0, size)]
 
 
-def _lines(path: str, start: int, end: int) -> Iterator[bytes]:
-    """The whole lines that start in ``[start, end)``."""
+_BLOCK: Final = 1 << 20
+"""A worker reads its range in blocks of about this many bytes (each extended to a whole line)."""
+_FLUSH_BLOCKS: Final = 48
+"""A worker writes its numbers out every this many blocks (about 35,000 records of 1.4 KB)."""
+
+
+def _lines(path: str, start: int, end: int, after_block: Callable[[], None]) -> Iterator[bytes]:
+    """The whole lines that start in ``[start, end)``, read a block at a time; ``after_block()`` after each.
+
+    Blocks rather than ``for line in file`` with a position count: no Python code runs per
+    line here (0.3 µs a line, 8% of a worker's time at 1M records in bench_report).
+    """
     with open(path, "rb") as f:
         f.seek(start)
         pos = start
-        for line in f:
-            if pos >= end:
+        while pos < end:
+            block = f.read(min(_BLOCK, end - pos))
+            if not block:
                 return
-            pos += len(line)
-            yield line
+            if not block.endswith(b"\n"):
+                block += f.readline()  # the rest of a line that starts in the range
+            pos += len(block)
+            yield from io.BytesIO(block)  # splits at b"\n" only, as iterating the file does
+            after_block()
 
 
 def _work(read: Reader, path: str, start: int, end: int, on_error: OnError, out: str) -> None:
     """A worker: read one range with the sequential reader, write its columns and summary to ``out``."""
     part = _Part()
-    counted = [0]
-
     builder = ColumnBuilder(texts=lambda: ((), (), ()))
+    blocks = [0]
 
     def write_out() -> None:  # the numbers so far, appended to their files: the worker keeps none of them
         for name, numbers in builder.take_numbers().items():
             with open(os.path.join(out, name), "ab") as f:
                 numbers.tofile(f)
 
-    def lines() -> Iterator[bytes]:
-        for line in _lines(path, start, end):
-            counted[0] += 1
-            if not counted[0] % _FLUSH_LINES:
-                write_out()
-            yield line
+    def after_block() -> None:
+        blocks[0] += 1
+        if not blocks[0] % _FLUSH_BLOCKS:
+            write_out()
 
     errors: list[BadLine] = []
     try:
-        read(lines(), path, on_error, errors, part.skipped, builder)
+        part.lines = read(_lines(path, start, end, after_block), path, on_error, errors, part.skipped, builder)
     except RecordError as e:  # on_error="raise": the first bad line of this range
         place = f"{e.path}:{e.line}: " if e.path is not None and e.line is not None else ""
         part.error = (str(e).removeprefix(place), e.line)
@@ -141,7 +151,6 @@ def _work(read: Reader, path: str, start: int, end: int, on_error: OnError, out:
         part.tasks = list(columns.task_ids)
         part.label_sets = [tuple(ls.items()) for ls in columns.label_sets]
         part.errors = errors
-    part.lines = counted[0]
     with open(os.path.join(out, "part.pickle"), "wb") as f:
         pickle.dump(part, f)
 

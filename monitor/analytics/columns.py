@@ -34,9 +34,12 @@ __all__ = (
     "columns_from_records",
     "combined",
     "concat_columns",
+    "count_codes",
     "distinct_episodes",
+    "small_int",
     "task_units",
     "unique_codes",
+    "unique_pairs",
 )
 
 OnError = Literal["raise", "skip"]
@@ -136,12 +139,41 @@ DENSE_LIMIT: Final = 1 << 26
 """Largest code range :func:`unique_codes` counts in a table (512 MiB of counts at most); beyond it, it sorts."""
 
 
+def small_int(top: int) -> type[np.signedinteger[Any]]:
+    """The narrowest signed integer type that holds ``0..top`` (codes are kept as small as they fit:
+    a cohort or stratum code per episode is 10 MB in 8 bits at ten million episodes, 40 MB in 32)."""
+    return np.int8 if top < 2**7 else np.int16 if top < 2**15 else np.int32 if top < 2**31 else np.int64
+
+
 def combined(major: npt.NDArray[np.integer[Any]], size: int, minor: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.integer[Any]]:
-    """``major * size + minor`` per episode, in 32 bits when the codes fit (half the memory of 64)."""
+    """``major * size + minor`` per episode, in the narrowest integers the codes fit (see :func:`small_int`)."""
     top = (int(major.max()) + 1) * size if major.size else 0
-    out: npt.NDArray[np.integer[Any]] = major.astype(np.int32 if top < 2**31 else np.int64)
+    out: npt.NDArray[np.integer[Any]] = major.astype(small_int(top))
     np.multiply(out, size, out=out)
     np.add(out, minor, out=out)
+    return out
+
+
+_COUNT_CHUNK: Final = 1 << 20
+"""Codes counted (or looked up) at a time by :func:`count_codes` and :func:`unique_codes`."""
+
+
+def count_codes(
+    codes: npt.NDArray[np.integer[Any]], size: int, where: npt.NDArray[np.bool_] | None = None
+) -> npt.NDArray[np.intp]:
+    """``np.bincount(codes[where], minlength=size)`` for codes below ``size``, a million codes at a time.
+
+    ``np.bincount`` first copies its input to 64-bit integers, and ``codes[where]`` is
+    another copy: at ten million episodes 80 + 40 MB for every count a report makes, which
+    set its peak (bench_report at 10M, with bench_report's own tiling of the 1M file:
+    633 MB before the counts were chunked).
+    """
+    if len(codes) <= _COUNT_CHUNK:
+        return np.bincount(codes if where is None else codes[where], minlength=size)
+    out = np.zeros(size, dtype=np.intp)
+    for a in range(0, len(codes), _COUNT_CHUNK):
+        part = codes[a : a + _COUNT_CHUNK]
+        out += np.bincount(part if where is None else part[where[a : a + _COUNT_CHUNK]], minlength=size)
     return out
 
 
@@ -155,15 +187,44 @@ def unique_codes(
     report's memory). Returns ``(values, counts, inverse)`` (``inverse`` empty when not asked for).
     """
     if size <= DENSE_LIMIT:
-        counts = np.bincount(codes, minlength=size)
+        counts = count_codes(codes, size)
         values = np.flatnonzero(counts)
         if not inverse:
             return values.astype(np.int64), counts[values].astype(np.int64), np.zeros(0, dtype=np.int32)
         table = np.zeros(size, dtype=np.int32 if values.size < 2**31 else np.int64)
         table[values] = np.arange(values.size, dtype=table.dtype)
-        return values.astype(np.int64), counts[values].astype(np.int64), table[codes]
+        where = np.empty(len(codes), dtype=table.dtype)
+        for a in range(0, len(codes), _COUNT_CHUNK):  # indexing too copies its index to 64 bits
+            where[a : a + _COUNT_CHUNK] = table[codes[a : a + _COUNT_CHUNK]]
+        return values.astype(np.int64), counts[values].astype(np.int64), where
     values, where, counts = np.unique(codes, return_inverse=True, return_counts=True)
     return values.astype(np.int64), counts.astype(np.int64), where.reshape(-1)
+
+
+def unique_pairs(
+    major: npt.NDArray[np.integer[Any]], size: int, minor: npt.NDArray[np.integer[Any]], *, inverse: bool = True
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.integer[Any]]]:
+    """:func:`unique_codes` of ``combined(major, size, minor)``, the combined codes made a million at a time.
+
+    The combined code of every episode was a 40 MB array at ten million episodes, and
+    the largest part of a report's peak with the inverse made from it.
+    """
+    top = (int(major.max()) + 1) * size if major.size else 0
+    if len(major) <= _COUNT_CHUNK or top > DENSE_LIMIT:
+        return unique_codes(combined(major, size, minor), max(top, 1), inverse=inverse)
+    chunks = [slice(a, a + _COUNT_CHUNK) for a in range(0, len(major), _COUNT_CHUNK)]
+    counts = np.zeros(top, dtype=np.intp)
+    for s in chunks:
+        counts += np.bincount(combined(major[s], size, minor[s]), minlength=top)
+    values = np.flatnonzero(counts)
+    if not inverse:
+        return values.astype(np.int64), counts[values].astype(np.int64), np.zeros(0, dtype=np.int32)
+    table = np.zeros(top, dtype=np.int32 if values.size < 2**31 else np.int64)
+    table[values] = np.arange(values.size, dtype=table.dtype)
+    where = np.empty(len(major), dtype=table.dtype)
+    for s in chunks:
+        where[s] = table[combined(major[s], size, minor[s])]
+    return values.astype(np.int64), counts[values].astype(np.int64), where
 
 
 def episode_keys(episode_ids: Iterable[str]) -> KeyArray:
@@ -218,7 +279,7 @@ class EpisodeColumns:
         per_set = [ls.get(key) for ls in self.label_sets]
         values = tuple(sorted(set(per_set), key=_value_order))
         index = {v: i for i, v in enumerate(values)}
-        table = np.fromiter((index[v] for v in per_set), dtype=np.int32, count=len(per_set))
+        table = np.fromiter((index[v] for v in per_set), dtype=small_int(len(values)), count=len(per_set))
         return table[self.label_set], values
 
     def label_keys(self) -> tuple[str, ...]:
@@ -250,6 +311,11 @@ def _value_order(value: str | None) -> tuple[int, str]:
     return (1, "") if value is None else (0, value)
 
 
+_PENDING: Final = 7 * 65_536
+"""A builder sorts its pending rows into its arrays once it holds this many numbers."""
+_TYPECODE_DTYPE: Final[Mapping[str, type[np.generic]]] = {"b": np.int8, "i": np.int32, "q": np.int64}
+
+
 class ColumnBuilder:
     """Accumulates episodes one at a time and interns repeated strings.
 
@@ -272,6 +338,7 @@ class ColumnBuilder:
         "_labels",
         "_outcome",
         "_reason",
+        "_rows",
         "_task",
         "_task_index",
         "_texts",
@@ -286,6 +353,8 @@ class ColumnBuilder:
         self._task = array.array("i")
         self._labels = array.array("i")
         self._keys = array.array("q")
+        self._rows: list[int] = []
+        """Episodes appended but not yet sorted into the arrays above: 7 numbers each (see :meth:`row_sink`)."""
         self._episode: list[str] = []
         self._tool: list[str | None] = []
         self._reason: list[str | None] = []
@@ -342,6 +411,7 @@ class ColumnBuilder:
     def take_numbers(self) -> dict[str, array.array[int]]:
         """The numbers appended so far (``task``, ``label_set``, ``horizon``, ``fed``, ``outcome``,
         ``cause``, ``keys``), handed over and cleared: a reader that writes them out as it goes."""
+        self.settle()
         taken = {
             "task": self._task,
             "label_set": self._labels,
@@ -356,17 +426,37 @@ class ColumnBuilder:
         return taken
 
     def append_codes(self, key: int, task: int, label_set: int, horizon: int, fed: int, outcome: int, cause: int) -> None:
-        """Append one episode's numbers, its task and label set already coded (the fast loader's path)."""
-        self._task.append(task)
-        self._labels.append(label_set)
-        self._horizon.append(horizon)
-        self._fed.append(fed)
-        self._outcome.append(outcome)
-        self._cause.append(cause)
-        self._keys.append(key)
+        """Append one episode's numbers, its task and label set already coded."""
+        self._rows.extend((key, task, label_set, horizon, fed, outcome, cause))
+        if len(self._rows) >= _PENDING:
+            self.settle()
+
+    @property
+    def row_sink(self) -> Callable[[tuple[int, int, int, int, int, int, int]], None]:
+        """:meth:`append_codes` for a reader's inner loop: ``sink((key, task, label_set, horizon, fed, outcome, cause))``.
+
+        One ``list.extend`` a line instead of seven ``array.append`` calls, each of which
+        parses its argument (cachegrind on bench_report's records: the seven appends were 5,000
+        machine instructions a line, the decode 34,000). A reader using it calls
+        :meth:`settle` every few ten thousand lines, so that the pending rows stay small.
+        """
+        return self._rows.extend
+
+    def settle(self) -> None:
+        """Sort the pending rows into the columns' arrays."""
+        if not self._rows:
+            return
+        rows = np.array(self._rows, dtype=np.int64).reshape(-1, 7)
+        self._rows.clear()
+        # In range by construction: codes < 2**31, horizon <= MAX_HORIZON without actions (and
+        # never above memory with them), outcome and cause codes -1..4.
+        targets = (self._keys, self._task, self._labels, self._horizon, self._fed, self._outcome, self._cause)
+        for column, target in enumerate(targets):
+            target.frombytes(rows[:, column].astype(_TYPECODE_DTYPE[target.typecode]).tobytes())
 
     def build(self) -> EpisodeColumns:
         """The columns of everything added so far."""
+        self.settle()
         n = len(self._horizon)
         if self._texts is None:
             ids: Sequence[str] = tuple(self._episode)
@@ -477,8 +567,7 @@ def distinct_episodes(columns: EpisodeColumns) -> tuple[EpisodeColumns, list[str
     run, a sink that retried) would otherwise count twice and narrow every interval. The
     lookup tables keep only the task ids and label sets of the episodes kept.
     """
-    keys = np.sort(_keys(columns))  # one copy, sorted in place (np.unique makes more)
-    if not len(keys) or not bool((keys[1:] == keys[:-1]).any()):  # the usual case: no id twice, none read to know it
+    if not _repeated_key(_keys(columns)):  # the usual case: no id twice, none read to know it
         return columns, []
     seen: set[str] = set()  # a key seen twice: a duplicate, or (rarely) two ids with one key; the ids decide
     again: list[str] = []
@@ -490,6 +579,28 @@ def distinct_episodes(columns: EpisodeColumns) -> tuple[EpisodeColumns, list[str
         else:
             seen.add(episode_id)
     return (_compact(columns.select(keep)) if again else columns), again
+
+
+_KEY_PARTS: Final = 16
+"""Keys are checked for repeats in this many parts (by their low bits), each sorted on its own."""
+
+
+def _repeated_key(keys: KeyArray) -> bool:
+    """Whether some key occurs twice.
+
+    A sorted copy of every key was 80 MB at ten million episodes; a part (the keys with the
+    same low bits: equal keys fall in the same part) is a sixteenth of that.
+    """
+    if len(keys) <= _COUNT_CHUNK:
+        ordered = np.sort(keys)
+        return bool((ordered[1:] == ordered[:-1]).any())
+    part = np.empty(len(keys), dtype=np.int8)
+    np.bitwise_and(keys, _KEY_PARTS - 1, out=part, casting="unsafe")
+    for p in range(_KEY_PARTS):
+        ordered = np.sort(keys[part == p])
+        if bool((ordered[1:] == ordered[:-1]).any()):
+            return True
+    return False
 
 
 def _compact(columns: EpisodeColumns) -> EpisodeColumns:
@@ -522,6 +633,6 @@ def task_units(columns: EpisodeColumns) -> tuple[IntArray, tuple[tuple[str | Non
         return columns.task, tuple((None, t) for t in columns.task_ids)
     datasets, values = columns.label(DATASET)
     n_tasks = len(columns.task_ids)
-    keys, _, codes = unique_codes(combined(datasets, n_tasks, columns.task), len(values) * n_tasks)
+    keys, _, codes = unique_pairs(datasets, n_tasks, columns.task)
     units = tuple((values[k // n_tasks], columns.task_ids[k % n_tasks]) for k in keys.tolist())
-    return codes.astype(np.int32), units
+    return codes.astype(np.int32, copy=False), units

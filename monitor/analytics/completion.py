@@ -13,17 +13,19 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from ..exceptions import RecordError
-from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, combined, task_units, unique_codes
+from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, task_units, unique_pairs
 
 __all__ = (
     "ATTRIBUTIONS",
@@ -33,6 +35,7 @@ __all__ = (
     "Attribution",
     "ReviewItem",
     "UnstableTask",
+    "UnstableTasks",
     "attribute",
     "read_annotations",
     "review_sample",
@@ -78,12 +81,104 @@ class UnstableTask:
     """The task's dataset (the same task id in two datasets is two tasks); ``None`` without the label."""
 
 
+class UnstableTasks(Sequence[UnstableTask]):
+    """One cohort's unstable tasks (sorted by task id, then dataset), each built when it is read.
+
+    A cohort of many tasks with a few reruns each can hold hundreds of thousands of them
+    (170,484 in ``benchmarks/bench_report.py`` at 1M episodes): building every
+    :class:`UnstableTask` was 1.3 s of a 1.5 s ``build_report``, for a report that shows
+    the first few and a count. Compares equal to the tuple of its tasks.
+    """
+
+    __slots__ = ("_counts", "_items", "_names", "_squares", "_totals", "_units")
+
+    def __init__(
+        self,
+        names: Sequence[tuple[str | None, str]],
+        units: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64],
+        totals: npt.NDArray[np.float64],
+        squares: npt.NDArray[np.float64],
+    ) -> None:
+        self._names = names
+        self._units = units
+        self._counts = counts
+        self._totals = totals
+        self._squares = squares
+        self._items: tuple[UnstableTask, ...] | None = None
+
+    def _build(self, start: int, stop: int) -> list[UnstableTask]:
+        names = self._names
+        out = []
+        # Plain lists: indexing numpy scalars one by one is what would make this loop slow.
+        for u, row, tot, sq in zip(
+            self._units[start:stop].tolist(),
+            self._counts[start:stop].tolist(),
+            self._totals[start:stop].tolist(),
+            self._squares[start:stop].tolist(),
+            strict=True,
+        ):
+            r = sum(row)
+            mean = tot / r
+            dataset, task_id = names[u]
+            out.append(
+                UnstableTask(
+                    task_id=task_id,
+                    dataset=dataset,
+                    runs=r,
+                    outcomes={name: v for name, v in zip(_OUTCOME_NAMES, row, strict=True) if v},
+                    mean=mean,
+                    spread=math.sqrt(max(0.0, (sq - r * mean * mean) / (r - 1))),
+                )
+            )
+        return out
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    @overload
+    def __getitem__(self, index: int) -> UnstableTask: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[UnstableTask, ...]: ...
+    def __getitem__(self, index: int | slice) -> UnstableTask | tuple[UnstableTask, ...]:
+        if self._items is not None:
+            return self._items[index]
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step == 1:
+                return tuple(self._build(start, max(start, stop)))
+            return tuple(self)[index]
+        i = index + len(self) if index < 0 else index
+        if not 0 <= i < len(self):
+            raise IndexError("unstable task index out of range")
+        return self._build(i, i + 1)[0]
+
+    def __iter__(self) -> Iterator[UnstableTask]:
+        if self._items is None:
+            self._items = tuple(self._build(0, len(self)))
+        return iter(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (UnstableTasks, tuple, list)):
+            return len(self) == len(other) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"UnstableTasks({len(self)} tasks)"
+
+
+_OUTCOME_NAMES: Final = (*OUTCOMES, "none")
+
+
 def unstable_tasks(
     columns: EpisodeColumns,
     cohort: IntArray,
     n_cohorts: int,
     units: tuple[IntArray, Sequence[tuple[str | None, str]]] | None = None,
-) -> tuple[list[list[UnstableTask]], list[int]]:
+) -> tuple[list[UnstableTasks], list[int]]:
     """Tasks whose reruns disagree, per cohort.
 
     A task is a (dataset, task id) pair: runs of the same id in two datasets are not reruns.
@@ -98,49 +193,45 @@ def unstable_tasks(
         ``(unstable, rerun)``: per cohort the unstable tasks (sorted by task id, then
         dataset) and the number of tasks with two or more runs.
     """
-    unstable: list[list[UnstableTask]] = [[] for _ in range(n_cohorts)]
+    empty = np.zeros(0, dtype=np.int64)
+    none = UnstableTasks((), empty, empty.reshape(0, 4), empty.astype(np.float64), empty.astype(np.float64))
     rerun = [0] * n_cohorts
     if not len(columns):
-        return unstable, rerun
+        return [none] * n_cohorts, rerun
     unit, names = task_units(columns) if units is None else units
     n_units = len(names)
-    groups, _, inverse = unique_codes(combined(cohort, n_units, unit), n_cohorts * n_units)
+    groups, _, inverse = unique_pairs(cohort, n_units, unit)
     code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int8)
-    counts = np.bincount(combined(inverse, 4, code), minlength=groups.size * 4).reshape(groups.size, 4)
+    flat = np.zeros(groups.size * 4, dtype=np.int64)
+    found, found_counts, _ = unique_pairs(inverse, 4, code, inverse=False)
+    flat[found] = found_counts
+    counts = flat.reshape(groups.size, 4)
     runs = counts.sum(axis=1)
     score = np.array([SCORE[0], SCORE[1], SCORE[2], SCORE[-1]])
-    # sums over each task's runs from its outcome counts: no per-episode arrays of scores
-    total = counts @ score
-    squares = counts @ (score * score)
     group_cohort = groups // n_units
     for c, n in zip(*np.unique(group_cohort[runs >= 2], return_counts=True), strict=True):
         rerun[int(c)] = int(n)
-    outcome_names = (*OUTCOMES, "none")
     picked = np.flatnonzero((runs >= 2) & ((counts > 0).sum(axis=1) >= 2))
-    # Plain lists: indexing numpy scalars one by one is what would make this loop slow.
-    for g, r, row, tot, sq in zip(
-        groups[picked].tolist(),
-        runs[picked].tolist(),
-        counts[picked].tolist(),
-        total[picked].tolist(),
-        squares[picked].tolist(),
-        strict=True,
-    ):
-        mean = tot / r
-        dataset, task_id = names[g % n_units]
-        unstable[g // n_units].append(
-            UnstableTask(
-                task_id=task_id,
-                dataset=dataset,
-                runs=r,
-                outcomes={name: v for name, v in zip(outcome_names, row, strict=True) if v},
-                mean=mean,
-                spread=math.sqrt(max(0.0, (sq - r * mean * mean) / (r - 1))),
-            )
-        )
-    for tasks in unstable:
-        tasks.sort(key=lambda t: (t.task_id, t.dataset is None, t.dataset or ""))
-    return unstable, rerun
+    if not picked.size:
+        return [none] * n_cohorts, rerun
+    picked_units = groups[picked] % n_units
+    # Sorted by (cohort, task id, dataset missing, dataset): the units in use ranked once.
+    used = np.unique(picked_units)
+    ranked = sorted(used.tolist(), key=lambda u: (names[u][1], names[u][0] is None, names[u][0] or ""))
+    rank = np.zeros(n_units, dtype=np.int64)
+    rank[ranked] = np.arange(len(ranked))
+    picked_cohort = group_cohort[picked]
+    order = np.lexsort((rank[picked_units], picked_cohort))
+    picked, picked_units, picked_cohort = picked[order], picked_units[order], picked_cohort[order]
+    picked_counts = counts[picked]
+    # sums over each task's runs from its outcome counts: no per-episode arrays of scores
+    totals = picked_counts @ score
+    squares = picked_counts @ (score * score)
+    bounds = np.searchsorted(picked_cohort, np.arange(n_cohorts + 1))
+    return [
+        UnstableTasks(names, picked_units[a:b], picked_counts[a:b], totals[a:b], squares[a:b])
+        for a, b in itertools.pairwise(bounds.tolist())
+    ], rerun
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,7 +27,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from .columns import CAUSES, DENSE_LIMIT, EpisodeColumns, IntArray, combined, unique_codes
+from .columns import CAUSES, DENSE_LIMIT, EpisodeColumns, IntArray, combined, count_codes, small_int, unique_codes, unique_pairs
 
 __all__ = (
     "STATISTICS",
@@ -77,7 +77,9 @@ def auc_scale(horizon: IntArray, bound: int) -> int:
         L, or 1 (plain fractions, rounded) when the horizons are too many and too varied.
     """
     scale = 1
-    for t in np.unique(horizon).tolist():
+    top = int(horizon.max()) + 1 if horizon.size else 0
+    present = np.flatnonzero(count_codes(horizon, top)) if top <= DENSE_LIMIT else np.unique(horizon)  # (no sorted copy)
+    for t in present.tolist():
         scale = math.lcm(scale, int(t))
         if scale * max(bound, 1) >= _EXACT:
             return 1
@@ -91,11 +93,11 @@ class Grouping:
     keys: tuple[str, ...]
     """The label keys that define cohorts."""
     cohort: IntArray
-    """Cohort index per episode."""
+    """Cohort index per episode (in the narrowest signed integers that hold it, see :func:`~.columns.small_int`)."""
     cohort_keys: tuple[tuple[str | None, ...], ...]
     """Label values of each cohort, aligned with ``keys`` (``None`` = label missing)."""
     stratum: IntArray
-    """Stratum index per episode (tasks are resampled within a stratum)."""
+    """Stratum index per episode (tasks are resampled within a stratum; narrowest integers, as ``cohort``)."""
     strata: tuple[str | None, ...]
     """Name of each stratum (the value of the strata label, usually the dataset)."""
 
@@ -110,15 +112,15 @@ def group(columns: EpisodeColumns, by: Sequence[str], strata: str | None = "data
     used = {per_set[i] for i in np.unique(columns.label_set).tolist()}
     cohort_keys = tuple(sorted(used, key=lambda t: tuple((v is None, v or "") for v in t)))
     index = {k: i for i, k in enumerate(cohort_keys)}
-    cohort_table = np.array([index.get(k, -1) for k in per_set], dtype=np.int32)
+    cohort_table = np.array([index.get(k, -1) for k in per_set], dtype=small_int(len(cohort_keys)))
     if strata is None:
-        stratum = np.zeros(len(columns), dtype=np.int32)
+        stratum = np.zeros(len(columns), dtype=small_int(0))
         names: tuple[str | None, ...] = (None,)
     else:
         stratum, names = columns.label(strata)
     return Grouping(
         keys=keys,
-        cohort=cohort_table[columns.label_set] if len(columns) else np.zeros(0, dtype=np.int32),
+        cohort=cohort_table[columns.label_set] if len(columns) else np.zeros(0, dtype=np.int8),
         cohort_keys=cohort_keys,
         stratum=stratum,
         strata=names,
@@ -226,22 +228,20 @@ def cohort_sums(columns: EpisodeColumns, cohort: IntArray, n_cohorts: int, auc_s
     y = columns.outcome == 0
 
     def count(mask: npt.NDArray[np.bool_]) -> Int64Array:
-        return np.bincount(c[mask], minlength=n_cohorts).astype(np.int64)
+        return count_codes(c, n_cohorts, mask).astype(np.int64)
 
     width = (int(horizon.max()) if horizon.size else 0) + 2
-    fed_code, fed_count, _ = unique_codes(combined(cohort, width, fed), n_cohorts * width, inverse=False)
-    horizon_code, horizon_count, _ = unique_codes(combined(cohort, width, horizon), n_cohorts * width, inverse=False)
+    fed_code, fed_count, _ = unique_pairs(cohort, width, fed, inverse=False)
+    horizon_code, horizon_count, _ = unique_pairs(cohort, width, horizon, inverse=False)
     outcome_code = np.where(columns.outcome < 0, 3, columns.outcome).astype(np.int8)
-    outcomes = np.bincount(combined(c, 4, outcome_code), minlength=n_cohorts * 4).reshape(n_cohorts, 4)
+    outcomes = count_codes(combined(c, 4, outcome_code), n_cohorts * 4).reshape(n_cohorts, 4)
     failed = columns.cause >= 0
     n_causes = len(CAUSES)
-    causes = np.bincount(combined(c[failed], n_causes, columns.cause[failed]), minlength=n_cohorts * n_causes).reshape(
-        n_cohorts, n_causes
-    )
+    causes = count_codes(combined(c, n_causes, columns.cause), n_cohorts * n_causes, failed).reshape(n_cohorts, n_causes)
     fed_sum = np.zeros(n_cohorts, dtype=np.int64)  # exact: the sum of FED * (episodes with it) per cohort
     np.add.at(fed_sum, fed_code // width, (fed_code % width) * fed_count)
     return CohortSums(
-        n=np.bincount(c, minlength=n_cohorts).astype(np.int64),
+        n=count_codes(c, n_cohorts).astype(np.int64),
         executable=count(executable),
         fed_sum=fed_sum,
         auc_sum=_auc_sums(c, fed, horizon, auc_scale, n_cohorts, width),

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from ._optional import INSTALL_HINT
 from .columns import CAUSES
-from .report import Comparison, Estimate, Report
+from .completion import UnstableTask
+from .report import CohortReport, Comparison, Estimate, Report
 
 __all__ = (
     "DASH",
@@ -197,9 +198,12 @@ def sections(report: Report) -> list[Section]:
                 ),
             )
         )
-    unstable = [(k, c, u) for k, c in zip(keyed, report.cohorts, strict=True) for u in c.unstable]
+    total = sum(len(c.unstable) for c in report.cohorts)
+    # the rows shown: only these tasks are built (see UnstableTasks)
+    unstable: list[tuple[tuple[tuple[str, str], ...], CohortReport, UnstableTask]] = []
+    for k, c in zip(keyed, report.cohorts, strict=True):
+        unstable.extend((k, c, u) for u in c.unstable[: MAX_UNSTABLE_ROWS - len(unstable)])
     if unstable:
-        total = len(unstable)
         out.append(
             Section(
                 title=f"Unstable tasks: reruns disagree ({total})",

@@ -24,10 +24,9 @@ from .columns import (
     EpisodeColumns,
     IntArray,
     columns_from_records,
-    combined,
     distinct_episodes,
     task_units,
-    unique_codes,
+    unique_pairs,
 )
 from .completion import Annotation, Attribution, UnstableTask, attribute, read_annotations, unstable_tasks
 from .curves import StepCurve
@@ -140,7 +139,8 @@ class CohortReport:
     outcomes: Mapping[str, int]
     """success, partial, failure, and none (no outcome recorded)."""
     decomposition: Decomposition
-    unstable: tuple[UnstableTask, ...]
+    unstable: Sequence[UnstableTask]
+    """Tasks whose reruns disagree (an :class:`~.completion.UnstableTasks`: built when read)."""
     rerun_tasks: int
     """Tasks with two or more runs in this cohort (the candidates for instability)."""
     attribution: Attribution | None = None
@@ -400,7 +400,7 @@ def build_report(
     n_cohorts = len(grouping.cohort_keys)
     unit, units = task_units(columns)
     unit_ids = [t for _, t in units]
-    cohort_tasks, runs, _ = unique_codes(combined(grouping.cohort, len(units), unit), n_cohorts * len(units), inverse=False)
+    cohort_tasks, runs, _ = unique_pairs(grouping.cohort, len(units), unit, inverse=False)
     tasks_per_cohort = np.bincount(cohort_tasks // len(units), minlength=n_cohorts)
     # A sum (point or resampled) adds at most (tasks) x (most runs of one task in one cohort) episodes.
     scale = auc_scale(columns.horizon, len(units) * int(runs.max()))
@@ -487,7 +487,7 @@ def build_report(
                     uninterrupted=int(sums.success_executable[c]) / n,
                     recovered=recovered / n,
                 ),
-                unstable=tuple(unstable[c]),
+                unstable=unstable[c],
                 rerun_tasks=rerun[c],
                 attribution=None if attributions is None else attributions[c],
             )
