@@ -187,16 +187,7 @@ def unique_codes(
     report's memory). Returns ``(values, counts, inverse)`` (``inverse`` empty when not asked for).
     """
     if size <= DENSE_LIMIT:
-        counts = count_codes(codes, size)
-        values = np.flatnonzero(counts)
-        if not inverse:
-            return values.astype(np.int64), counts[values].astype(np.int64), np.zeros(0, dtype=np.int32)
-        table = np.zeros(size, dtype=np.int32 if values.size < 2**31 else np.int64)
-        table[values] = np.arange(values.size, dtype=table.dtype)
-        where = np.empty(len(codes), dtype=table.dtype)
-        for a in range(0, len(codes), _COUNT_CHUNK):  # indexing too copies its index to 64 bits
-            where[a : a + _COUNT_CHUNK] = table[codes[a : a + _COUNT_CHUNK]]
-        return values.astype(np.int64), counts[values].astype(np.int64), where
+        return _from_counts(count_codes(codes, size), len(codes), lambda s: codes[s], inverse)
     values, where, counts = np.unique(codes, return_inverse=True, return_counts=True)
     return values.astype(np.int64), counts.astype(np.int64), where.reshape(-1)
 
@@ -216,14 +207,26 @@ def unique_pairs(
     counts = np.zeros(top, dtype=np.intp)
     for s in chunks:
         counts += np.bincount(combined(major[s], size, minor[s]), minlength=top)
+    return _from_counts(counts, len(major), lambda s: combined(major[s], size, minor[s]), inverse)
+
+
+def _from_counts(
+    counts: npt.NDArray[np.integer[Any]],
+    n: int,
+    codes_of: Callable[[slice], npt.NDArray[np.integer[Any]]],
+    inverse: bool,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.integer[Any]]]:
+    """``(values, counts, inverse)`` from a table of counts per code; the inverse of the ``n``
+    codes is looked up a chunk at a time (``codes_of(chunk)``: indexing copies its index to 64 bits)."""
     values = np.flatnonzero(counts)
     if not inverse:
         return values.astype(np.int64), counts[values].astype(np.int64), np.zeros(0, dtype=np.int32)
-    table = np.zeros(top, dtype=np.int32 if values.size < 2**31 else np.int64)
+    table = np.zeros(len(counts), dtype=np.int32 if values.size < 2**31 else np.int64)
     table[values] = np.arange(values.size, dtype=table.dtype)
-    where = np.empty(len(major), dtype=table.dtype)
-    for s in chunks:
-        where[s] = table[combined(major[s], size, minor[s])]
+    where = np.empty(n, dtype=table.dtype)
+    for a in range(0, n, _COUNT_CHUNK):
+        chunk = slice(a, a + _COUNT_CHUNK)
+        where[chunk] = table[codes_of(chunk)]
     return values.astype(np.int64), counts[values].astype(np.int64), where
 
 
