@@ -47,11 +47,8 @@ Entered = list[tuple[Any, contextlib.AbstractContextManager[Any]]]
 """Observer contexts entered, with their observers, outermost first."""
 
 
-def _hooks_of(obs: Any, episode: Any) -> frozenset[str]:
-    """The hooks ``obs`` takes part in for ``episode`` (what it says, or every hook it has)."""
-    ask = getattr(obs, "episode_hooks", None)
-    if ask is not None:
-        return frozenset(ask(episode))
+def _hooks_of(obs: Any) -> frozenset[str]:
+    """The hooks of an observer that has no ``episode_hooks``: what ``call_hooks`` says, or every hook it has."""
     ask = getattr(obs, "call_hooks", None)
     if ask is not None:
         return frozenset(ask()) | frozenset(EPISODE_HOOKS)
@@ -251,8 +248,8 @@ class Dispatch:
 def _taking_part(obs: Any, episode: Any, fault: FaultFn) -> frozenset[str]:
     """The hooks ``obs`` takes part in for ``episode``; when asking fails, the episode hooks (as before asking)."""
     try:
-        ask = getattr(obs, "episode_hooks", None)  # (not through _hooks_of: one frame an episode less)
-        return frozenset(ask(episode)) if ask is not None else _hooks_of(obs, episode)
+        ask = getattr(obs, "episode_hooks", None)
+        return frozenset(ask(episode)) if ask is not None else _hooks_of(obs)
     except OBSERVER_ERRORS as e:
         fault(f"observer {type(obs).__name__}.episode_hooks", e)
         return frozenset(EPISODE_HOOKS)

@@ -748,11 +748,7 @@ class Episode:
             token = pending._token
             hooks = self._hooks
             if token is not None and hooks.result:
-                try:
-                    hooks.call_result(self, depth, result, token)
-                except BaseException:
-                    self._record_cut_short(pending, verdict, verdict.tool)
-                    raise
+                self._tell_result(pending, verdict, verdict.tool, result)
             action = self._slots[depth - 1] = trusted_action(
                 depth, verdict.tool, verdict.call_id, True, None, None, pending.decision, True, None, self.state.turn, None
             )
@@ -786,16 +782,20 @@ class Episode:
         error_text = abandoned or (rejection.reason if rejection is not None else None)
         token = pending._token
         if token is not None and abandoned is None and self._hooks.result:
-            try:
-                self._hooks.call_result(self, verdict.depth, result, token)
-            except BaseException:
-                self._record_cut_short(pending, verdict, name)
-                raise
+            self._tell_result(pending, verdict, name, result)
         if replacement is None:
             ran = abandoned is None and error is None and rejection is None
             self._record(verdict, pending.decision, reached, error_text, token, None, pending.args, result, ran)
         else:
             self._record(verdict, pending.decision, False, error_text, token, name, pending.args, result, False)
+
+    def _tell_result(self, pending: PendingCall, verdict: Verdict, name: str, result: Any) -> None:
+        """Give the observers taking part the call's raw result; interrupted there, the call is recorded first."""
+        try:
+            self._hooks.call_result(self, verdict.depth, result, pending._token)
+        except BaseException:
+            self._record_cut_short(pending, verdict, name)
+            raise
 
     def _record_cut_short(self, pending: PendingCall, verdict: Verdict, name: str) -> None:
         """Record a call that ran but whose outcome was interrupted (KeyboardInterrupt) while processed."""

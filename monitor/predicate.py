@@ -451,7 +451,7 @@ def check_declared(
     if spec is None or args is None:
         assert failure is not None
         return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
-    if not spec.refs and not spec.requires and not spec.grounded:  # no rules: judge() would say the same
+    if not spec.has_rules:  # judge() would say the same, one frame later
         return _executable(spec.name, call_id, depth, True, (), args, (), (), ())
     return judge(toolset, state, spec, args, depth=depth, call_id=call_id, sent=parsed)
 
@@ -477,7 +477,7 @@ def judge(
         sent: the argument names the call carried (its parsed arguments); grounded arguments
             it left out are not judged (see :func:`check_information`).
     """
-    if dependency is None and not spec.refs and not spec.requires and not spec.grounded:  # no rules: nothing to check
+    if dependency is None and not spec.has_rules:  # nothing to check
         return _executable(spec.name, call_id, depth, True, (), args, (), (), ())
     failures: list[Failure] = []
     faults: list[Fault] = []

@@ -314,6 +314,8 @@ class ToolSpec:
     """``{result key: kind}`` of :attr:`produces`, derived once so no call rebuilds it."""
     grounded_match: tuple[tuple[str, GroundingMatch], ...] = field(init=False, repr=False, compare=False)
     """``(path, match)`` of every grounded argument, derived once for the information check."""
+    has_rules: bool = field(init=False, repr=False, compare=False)
+    """Whether a call has anything to judge after its schema: references, preconditions or grounded arguments."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "produce_map", MappingProxyType({p.key: p.kind for p in self.produces}))
@@ -323,6 +325,7 @@ class ToolSpec:
         options = self.grounding
         default = Grounded()
         object.__setattr__(self, "grounded_match", tuple((path, options.get(path, default).match) for path in self.grounded))
+        object.__setattr__(self, "has_rules", bool(self.refs or self.requires or self.grounded))
 
 
 def values_at(args: Mapping[str, Any], path: str) -> Iterator[tuple[str, Any]]:

@@ -252,15 +252,11 @@ class TrackedState:
             produce: ``{key: kind}``: values found under ``key`` are bound as ``kind``.
             tool: the producing tool, for messages.
         """
+        if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
+            with contextlib.suppress(ValueError, RecursionError):
+                result = json.loads(result)
         t = type(result)
-        if t is str or t is bytes or isinstance(result, (str, bytes)):
-            if result[:1] in ("{", "[", b"{", b"["):
-                with contextlib.suppress(ValueError, RecursionError):
-                    result = json.loads(result)
-            elif t is str:  # a plain text result (an MCP server's usual answer), straight to its leaf
-                self._leaf(result, None, _NO_PRODUCE, tool, [MAX_WALK_ITEMS])
-                return
-        elif t is int:  # a scalar result needs no walk
+        if t is str or t is int:  # plain text (an MCP server's usual answer) or a number: its leaf, no walk
             self._leaf(result, None, _NO_PRODUCE, tool, [MAX_WALK_ITEMS])
             return
         budget = [MAX_WALK_ITEMS]

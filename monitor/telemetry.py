@@ -416,15 +416,17 @@ class Telemetry(Observer):
 
     # -- episodes -----------------------------------------------------------------------------
     def _look_for_sdk(self) -> None:
-        """Ask the API whether SDK providers are configured (callers ask at most every :data:`_RECHECK` seconds).
+        """Ask the API whether SDK providers are configured, at most every :data:`_RECHECK` seconds.
 
         Spans and measurements are recorded only with an SDK (not through the API's no-op or
         stand-in providers). A provider, once set, stays (the API refuses to replace it), so a
-        live answer is kept; "not yet" is asked again at most every :data:`_RECHECK` seconds
-        (the API's getters read the environment each time they are asked before a provider
-        is set: 1 to 2 µs an episode).
+        live answer is kept; "not yet" stands until the next recheck (the API's getters read
+        the environment each time they are asked before a provider is set: 1 to 2 µs).
         """
-        self._recheck_at = monotonic() + _RECHECK
+        now = monotonic()
+        if now < self._recheck_at:
+            return
+        self._recheck_at = now + _RECHECK
         if not self._traces_live:
             provider = self._tracer_provider or trace.get_tracer_provider()
             self._traces_live = not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
@@ -439,7 +441,7 @@ class Telemetry(Observer):
         Asked again for every episode, so an SDK configured after the monitor was made is used
         from the next episode on; until then nothing is built for spans or measurements.
         """
-        if not self._all_live and monotonic() >= self._recheck_at:
+        if not self._all_live:
             self._look_for_sdk()
         counts: dict[_CallKey, int] | None = None
         if self.metrics and self._measures_live:
@@ -719,7 +721,7 @@ class Telemetry(Observer):
         if counts is not None:
             counts[key] = counts.get(key, 0) + 1
         elif self.metrics:  # an episode this observer never saw start
-            if not self._measures_live and monotonic() >= self._recheck_at:
+            if not self._measures_live:
                 self._look_for_sdk()
             if self._measures_live:
                 self._add_call_counts({key: 1}, self._label_key(episode.labels))
