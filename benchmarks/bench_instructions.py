@@ -91,22 +91,23 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
             pass
 
     def episodes(monitor: Monitor, calls: int) -> Callable[[int], Awaitable[None]]:
-        async def run(n: int) -> None:
-            for _ in range(n):
-                async with monitor.episode(task_id="t", labels=LABELS) as ep:
-                    for i in range(calls):
-                        await ep.call("ping", {"n": i})
-                    ep.finish("success")
+        async def run(n: int) -> None:  # bench_hot_path's own episodes (its clock reads are two per chunk)
+            await hot.episode_side(monitor, calls, n, LABELS)()
 
         return run
 
-    def calls(monitor: Monitor, tool: str = "ping") -> Callable[[int], Awaitable[None]]:
+    def calls(monitor: Monitor) -> Callable[[int], Awaitable[None]]:
+        async def run(n: int) -> None:
+            await hot.call_side(monitor, n)()
+
+        return run
+
+    def orders(monitor: Monitor) -> Callable[[int], Awaitable[None]]:
         async def run(n: int) -> None:
             async with monitor.episode(task_id="t") as ep:
-                if tool == "order":
-                    await hot.prime(ep)
-                for i in range(n):
-                    await ep.call(tool, hot.ORDER_ARGS if tool == "order" else {"n": i})
+                await hot.prime(ep)
+                for _ in range(n):
+                    await ep.call("order", hot.ORDER_ARGS)
 
         return run
 
@@ -149,8 +150,8 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
         "SDK sampled-out episode span (start and end)": sampled_out_spans,
         "bare execute_tool span, SDK on": bare_spans,
         "call inside the cheapest span, SDK on (floor)": floor,
-        "call, Telemetry with the SDK on": calls(
-            Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=provider, meter_provider=meters)]), "order"
+        "call, Telemetry with the SDK on": orders(
+            Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=provider, meter_provider=meters)])
         ),
     }
     return sides[name]
