@@ -62,8 +62,7 @@ class Dispatch:
     Args:
         observers: the episode's observers.
         fault: reports an observer's error.
-        taking_part: the hooks each observer takes part in for the episode (see
-            :func:`start_episode`); default: what each observer says without an episode.
+        taking_part: the hooks each observer takes part in for the episode (see :func:`start_episode`).
     """
 
     __slots__ = (
@@ -80,13 +79,11 @@ class Dispatch:
         "viewed",
     )
 
-    def __init__(self, observers: Sequence[Any], fault: FaultFn, taking_part: Sequence[frozenset[str]] | None = None) -> None:
+    def __init__(self, observers: Sequence[Any], fault: FaultFn, taking_part: Sequence[frozenset[str]]) -> None:
         observers = tuple(observers)
         self.fault = fault
         self.size = len(observers)
         """Length of a call's token tuple: one slot per observer."""
-        if taking_part is None:
-            taking_part = [self._taking_part(obs, None) for obs in observers]
         hooks: dict[str, list[tuple[int, Any]]] = {name: [] for name in (*PER_CALL_HOOKS, *EPISODE_HOOKS)}
         for i, (obs, names) in enumerate(zip(observers, taking_part, strict=True)):
             for name in names:
@@ -106,9 +103,6 @@ class Dispatch:
         """Observers told when the episode finished."""
         self.viewed: tuple[Verdict | None, Verdict | None] = (None, None)
         """The last verdict given to observers and its read-only form (call_checked, then call_finished, share it)."""
-
-    def _taking_part(self, obs: Any, episode: Any) -> frozenset[str]:
-        return _taking_part(obs, episode, self.fault)
 
     def _fault(self, obs: Any, hook: str, error: BaseException) -> None:
         self.fault(f"observer {type(obs).__name__}.{hook}", error)
@@ -245,24 +239,14 @@ class Dispatch:
                 report(f"observer {type(obs).__name__}.episode_finished", e)
 
 
-def _taking_part(obs: Any, episode: Any, fault: FaultFn) -> frozenset[str]:
-    """The hooks ``obs`` takes part in for ``episode``; when asking fails, the episode hooks (as before asking)."""
-    try:
-        ask = getattr(obs, "episode_hooks", None)
-        return frozenset(ask(episode)) if ask is not None else _hooks_of(obs)
-    except OBSERVER_ERRORS as e:
-        fault(f"observer {type(obs).__name__}.episode_hooks", e)
-        return frozenset(EPISODE_HOOKS)
-
-
-def start_episode(episode: Any, observers: Sequence[Any], report: FaultFn, fault: FaultFn) -> Dispatch:
+def start_episode(episode: Any, observers: Sequence[Any]) -> Dispatch:
     """Tell the observers that ``episode`` started, then build its dispatch.
 
     Args:
-        episode: the new episode.
+        episode: the new episode; its ``_host_fault`` reports an error of ``episode_started``,
+            its ``_observer_fault`` the observers' errors in the hooks that follow (looked up
+            only when needed: an episode no observer takes part in builds neither).
         observers: its observers.
-        report: reports an error of ``episode_started``.
-        fault: reports the observers' errors in the hooks that follow.
 
     Returns:
         the episode's dispatch: :data:`NO_OBSERVERS` when no observer takes part in anything
@@ -274,20 +258,25 @@ def start_episode(episode: Any, observers: Sequence[Any], report: FaultFn, fault
         try:
             obs.episode_started(episode)
         except OBSERVER_ERRORS as e:
-            report(f"observer {type(obs).__name__}.episode_started", e)
-        names = _taking_part(obs, episode, fault)
+            episode._host_fault(f"observer {type(obs).__name__}.episode_started", e)
+        try:  # when asking fails: the episode hooks (as before asking)
+            ask = getattr(obs, "episode_hooks", None)
+            names = frozenset(ask(episode)) if ask is not None else _hooks_of(obs)
+        except OBSERVER_ERRORS as e:
+            episode._observer_fault(f"observer {type(obs).__name__}.episode_hooks", e)
+            names = frozenset(EPISODE_HOOKS)
         taking_part.append(names)
         any_part = any_part or bool(names)
     if not any_part:
         return NO_OBSERVERS
-    return Dispatch(observers, fault, taking_part)
+    return Dispatch(observers, episode._observer_fault, taking_part)
 
 
 def _no_fault(where: str, error: BaseException) -> None:
     """The fault handler of :data:`NO_OBSERVERS` (it has no observers to fail)."""
 
 
-NO_OBSERVERS: Final = Dispatch((), _no_fault)
+NO_OBSERVERS: Final = Dispatch((), _no_fault, ())
 """The dispatch of every episode of a monitor without observers (immutable: nothing to dispatch)."""
 
 

@@ -68,11 +68,9 @@ class EpisodeHost(Protocol):
     def report_fault(self, episode: Episode | None, where: str, error: BaseException, *, notify: bool = True) -> None:
         """Count, log and report an error the monitor caught in itself."""
 
-    async def deliver(self, episode: Episode, record: EpisodeRecord) -> None:
-        """Hand a closed episode's record to the sink (its observers were told it finished)."""
-
     def deliver_now(self, episode: Episode, record: EpisodeRecord) -> Awaitable[None] | None:
-        """Deliver it without an event loop where nothing needs one; else the awaitable that delivers it."""
+        """Hand a closed episode's record to the sink (its observers were told it finished), right
+        here where nothing needs an event loop; else the awaitable that delivers it."""
 
     async def run_probe(self, tool: str, args: dict[str, Any]) -> Any:
         """Run a read-only probe call; raises ``LookupError`` when nothing can run it."""
@@ -309,7 +307,7 @@ class Episode:
         self.probes: list[ProbeRecord] = []
         """Lookups the monitor made itself before calls (spec-file probes), in order."""
         observers = monitor.observers
-        self._hooks = start_episode(self, observers, self._host_fault, self._observer_fault) if observers else NO_OBSERVERS
+        self._hooks = start_episode(self, observers) if observers else NO_OBSERVERS
         """The observers taking part in each per-call hook (asked once they were told the episode started)."""
 
     # -- live view -------------------------------------------------------------------------
@@ -474,27 +472,40 @@ class Episode:
     def _judge(
         self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None, spec: ToolSpec | None
     ) -> Verdict:
-        monitor = self.monitor
         try:
-            verdict = predicate.check_declared(spec, monitor.toolset, self.state, name, args, depth, call_id)
+            verdict = predicate.check_declared(spec, self.monitor.toolset, self.state, name, args, depth, call_id)
         except Exception as e:
-            self._fault(f"checking {name}", e)
-            if monitor.fail_closed:
-                return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(_fault_failure(name),))
-            try:
-                parsed = predicate.parse_arguments(args)
-            except Exception:  # fail-open must not raise what the check already reported
-                parsed = {}
-            return Verdict(
-                tool=name, call_id=call_id, depth=depth, executable=True, args=parsed if isinstance(parsed, dict) else {}
-            )
-        if verdict.faults:
-            for fault in verdict.faults:
-                self._fault(fault.where, fault.error)
-            if monitor.fail_closed:  # blocked whatever else failed; the fault ranks as a precondition
-                failures = _in_cause_order(verdict.failures, _fault_failure(name))
-                return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=failures, args=verdict.args)
-        return verdict
+            return self._check_failed(name, args, depth, call_id, e)
+        return self._with_faults(verdict, name) if verdict.faults else verdict
+
+    def _check_failed(
+        self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None, error: Exception
+    ) -> Verdict:
+        """The verdict of a call whose check raised: fail-closed blocks it, fail-open lets it run."""
+        self._fault(f"checking {name}", error)
+        if self.monitor.fail_closed:
+            return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(_fault_failure(name),))
+        try:
+            parsed = predicate.parse_arguments(args)
+        except Exception:  # fail-open must not raise what the check already reported
+            parsed = {}
+        return Verdict(tool=name, call_id=call_id, depth=depth, executable=True, args=parsed if isinstance(parsed, dict) else {})
+
+    def _with_faults(self, verdict: Verdict, name: str) -> Verdict:
+        """A verdict whose rules faulted: the faults reported; fail-closed blocks the call."""
+        for fault in verdict.faults:
+            self._fault(fault.where, fault.error)
+        if not self.monitor.fail_closed:
+            return verdict
+        failures = _in_cause_order(verdict.failures, _fault_failure(name))  # the fault ranks as a precondition
+        return Verdict(
+            tool=name,
+            call_id=verdict.call_id,
+            depth=verdict.depth,
+            executable=False,
+            failures=failures,
+            args=verdict.args,
+        )
 
     async def begin(
         self, name: str, args: Mapping[str, Any] | str | bytes | None = None, *, call_id: str | None = None
@@ -549,11 +560,21 @@ class Episode:
         try:
             if self._hooks.any:
                 token = self._hooks.call_started(self, name, call_id, depth)
-            spec = self.monitor.toolset.get(name)
+            toolset = self.monitor.toolset
+            spec = toolset.get(name)
             if spec is not None and spec.probes:
                 return self._guarded(self._probed(spec, name, args, depth, call_id, token), name, call_id, depth, token)
-            verdict = self._judge(name, args, depth, call_id, spec)
+            try:  # _judge inlined
+                verdict = predicate.check_declared(spec, toolset, state, name, args, depth, call_id)
+            except Exception as e:
+                verdict = self._check_failed(name, args, depth, call_id, e)
+            else:
+                if verdict.faults:
+                    verdict = self._with_faults(verdict, name)
             if verdict.executable and not verdict.undetermined:  # the common case, without _decide
+                if token is None:  # and no observer: _pending inlined
+                    pending = self._open[depth] = PendingCall(self, verdict, args, verdict.args, _ALLOW, None, spec)  # type: ignore[arg-type]
+                    return pending
                 return self._pending(verdict, args, verdict.args, _ALLOW, token, spec)  # type: ignore[arg-type]
             decided = self._decide(verdict, args, token, spec)
             if type(decided) is PendingCall:
@@ -862,7 +883,9 @@ class Episode:
             if self._hooks.finishing:
                 self._hooks.finish_episode(self, record, self._host_fault)
         finally:  # an observer raising KeyboardInterrupt must not cost the record
-            await self.monitor.deliver(self, record)
+            rest = self.monitor.deliver_now(self, record)  # (no coroutine without a sink or with a JSON Lines one)
+            if rest is not None:
+                await rest
         return record
 
     def close_sync(self, status: Status = "finished", error: str | None = None) -> EpisodeRecord | Awaitable[EpisodeRecord]:

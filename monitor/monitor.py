@@ -231,14 +231,10 @@ class Monitor:
         return (await result) if inspect.isawaitable(result) else result
 
     async def deliver(self, episode: Episode, record: EpisodeRecord) -> None:
-        """Hand a closed episode's record to the sink (called by ``Episode.aclose``, after its observers were told)."""
-        sink = self.sink
-        if sink is None:
-            return
-        if isinstance(sink, JsonlSink):  # a queue hand-off: no thread, no await, never the disk
-            self._hand_off(episode, sink, record)
-        else:
-            await self._deliver(episode, record)
+        """Hand a closed episode's record to the sink (as ``Episode.aclose`` does, after its observers were told)."""
+        rest = self.deliver_now(episode, record)
+        if rest is not None:
+            await rest
 
     def deliver_now(self, episode: Episode, record: EpisodeRecord) -> Awaitable[None] | None:
         """:meth:`deliver` without an event loop where nothing needs one.

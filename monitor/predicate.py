@@ -161,16 +161,16 @@ def _check_schema(
         return spec, None, None, Failure(cause=Cause.SCHEMA, code="invalid_json", reason=f"{name}: {parsed}")
     try:
         args = spec.validate(parsed)
-    except ArgumentError as e:
-        return spec, parsed, None, schema_failure(name, e)
-    except RecursionError:
-        return (
-            spec,
-            parsed,
-            None,
-            Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: arguments are nested too deeply"),
-        )
+    except (ArgumentError, RecursionError) as e:
+        return spec, parsed, None, _invalid(name, e)
     return spec, parsed, args, None
+
+
+def _invalid(name: str, error: ArgumentError | RecursionError) -> Failure:
+    """The schema failure of arguments that did not validate."""
+    if isinstance(error, ArgumentError):
+        return schema_failure(name, error)
+    return Failure(cause=Cause.SCHEMA, code="invalid_arguments", reason=f"{name}: arguments are nested too deeply")
 
 
 def schema_failure(name: str, error: ArgumentError) -> Failure:
@@ -447,10 +447,18 @@ def check_declared(
     call_id: str | None,
 ) -> Verdict:
     """:func:`check` of a tool whose spec the caller looked up already (``None``: not declared)."""
-    spec, parsed, args, failure = _check_schema(spec, toolset, state, name, raw_args)
-    if spec is None or args is None:
-        assert failure is not None
-        return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
+    if spec is not None and type(raw_args) is dict and state.is_exposed(name):  # the common case: _check_schema inlined
+        parsed: Mapping[str, Any] | None = raw_args
+        args: dict[str, Any] | None
+        try:
+            args = spec.validate(raw_args)
+        except (ArgumentError, RecursionError) as e:
+            return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(_invalid(name, e),))
+    else:
+        spec, parsed, args, failure = _check_schema(spec, toolset, state, name, raw_args)
+        if spec is None or args is None:
+            assert failure is not None
+            return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
     if not spec.has_rules:  # judge() would say the same, one frame later
         return _executable(spec.name, call_id, depth, True, (), args, (), (), ())
     return judge(toolset, state, spec, args, depth=depth, call_id=call_id, sent=parsed)

@@ -95,6 +95,7 @@ class TrackedState:
         "_bindings",
         "_exposed",
         "_forms",
+        "_objects",
         "_pool",
         "_pool_bytes",
         "_pool_lossy",
@@ -104,7 +105,6 @@ class TrackedState:
         "depth",
         "env",
         "facts",
-        "objects",
         "turn",
     )
 
@@ -116,8 +116,7 @@ class TrackedState:
         self._shared_exposed: frozenset[str] = exposed if type(exposed) is frozenset else frozenset()
         self._exposed: set[str] | None = None if type(exposed) is frozenset else set(exposed or ())
         self._bindings: dict[Hashable, dict[str, Binding]] = {}
-        self.objects = ObservedObjects()
-        """What tool results showed of the environment's objects, by kind and id (spec-file rules read it)."""
+        self._objects: ObservedObjects | None = None
         self._pool: set[Hashable] = set()
         self._pool_bytes = 0
         """Estimated memory the pool holds (see :data:`MAX_POOL_BYTES`)."""
@@ -129,6 +128,21 @@ class TrackedState:
         """The user's texts among them, for :meth:`user_said`."""
         self._forms = FormIndex()
         """Normalised forms of what is in the pool and the texts, and the recent numbers."""
+
+    @property
+    def objects(self) -> ObservedObjects:
+        """What tool results showed of the environment's objects, by kind and id (spec-file rules read it).
+
+        Made when first read: most episodes (tools without a spec file) never read it.
+        """
+        objects = self._objects
+        if objects is None:
+            objects = self._objects = ObservedObjects()
+        return objects
+
+    @objects.setter
+    def objects(self, objects: ObservedObjects) -> None:
+        self._objects = objects
 
     @property
     def exposed(self) -> set[str]:

@@ -127,6 +127,7 @@ starts. One execution never gets two tool spans."""
 _NO_CAPTURE_IDLE: Final = frozenset({"call_result"})
 _EPISODE_HOOKS: Final = frozenset({"episode_context", "episode_finished"})
 _FINISHED_ONLY: Final = frozenset({"episode_finished"})
+_NO_HOOKS: Final[frozenset[str]] = frozenset()
 _RECHECK: Final = 0.1
 """Seconds a "no SDK configured" answer stands: an SDK set up later is used from the next
 episode that starts after it (at most this much later)."""
@@ -400,10 +401,12 @@ class Telemetry(Observer):
         An untraced episode's calls then cost what calls without telemetry cost; its call counts
         come from its record when it ends.
         """
+        if not self._episodes and not self._counts:  # nothing traced or measured (no SDK): the common idle case
+            return _NO_HOOKS
         key = id(episode)
         if key in self._episodes:
             return self.call_hooks() | _EPISODE_HOOKS
-        return _FINISHED_ONLY if key in self._counts else frozenset()
+        return _FINISHED_ONLY if key in self._counts else _NO_HOOKS
 
     # -- content ------------------------------------------------------------------------------
     def _content(self, kind: ContentKind, value: Any) -> str | None:
@@ -416,17 +419,14 @@ class Telemetry(Observer):
 
     # -- episodes -----------------------------------------------------------------------------
     def _look_for_sdk(self) -> None:
-        """Ask the API whether SDK providers are configured, at most every :data:`_RECHECK` seconds.
+        """Ask the API whether SDK providers are configured (callers ask once ``_recheck_at`` passed).
 
         Spans and measurements are recorded only with an SDK (not through the API's no-op or
         stand-in providers). A provider, once set, stays (the API refuses to replace it), so a
         live answer is kept; "not yet" stands until the next recheck (the API's getters read
         the environment each time they are asked before a provider is set: 1 to 2 µs).
         """
-        now = monotonic()
-        if now < self._recheck_at:
-            return
-        self._recheck_at = now + _RECHECK
+        self._recheck_at = monotonic() + _RECHECK
         if not self._traces_live:
             provider = self._tracer_provider or trace.get_tracer_provider()
             self._traces_live = not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
@@ -441,7 +441,7 @@ class Telemetry(Observer):
         Asked again for every episode, so an SDK configured after the monitor was made is used
         from the next episode on; until then nothing is built for spans or measurements.
         """
-        if not self._all_live:
+        if not self._all_live and monotonic() >= self._recheck_at:
             self._look_for_sdk()
         counts: dict[_CallKey, int] | None = None
         if self.metrics and self._measures_live:
@@ -721,7 +721,7 @@ class Telemetry(Observer):
         if counts is not None:
             counts[key] = counts.get(key, 0) + 1
         elif self.metrics:  # an episode this observer never saw start
-            if not self._measures_live:
+            if not self._measures_live and monotonic() >= self._recheck_at:
                 self._look_for_sdk()
             if self._measures_live:
                 self._add_call_counts({key: 1}, self._label_key(episode.labels))
