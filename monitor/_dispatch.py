@@ -240,7 +240,8 @@ class Dispatch:
 
 
 def start_episode(episode: Any, observers: Sequence[Any]) -> Dispatch:
-    """Tell the observers that ``episode`` started, then build its dispatch.
+    """Tell the observers that ``episode`` started, then build its dispatch from the hooks each
+    takes part in (what ``episode_started`` returned, else what ``episode_hooks`` says).
 
     Args:
         episode: the new episode; its ``_host_fault`` reports an error of ``episode_started``,
@@ -255,16 +256,18 @@ def start_episode(episode: Any, observers: Sequence[Any]) -> Dispatch:
     taking_part: list[frozenset[str]] = []
     any_part = False
     for obs in observers:
+        names: Any = None
         try:
-            obs.episode_started(episode)
+            names = obs.episode_started(episode)
         except OBSERVER_ERRORS as e:
             episode._host_fault(f"observer {type(obs).__name__}.episode_started", e)
-        try:  # when asking fails: the episode hooks (as before asking)
-            ask = getattr(obs, "episode_hooks", None)
-            names = frozenset(ask(episode)) if ask is not None else _hooks_of(obs)
-        except OBSERVER_ERRORS as e:
-            episode._observer_fault(f"observer {type(obs).__name__}.episode_hooks", e)
-            names = frozenset(EPISODE_HOOKS)
+        if type(names) is not frozenset:  # it did not say: asked (when asking fails: the episode hooks, as before asking)
+            try:
+                ask = getattr(obs, "episode_hooks", None)
+                names = frozenset(ask(episode)) if ask is not None else _hooks_of(obs)
+            except OBSERVER_ERRORS as e:
+                episode._observer_fault(f"observer {type(obs).__name__}.episode_hooks", e)
+                names = frozenset(EPISODE_HOOKS)
         taking_part.append(names)
         any_part = any_part or bool(names)
     if not any_part:

@@ -52,8 +52,13 @@ class Observer:
         episode_level = (name for name in EPISODE_HOOKS if getattr(cls, name, None) is not getattr(Observer, name))
         return self.call_hooks() | frozenset(episode_level)
 
-    def episode_started(self, episode: Episode) -> None:
-        """An episode was opened."""
+    def episode_started(self, episode: Episode) -> frozenset[str] | None:
+        """An episode was opened.
+
+        It may return the hooks the observer takes part in for the episode (a ``frozenset``, what
+        :meth:`episode_hooks` would say); :meth:`episode_hooks` is then not asked.
+        """
+        return None
 
     def episode_context(self, episode: Episode) -> contextlib.AbstractContextManager[Any] | None:
         """A context entered while the episode is active in a task (e.g. make its span current)."""

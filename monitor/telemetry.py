@@ -401,8 +401,6 @@ class Telemetry(Observer):
         An untraced episode's calls then cost what calls without telemetry cost; its call counts
         come from its record when it ends.
         """
-        if not self._episodes and not self._counts:  # nothing traced or measured (no SDK): the common idle case
-            return _NO_HOOKS
         key = id(episode)
         if key in self._episodes:
             return self.call_hooks() | _EPISODE_HOOKS
@@ -435,8 +433,9 @@ class Telemetry(Observer):
             self._measures_live = not isinstance(meters, _NO_METER_PROVIDERS)
         self._all_live = (self._traces_live or not self.tracing) and (self._measures_live or not self.metrics)
 
-    def episode_started(self, episode: Episode) -> None:
-        """Open the episode span (or adopt the current one) and make it current.
+    def episode_started(self, episode: Episode) -> frozenset[str]:
+        """Open the episode span (or adopt the current one) and make it current; returns the
+        hooks this observer takes part in for the episode (see :meth:`episode_hooks`).
 
         Asked again for every episode, so an SDK configured after the monitor was made is used
         from the next episode on; until then nothing is built for spans or measurements.
@@ -446,14 +445,14 @@ class Telemetry(Observer):
         counts: dict[_CallKey, int] | None = None
         if self.metrics and self._measures_live:
             counts = self._counts[id(episode)] = {}
+        untraced = _NO_HOOKS if counts is None else _FINISHED_ONLY
         if not self.tracing or not self._traces_live:
-            return
+            return untraced
         if self.enrich_current_span:
             current = trace.get_current_span()
             if current.is_recording():
                 current.set_attributes(_not_overwriting(current, self._episode_start_attributes(episode)))
-                self._track(episode, current, counts, own=False)
-                return
+                return self._track(episode, current, counts, own=False)
         agent = self.agent_name or episode.labels.get("agent")
         span = self._tracer.start_span(
             f"{sc.INVOKE_AGENT} {agent}" if agent else sc.INVOKE_AGENT,
@@ -461,13 +460,14 @@ class Telemetry(Observer):
             attributes=self._episode_start_attributes(episode),
             start_time=_ns(episode.started_at),
         )
-        if span.is_recording():
-            self._track(episode, span, counts, own=True)
+        return self._track(episode, span, counts, own=True) if span.is_recording() else untraced
 
-    def _track(self, episode: Episode, span: Span, counts: dict[_CallKey, int] | None, *, own: bool) -> None:
+    def _track(self, episode: Episode, span: Span, counts: dict[_CallKey, int] | None, *, own: bool) -> frozenset[str]:
+        """Trace ``episode`` under ``span``; every hook takes part."""
         self._episodes[id(episode)] = _EpisodeSpan(
             span=span, own=own, parent=trace.set_span_in_context(span), trace_id=span.get_span_context().trace_id, counts=counts
         )
+        return self.call_hooks() | _EPISODE_HOOKS
 
     def episode_context(self, episode: Episode) -> AbstractContextManager[Any] | None:
         """Make our episode span current while the episode is active in a task."""

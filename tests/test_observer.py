@@ -61,6 +61,55 @@ class FinishedOnly(Observer):
         self.seen.append((action.tool or "", token))
 
 
+class Says(Recorder):
+    """Returns ``said`` from ``episode_started``; counts how often ``episode_hooks`` is asked."""
+
+    def __init__(self, said: Any) -> None:
+        super().__init__("s")
+        self.said = said
+        self.asked = 0
+
+    def episode_started(self, episode: Episode) -> Any:
+        return self.said
+
+    def episode_hooks(self, episode: Episode) -> frozenset[str]:
+        self.asked += 1
+        return super().episode_hooks(episode)
+
+
+class TestEpisodeStartedSaysItsHooks:
+    """``episode_started`` may answer what ``episode_hooks`` would: a frozenset is taken as said."""
+
+    async def test_a_frozenset_is_the_hooks_and_episode_hooks_is_not_asked(self, tools: Toolset) -> None:
+        obs = Says(frozenset({"call_finished"}))
+        async with Monitor(tools, observers=[obs]).episode(task_id="t") as ep:
+            await ep.call("set_cellular", {"on": True})
+        assert obs.asked == 0
+        assert obs.log == [("call_finished", (None, "allow"))]  # no call_started: no token
+
+    async def test_an_empty_frozenset_takes_no_hook(self, tools: Toolset) -> None:
+        obs = Says(frozenset())
+        async with Monitor(tools, observers=[obs]).episode(task_id="t") as ep:
+            await ep.call("set_cellular", {"on": True})
+        assert obs.asked == 0 and obs.log == []
+
+    @pytest.mark.parametrize("said", [None, {"call_finished"}, ["call_finished"], "call_finished"])
+    async def test_anything_else_leaves_it_to_episode_hooks(self, tools: Toolset, said: Any) -> None:
+        obs = Says(said)
+        async with Monitor(tools, observers=[obs]).episode(task_id="t") as ep:
+            await ep.call("set_cellular", {"on": True})
+        assert obs.asked == 1
+        assert [hook for hook, _ in obs.log] == [
+            "call_started",
+            "call_checked",
+            "execution_context",
+            "enter",
+            "exit",
+            "call_result",
+            "call_finished",
+        ]
+
+
 class TestHookOrder:
     """Each observer gets each per-call hook it overrides, in order, with its own token."""
 

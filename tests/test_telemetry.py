@@ -893,13 +893,13 @@ class TestHotPathShape:
             for meters, hooks in ((otel.meter_provider, {"episode_finished"}), (NoOpMeterProvider(), set())):
                 telemetry = Telemetry(tracer_provider=provider, meter_provider=meters)
                 ep = Monitor(tools).open_episode("t")
-                telemetry.episode_started(ep)
-                assert telemetry.episode_hooks(ep) == hooks  # measured only, or nothing at all
+                said = telemetry.episode_started(ep)
+                assert said == telemetry.episode_hooks(ep) == hooks  # measured only, or nothing at all
                 telemetry.episode_finished(ep, await ep.aclose())
         traced = otel.telemetry()
         ep = Monitor(tools).open_episode("t")
-        traced.episode_started(ep)
-        assert traced.episode_hooks(ep) == traced.call_hooks() | {"episode_context", "episode_finished"}
+        said = traced.episode_started(ep)
+        assert said == traced.episode_hooks(ep) == traced.call_hooks() | {"episode_context", "episode_finished"}
         await ep.aclose()
         assert otel.tool_spans() == []
 
