@@ -1,11 +1,12 @@
 """Observer dispatch for one episode: each hook goes only to the observers taking part in it.
 
 Built once per episode, after the observers were told it started, from what each says it
-takes part in for it (``Observer.episode_hooks()``): an observer that only logs finished calls
-costs nothing when calls start, run and return, telemetry costs nothing for an episode it
-does not trace, and with no observers the episode does no observer work at all. Every
-exception an observer raises is reported through ``fault`` (counted and logged, never
-raised), and an observer's context can never swallow the tool's own exception.
+takes part in for it (what ``episode_started`` returned, else ``Observer.episode_hooks()``):
+an observer that only logs finished calls costs nothing when calls start, run and return,
+telemetry costs nothing for an episode it does not trace, and with no observers the episode
+does no observer work at all. Every exception an observer raises is reported through
+``fault`` (counted and logged, never raised), and an observer's context can never swallow
+the tool's own exception.
 """
 
 from __future__ import annotations
