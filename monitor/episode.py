@@ -560,17 +560,10 @@ class Episode:
         try:
             if self._hooks.any:
                 token = self._hooks.call_started(self, name, call_id, depth)
-            toolset = self.monitor.toolset
-            spec = toolset.get(name)
+            spec = self.monitor.toolset.get(name)
             if spec is not None and spec.probes:
                 return self._guarded(self._probed(spec, name, args, depth, call_id, token), name, call_id, depth, token)
-            try:  # _judge inlined
-                verdict = predicate.check_declared(spec, toolset, state, name, args, depth, call_id)
-            except Exception as e:
-                verdict = self._check_failed(name, args, depth, call_id, e)
-            else:
-                if verdict.faults:
-                    verdict = self._with_faults(verdict, name)
+            verdict = self._judge(name, args, depth, call_id, spec)
             if verdict.executable and not verdict.undetermined:  # the common case, without _decide
                 if token is None:  # and no observer: _pending inlined
                     pending = self._open[depth] = PendingCall(self, verdict, args, verdict.args, _ALLOW, None, spec)  # type: ignore[arg-type]

@@ -403,8 +403,12 @@ class Telemetry(Observer):
         """
         key = id(episode)
         if key in self._episodes:
-            return self.call_hooks() | _EPISODE_HOOKS
+            return self._traced_hooks()
         return _FINISHED_ONLY if key in self._counts else _NO_HOOKS
+
+    def _traced_hooks(self) -> frozenset[str]:
+        """The hooks of a traced episode: every per-call hook it needs, and the episode hooks."""
+        return self.call_hooks() | _EPISODE_HOOKS
 
     # -- content ------------------------------------------------------------------------------
     def _content(self, kind: ContentKind, value: Any) -> str | None:
@@ -463,11 +467,11 @@ class Telemetry(Observer):
         return self._track(episode, span, counts, own=True) if span.is_recording() else untraced
 
     def _track(self, episode: Episode, span: Span, counts: dict[_CallKey, int] | None, *, own: bool) -> frozenset[str]:
-        """Trace ``episode`` under ``span``; every hook takes part."""
+        """Trace ``episode`` under ``span``; returns the hooks of a traced episode."""
         self._episodes[id(episode)] = _EpisodeSpan(
             span=span, own=own, parent=trace.set_span_in_context(span), trace_id=span.get_span_context().trace_id, counts=counts
         )
-        return self.call_hooks() | _EPISODE_HOOKS
+        return self._traced_hooks()
 
     def episode_context(self, episode: Episode) -> AbstractContextManager[Any] | None:
         """Make our episode span current while the episode is active in a task."""
