@@ -255,7 +255,6 @@ def start_episode(episode: Any, observers: Sequence[Any]) -> Dispatch:
         for this episode (telemetry with no SDK configured), so it costs nothing more.
     """
     taking_part: list[frozenset[str]] = []
-    any_part = False
     for obs in observers:
         names: Any = None
         try:
@@ -270,8 +269,7 @@ def start_episode(episode: Any, observers: Sequence[Any]) -> Dispatch:
                 episode._observer_fault(f"observer {type(obs).__name__}.episode_hooks", e)
                 names = frozenset(EPISODE_HOOKS)
         taking_part.append(names)
-        any_part = any_part or bool(names)
-    if not any_part:
+    if not any(taking_part):
         return NO_OBSERVERS
     return Dispatch(observers, episode._observer_fault, taking_part)
 
