@@ -147,6 +147,8 @@ def parse_number(text: str) -> Number | None:
     Integral values are ``int`` (exact at any length); others ``float``, only when they have
     at most :data:`MAX_SIGNIFICANT_DIGITS` significant digits.
     """
+    if text.isdigit() and text.isascii():  # an id or a count, the common number in results
+        return int(text) if text[0] != "0" or len(text) == 1 else None
     if not _NUMBER_CHARS.issuperset(text) or (" " in text and not _CURRENCY.intersection(text[:2])):
         return None  # most text fails here, before the regex (a space only follows a currency symbol)
     m = _NUMBER.fullmatch(text)
