@@ -23,6 +23,8 @@ import json
 from collections.abc import Container, Mapping
 from typing import Any, Final, Protocol
 
+from pydantic_core import from_json
+
 from ._trusted import trusted_constructor
 from .exceptions import ArgumentError
 from .spec import Precondition, Ref, SymbolicEffect, ToolSpec, callable_name, values_at
@@ -96,6 +98,17 @@ def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, An
             return f"arguments must be a JSON object, got {type(raw).__name__}"
     if not raw or raw.isspace():  # (no stripped copy of a large payload)
         return {}
+    try:
+        parsed = from_json(raw, allow_inf_nan=False)  # pydantic's parser: what json gives, about 2x as fast
+    except ValueError:  # not JSON, or JSON it refuses (a lone surrogate, deep nesting): json decides and says why
+        return _parsed_by_json(raw)
+    if not isinstance(parsed, dict):
+        return f"arguments must be a JSON object, got {type(parsed).__name__}"
+    return parsed
+
+
+def _parsed_by_json(raw: str) -> dict[str, Any] | str:
+    """``raw`` as ``json.loads`` parses it (``NaN`` and ``Infinity`` refused), or why it does not parse."""
     try:
         if raw.startswith("\ufeff"):  # as json.loads does
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)

@@ -14,10 +14,11 @@ import json
 import os
 import tempfile
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Annotated, Any
 
 import anyio
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from prefixmon import (
@@ -35,8 +36,9 @@ from prefixmon import (
     TrackedState,
     iter_records,
 )
-from prefixmon.predicate import parse_arguments
+from prefixmon.predicate import _parsed_by_json, parse_arguments
 from prefixmon.records import EpisodeRecord, build_record, dumps_record, loads_record
+from prefixmon.state import MAX_WALK_DEPTH
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -46,6 +48,17 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
+result_scalars = json_scalars | st.sampled_from(["#W123 and 2024-05-01", "$1,234.50", "007", "12", "4245201809", "a " * 1001])
+result_values = st.recursive(
+    result_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(["id", "ids", "x"]) | st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+"""Results with ids, numbers written as text, dates, long text, and keys that produce bindings."""
+_PRODUCE = {"id": "id", "ids": "ids"}
 arg_names = st.sampled_from(["text", "n", "person_id", "amount", "x", ""]) | st.text(max_size=6)
 arg_dicts = st.dictionaries(arg_names, json_values, max_size=5)
 
@@ -131,6 +144,17 @@ class TestParsing:
             return
         assert parse_arguments(text) == json.loads(text)
         assert parse_arguments(text.encode()) == json.loads(text)
+
+    @FUZZ
+    @given(raw=raw_arguments.filter(lambda r: isinstance(r, str)) | json_values.map(lambda v: json.dumps({"a": v})))
+    @example(raw='{"a": "\\ud800"}')  # a lone surrogate: json takes it, pydantic's parser does not
+    @example(raw='{"a": NaN}')
+    @example(raw="\ufeff{}")
+    @example(raw="[" * 5000)
+    def test_text_parses_as_json_parses_it(self, raw: str) -> None:
+        """JSON text arguments (parsed by pydantic's parser) give what json gives, its reasons included."""
+        expected = _parsed_by_json(raw) if raw and not raw.isspace() else {}
+        assert parse_arguments(raw) == expected
 
     @FUZZ
     @given(name=st.sampled_from(TOOL_NAMES) | st.text(max_size=10), raw=raw_arguments, user=st.text(max_size=30))
@@ -227,6 +251,71 @@ class TestIndexing:
         collect(shown)
         for leaf in leaves:
             assert state.seen(leaf)
+
+    @FUZZ
+    @given(
+        result=result_values,
+        nesting=st.integers(0, 3) | st.integers(MAX_WALK_DEPTH - 3, MAX_WALK_DEPTH + 2),
+        kinds=st.sampled_from([None, _PRODUCE]),
+    )
+    @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]], "id": "c", "x": {"id": 3}}, nesting=0, kinds=_PRODUCE)
+    @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]]}, nesting=MAX_WALK_DEPTH - 1, kinds=_PRODUCE)
+    def test_json_shapes_are_indexed_as_any_mapping_or_sequence(self, result: Any, nesting: int, kinds: Any) -> None:
+        """The walk's inline paths for dicts, lists and JSON leaves index exactly what its general path does.
+
+        The general path is the one every other Mapping, sequence and scalar takes; the same data
+        as read-only mappings, list subclasses and str, int and float subclasses must leave the same pool, forms, recent numbers,
+        bindings, memory estimate and completeness, at any depth up to and past MAX_WALK_DEPTH.
+        """
+        for _ in range(nesting):
+            result = {"id": result, "n": 1.5, "ok": True} if nesting % 2 else [result, None, 7, "x"]
+        fast, general = TrackedState(), TrackedState()
+        fast.ingest(result, produce=kinds, tool="t")
+        general.ingest(_general(result), produce=kinds, tool="t")
+        assert _indexed(fast) == _indexed(general)
+
+    @FUZZ
+    @given(result=result_values, kinds=st.sampled_from([None, _PRODUCE]))
+    def test_json_text_is_indexed_as_the_data_it_holds(self, result: Any, kinds: Any) -> None:
+        """A result given as JSON text is indexed as ``json.loads`` of it would be (pydantic's parser reads it)."""
+        text = json.dumps({"result": result}, allow_nan=True)  # an object or array: JSON text is parsed
+        parsed, data = TrackedState(), TrackedState()
+        parsed.ingest(text, produce=kinds, tool="t")
+        data.ingest(json.loads(text), produce=kinds, tool="t")
+        assert _indexed(parsed) == _indexed(data)
+
+
+class _List(list):  # type: ignore[type-arg]
+    """A list the walk does not recognise by its exact type (nor its subclasses of str, int and float below)."""
+
+
+class _Str(str):
+    __slots__ = ()
+
+
+class _Int(int):
+    pass
+
+
+class _Float(float):
+    pass
+
+
+def _general(value: Any) -> Any:
+    """``value`` with every dict as a read-only mapping, every list, string and number as a subclass."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _general(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return _List(_general(v) for v in value)
+    t = type(value)
+    return _Str(value) if t is str else _Int(value) if t is int else _Float(value) if t is float else value
+
+
+def _indexed(state: TrackedState) -> tuple[Any, ...]:
+    """Everything indexing a result changes in a state (white-box: the pool's private parts)."""
+    bindings = {v: {k: (b.kind, b.depth, b.tool, b.current) for k, b in kinds.items()} for v, kinds in state._bindings.items()}
+    forms = state._forms
+    return (state._pool, forms.forms, list(forms.numbers), bindings, state._pool_bytes, state.pool_complete)
 
 
 def record_strategy() -> st.SearchStrategy[EpisodeRecord]:
