@@ -20,6 +20,7 @@ toolsets and environments. CLI (registered as the ``transcripts`` replay source)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from typing import Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import from_json
 
 from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, Toolset
 from prefixmon.commands import ReplayRequest
@@ -91,7 +93,9 @@ def _decode(file: Path, data: bytes) -> str:
 def load_json(file: Path) -> Any:
     """Decode a whole JSON file; errors name the file and where in it."""
     text = _decode(file, file.read_bytes())
-    try:
+    with contextlib.suppress(ValueError):
+        return from_json(text)  # pydantic's parser: what json.loads gives, about 2x as fast
+    try:  # not JSON, or JSON it refuses (a lone surrogate, deep nesting): json decides and says where
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ReplayInputError(f"{file}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from e

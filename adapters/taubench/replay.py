@@ -18,6 +18,7 @@ result is looked at; outcome is ``success`` when ``reward`` is 1, else ``failure
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -27,6 +28,7 @@ from typing import Any, Final
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic_core import from_json
 
 from prefixmon import EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest
@@ -145,6 +147,9 @@ def _detect(path: Path) -> str:
     if not head.startswith(b"["):
         return "openai-jsonl"
     text = path.read_bytes().decode("utf-8-sig", errors="replace")  # the reader reports bad bytes
+    with contextlib.suppress(ValueError):
+        from_json(text)  # pydantic's parser, about 2x as fast; what it refuses, json decides below
+        return "tau"
     try:
         json.loads(text)
     except json.JSONDecodeError:
