@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -286,8 +287,6 @@ class TrackedState:
     def _walk(
         self, obj: Any, key: str | None, produce: Mapping[str, str], tool: str | None, level: int, budget: list[int]
     ) -> None:
-        # The common JSON shapes (dicts and lists of strings, numbers, booleans and nulls) are
-        # handled inline, a frame less per leaf; anything else takes the general path below.
         if level > MAX_WALK_DEPTH or budget[0] <= 0:
             if level > MAX_WALK_DEPTH:
                 self._pool_lossy = True
@@ -296,63 +295,54 @@ class TrackedState:
         if t is str or t is int or t is float:  # the common leaves first: no ABC or attribute checks
             self._leaf(obj, key, produce, tool, budget)
             return
-        inline = level < MAX_WALK_DEPTH  # children one level down may be handled here
-        pool = self._pool
+        items: Iterable[tuple[Any, Any]]
+        general = False  # every child through _walk: other Mappings (the reference the inline paths agree with)
         if t is dict:
-            budget[0] -= 1  # containers count too: a result sharing lists (a DAG, a cycle) stays bounded
-            for k, v in obj.items():
+            items = obj.items()
+        elif t is list or t is tuple:
+            items = zip(repeat(key), obj)  # a sequence's items are found under its key
+        elif isinstance(obj, Mapping):
+            items, general = obj.items(), True
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            items = zip(repeat(key), obj)
+        elif hasattr(obj, "model_dump"):
+            self._walk(obj.model_dump(), key, produce, tool, level + 1, budget)
+            return
+        else:
+            self._leaf(obj, key, produce, tool, budget)
+            return
+        budget[0] -= 1  # containers count too: a result sharing lists (a DAG, a cycle) stays bounded
+        if general or level >= MAX_WALK_DEPTH:  # (children past the depth limit mark the pool lossy there)
+            for k, v in items:
                 if budget[0] <= 0:
                     return
-                tv = type(v)
-                if not inline:
-                    self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
-                elif tv is str:
-                    budget[0] -= 1
-                    if v not in pool:
-                        self._pool_text(v)
-                    if k in produce and isinstance(k, str):
-                        self.bind(produce[k], v, tool=tool)
-                elif tv is int or tv is float:
-                    self._leaf(v, k if isinstance(k, str) else None, produce, tool, budget)
-                elif tv is bool or v is None:  # never pooled, never bound
-                    budget[0] -= 1
-                else:
-                    self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
+                self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
             return
-        if t is not list and t is not tuple:
-            if isinstance(obj, Mapping):
-                budget[0] -= 1
-                for k, v in obj.items():
-                    if budget[0] <= 0:
-                        return
-                    self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
-                return
-            if not isinstance(obj, (list, tuple, set, frozenset)):
-                if hasattr(obj, "model_dump"):
-                    self._walk(obj.model_dump(), key, produce, tool, level + 1, budget)
-                else:
-                    self._leaf(obj, key, produce, tool, budget)
-                return
-        budget[0] -= 1  # a sequence or set
-        kind = produce.get(key) if key is not None and produce else None
-        for v in obj:
+        pool = self._pool
+        numbers = self._forms.numbers
+        for k, v in items:  # the common children inline, a frame less each
             if budget[0] <= 0:
                 return
             tv = type(v)
-            if not inline:
-                self._walk(v, key, produce, tool, level + 1, budget)
-            elif tv is str:
+            if tv is str:
                 budget[0] -= 1
                 if v not in pool:
                     self._pool_text(v)
-                if kind is not None:
-                    self.bind(kind, v, tool=tool)
-            elif tv is int or tv is float:
-                self._leaf(v, key, produce, tool, budget)
-            elif tv is bool or v is None:
+                if k in produce and isinstance(k, str):
+                    self.bind(produce[k], v, tool=tool)
+            elif (tv is int or (tv is float and v - v == 0.0)) and self._pool_bytes < MAX_POOL_BYTES:
+                budget[0] -= 1  # a finite number, pooled as _leaf pools it
+                size = len(pool)
+                pool.add(v)
+                pool.add(str(v))
+                self._pool_bytes += (len(pool) - size) * _ENTRY
+                numbers.append(v)
+                if k in produce and isinstance(k, str):
+                    self.bind(produce[k], v, tool=tool)
+            elif tv is bool or v is None:  # never pooled, never bound
                 budget[0] -= 1
             else:
-                self._walk(v, key, produce, tool, level + 1, budget)
+                self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
 
     def _leaf(self, obj: Any, key: str | None, produce: Mapping[str, str], tool: str | None, budget: list[int]) -> None:
         budget[0] -= 1
