@@ -38,7 +38,7 @@ from prefixmon import (
 )
 from prefixmon.predicate import _parsed_by_json, parse_arguments
 from prefixmon.records import EpisodeRecord, build_record, dumps_record, loads_record
-from prefixmon.state import MAX_WALK_DEPTH
+from prefixmon.state import MAX_POOL_BYTES, MAX_WALK_DEPTH
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -257,19 +257,26 @@ class TestIndexing:
         result=result_values,
         nesting=st.integers(0, 3) | st.integers(MAX_WALK_DEPTH - 3, MAX_WALK_DEPTH + 2),
         kinds=st.sampled_from([None, _PRODUCE]),
+        room=st.none() | st.integers(0, 400),
     )
-    @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]], "id": "c", "x": {"id": 3}}, nesting=0, kinds=_PRODUCE)
-    @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]]}, nesting=MAX_WALK_DEPTH - 1, kinds=_PRODUCE)
-    def test_json_shapes_are_indexed_as_any_mapping_or_sequence(self, result: Any, nesting: int, kinds: Any) -> None:
+    @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]], "id": "c", "x": {"id": 3}}, nesting=0, kinds=_PRODUCE, room=None)
+    @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]]}, nesting=MAX_WALK_DEPTH - 1, kinds=_PRODUCE, room=None)
+    @example(result={"ids": ["a", 1, 2, 3.5, "b c"], "n": 4}, nesting=0, kinds=_PRODUCE, room=170)
+    def test_json_shapes_are_indexed_as_any_mapping_or_sequence(
+        self, result: Any, nesting: int, kinds: Any, room: int | None
+    ) -> None:
         """The walk's inline paths for dicts, lists and JSON leaves index exactly what its general path does.
 
         The general path is the one every other Mapping, sequence and scalar takes; the same data
         as read-only mappings, list subclasses and str, int and float subclasses must leave the same pool, forms, recent numbers,
-        bindings, memory estimate and completeness, at any depth up to and past MAX_WALK_DEPTH.
+        bindings, memory estimate and completeness, at any depth up to and past MAX_WALK_DEPTH,
+        and when the pool reaches its memory bound on the way.
         """
         for _ in range(nesting):
             result = {"id": result, "n": 1.5, "ok": True} if nesting % 2 else [result, None, 7, "x"]
         fast, general = TrackedState(), TrackedState()
+        if room is not None:  # a pool this close to its bound (white-box: its memory estimate)
+            fast._pool_bytes = general._pool_bytes = MAX_POOL_BYTES - room
         fast.ingest(result, produce=kinds, tool="t")
         general.ingest(_general(result), produce=kinds, tool="t")
         assert _indexed(fast) == _indexed(general)
