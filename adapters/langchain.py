@@ -58,8 +58,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NotRequired, TypeVar
 
-import anyio
-
 from prefixmon import (
     ActionRecord,
     Approve,
@@ -74,6 +72,7 @@ from prefixmon import (
     ToolCall,
     Verdict,
 )
+from prefixmon.commands import run_async
 from prefixmon.deprecation import moved_names
 
 try:
@@ -160,7 +159,7 @@ def parse_answer(value: Any) -> Approve | Edit | Deny:
 
 def _run_sync(func: Callable[[], Awaitable[T]]) -> T:
     """Run monitor work that awaits a hook from a sync agent, whose nodes run in threads with no event loop."""
-    return anyio.run(func)
+    return run_async(func)
 
 
 async def _awaited(pending: Awaitable[T]) -> T:

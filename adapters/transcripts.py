@@ -30,12 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import from_json
 
 from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, Toolset
-from prefixmon.commands import ReplayRequest
+from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.learn import SNIFF_BYTES, Call, Message, Transcript
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.records import write_records
@@ -425,7 +424,7 @@ class TranscriptSource:
             for spec in request.specs:  # rules the tool definitions cannot carry (a bad file names its line)
                 tools.apply_spec(spec)
             conversations = list(read_conversations(path, problems))
-            records = anyio.run(
+            records = run_async(
                 lambda: replay_conversations(conversations, tools, labels=request.labels, on_record=summary.count)
             )
         except (ReplayInputError, OSError, ValueError) as e:

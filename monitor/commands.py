@@ -30,10 +30,12 @@ load (a missing optional dependency) still appears as a verb that explains the f
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, TypeVar, runtime_checkable
+
+import anyio
 
 __all__ = (
     "BENCH_GROUP",
@@ -43,7 +45,10 @@ __all__ = (
     "Command",
     "ReplayRequest",
     "ReplaySource",
+    "run_async",
 )
+
+T = TypeVar("T")
 
 COMMANDS_GROUP: Final = "prefixmon.commands"
 """Entry-point group of top-level verbs."""
@@ -108,3 +113,21 @@ class ReplaySource(Protocol):
         Problems with the input are printed to stderr with file and line; exit 1 when any
         input was skipped, 2 for a request the source cannot serve.
         """
+
+
+def run_async(func: Callable[[], Awaitable[T]]) -> T:
+    """``anyio.run(func)`` for a command, without the event loop ever formatting what ``func`` returns.
+
+    After the main task is done, asyncio's runner looks up the SIGINT handler it installed;
+    on CPython 3.11 that formats the handler's repr, which holds the main task and so the
+    full repr of its result. A replay summary or a bench report holding every record then
+    cost time and memory in proportion to the records, for a string nobody reads. Here the
+    main task returns nothing; the result is handed over beside it.
+    """
+    box: list[T] = []
+
+    async def main() -> None:
+        box.append(await func())
+
+    anyio.run(main)
+    return box[0]

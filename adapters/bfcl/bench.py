@@ -25,10 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import anyio
-
 from prefixmon import Cause, EpisodeRecord, Monitor
 from prefixmon.analytics import Confusion
+from prefixmon.commands import run_async
 from prefixmon.records import write_records
 
 from .._bench import auc_pec, fmt, pec, prediction_header, prediction_row, ter
@@ -279,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     for category in args.categories:
         chunk = load_tasks([category])
         tasks.extend(chunk[: args.limit] if args.limit is not None else chunk)
-    report = anyio.run(lambda: run_bench(tasks, per_family=args.per_family, seed=args.seed))
+    report = run_async(lambda: run_bench(tasks, per_family=args.per_family, seed=args.seed))
     if args.out:
         write_records(args.out, report.records)
     if args.format == "json":

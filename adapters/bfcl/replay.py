@@ -26,10 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
-import anyio
-
 from prefixmon import EpisodeRecord, Monitor
-from prefixmon.commands import ReplayRequest
+from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.learn import Call, Message, Transcript
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.records import write_records
@@ -246,7 +244,7 @@ class BfclReplaySource:
             print(f"prefixmon replay: unknown --mode {request.mode!r}; use one of {', '.join(MODES)}", file=sys.stderr)
             return 2
         mode = cast(Mode, request.mode)
-        summary = anyio.run(lambda: replay_files(request.files, labels=request.labels, mode=mode))
+        summary = run_async(lambda: replay_files(request.files, labels=request.labels, mode=mode))
         write_records(request.out, summary.records)
         for problem in summary.problems:
             print(f"{'skipped' if problem.skipped else 'note'}: {problem}", file=sys.stderr)

@@ -29,11 +29,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
 from pydantic import BaseModel
 
 from prefixmon import Cause, Episode, Monitor, PendingCall, ToolBlocked, Verdict
 from prefixmon.analytics import Confusion
+from prefixmon.commands import run_async
 
 from .._bench import auc_pec, kind_table, pec, prediction_header, prediction_row, predicts_rejection, ter
 from .._bench import prediction as predict
@@ -329,7 +329,7 @@ class Tau2Bench:
             return 2
         silence_tau2_logs()
         domains = args.domain or list(DOMAINS)
-        report = anyio.run(lambda: run_bench(domains, limit=args.limit, seed=args.seed, perturb=not args.no_perturb))
+        report = run_async(lambda: run_bench(domains, limit=args.limit, seed=args.seed, perturb=not args.no_perturb))
         print(json.dumps(report_json(report), indent=2) if args.format == "json" else format_report(report))
         dry = report.prediction("dry_run")
         return 0 if not report.trials or (dry.fp == 0 and dry.fn == 0) else 1

@@ -26,11 +26,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from prefixmon import Episode, EpisodeRecord, Monitor
-from prefixmon.commands import ReplayRequest
+from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.records import write_records
 
 from ..taubench.replay import TauRollout
@@ -294,11 +293,11 @@ class Tau2ReplaySource:
                 parsed = read_results(path)
                 if isinstance(parsed, Tau2Results):
                     tasks = _tasks(self.domain, parsed, path)
-                    records += anyio.run(partial(replay_simulations, parsed, self.domain, tasks=tasks, labels=labels))
+                    records += run_async(partial(replay_simulations, parsed, self.domain, tasks=tasks, labels=labels))
                 elif self.domain == "telecom":
                     raise ReplayInputError(f"{path}: τ-bench v1 has no telecom domain")
                 else:
-                    records += anyio.run(partial(replay_v1, parsed, self.domain, labels=labels))
+                    records += run_async(partial(replay_v1, parsed, self.domain, labels=labels))
             except (ReplayInputError, OSError) as e:
                 print(f"skipped: {e}", file=sys.stderr)
                 bad += 1

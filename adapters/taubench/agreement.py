@@ -29,10 +29,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import anyio
-
 from prefixmon import Episode, Monitor, ToolBlocked, current_episode
 from prefixmon.analytics import Confusion
+from prefixmon.commands import run_async
 
 from .data import TauTask, load_policy, load_tasks, split_domain
 from .gold import DEFAULT_SPLITS, seed_context
@@ -351,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", help="τ-bench data folder")
     parser.add_argument("--show", type=int, default=10, help="disagreements to list")
     args = parser.parse_args(argv)
-    summary = anyio.run(lambda: run_suite(args.split or DEFAULT_SPLITS, seed=args.seed, data=args.data))
+    summary = run_async(lambda: run_suite(args.split or DEFAULT_SPLITS, seed=args.seed, data=args.data))
     print(format_summary(summary, show=args.show))
     return 0
 

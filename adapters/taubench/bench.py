@@ -6,7 +6,7 @@ import argparse
 import importlib.util
 from typing import Final
 
-import anyio
+from prefixmon.commands import run_async
 
 from . import agreement, gold
 
@@ -31,7 +31,7 @@ class TauBench:
         splits = args.split or list(gold.DEFAULT_SPLITS)
         print(gold.report(splits, data=args.data))
         print()
-        summary = anyio.run(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data))
+        summary = run_async(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data))
         print(agreement.format_summary(summary, show=args.show))
         print()
         if importlib.util.find_spec("cel_expr_python") is None:  # a plain install: the database rules only
@@ -39,8 +39,8 @@ class TauBench:
             print()
             print(_comparison({"rules over the database": summary}))
             return 0
-        observed = anyio.run(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data, rules="spec"))
-        probed = anyio.run(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data, rules="spec+probes"))
+        observed = run_async(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data, rules="spec"))
+        probed = run_async(lambda: agreement.run_suite(splits, seed=args.seed, data=args.data, rules="spec+probes"))
         print("observation-only spec files with their probes (examples/specs/tau_*.yaml: no database):")
         print(agreement.format_summary(probed, show=args.show))
         print()

@@ -26,9 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
 from prefixmon import EpisodeRecord, Monitor, ToolBlocked, Toolset, TrackedState
+from prefixmon.commands import run_async
 
 from .data import TauTask, load_policy, load_tasks, split_domain
 from .sandbox import Sandbox, is_error_result
@@ -200,7 +199,7 @@ def report(splits: Sequence[str], *, data: str | os.PathLike[str] | None = None)
         )
         for f in failures:
             lines.append(f"  task {f.task_index} action {f.depth} {f.tool}: {f.error}")
-        episodes = anyio.run(functools.partial(monitor_gold, split, data=data))
+        episodes = run_async(functools.partial(monitor_gold, split, data=data))
         failing = [e for e in episodes if not e.record.executable]
         explained = [e for e in failing if e.sandbox_errors and e.record.fed == e.sandbox_errors[0][0]]
         lines.append(

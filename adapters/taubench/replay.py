@@ -26,12 +26,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic_core import from_json
 
 from prefixmon import EpisodeRecord, Monitor
-from prefixmon.commands import ReplayRequest
+from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.learn import Transcript
 
@@ -184,7 +183,7 @@ class TauReplaySource:
         try:
             if fmt == "tau":
                 rollouts = read_tau_trajectories(path)
-                records = anyio.run(
+                records = run_async(
                     lambda: replay_tau(rollouts, domain, labels=labels, data=data, on_record=summary.count, specs=request.specs)
                 )
             else:
@@ -197,7 +196,7 @@ class TauReplaySource:
                     tools.apply_spec(spec)
                 labels = {"dataset": f"tau-{domain}", "domain": f"tau-{domain}", **labels}
                 conversations = list(read_conversations(path, problems))
-                records = anyio.run(
+                records = run_async(
                     lambda: replay_conversations(
                         conversations, tools, labels=labels, env_factory=factory, on_record=summary.count
                     )

@@ -25,10 +25,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import anyio
-
 from prefixmon import Episode, EpisodeRecord, Monitor, PendingCall, ToolBlocked, Verdict
 from prefixmon.analytics import Confusion
+from prefixmon.commands import run_async
 
 from .._bench import auc_pec, kind_table, pec, prediction_header, prediction_row, predicts_rejection, ter
 from .._bench import prediction as predict
@@ -315,7 +314,7 @@ class ToolSandboxBench:
             print("prefixmon bench toolsandbox: install ToolSandbox (see docs/benchmarks.md)", file=sys.stderr)
             return 2
         logging.getLogger("tool_sandbox").setLevel(logging.ERROR)
-        report = anyio.run(lambda: run_bench(limit=args.limit, perturb=not args.no_perturb))
+        report = run_async(lambda: run_bench(limit=args.limit, perturb=not args.no_perturb))
         print(json.dumps(report_json(report), indent=2) if args.format == "json" else format_report(report, show=args.show))
         dry = report.prediction("dry_run")
         return 0 if not report.trials or (dry.fp == 0 and dry.fn == 0) else 1

@@ -23,10 +23,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-import anyio
-
 from prefixmon import Episode, EpisodeRecord, Monitor, PendingCall, ToolBlocked
-from prefixmon.commands import ReplayRequest
+from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.records import write_records
 
 from ..transcripts import ReplayInputError, load_json
@@ -220,7 +218,7 @@ class ToolSandboxReplaySource:
                     run = partial(
                         replay_conversation, monitor, name, messages, outcome=_outcome(similarity), labels=dict(request.labels)
                     )
-                    records.append(anyio.run(run))
+                    records.append(run_async(run))
                 except (ReplayInputError, OSError) as e:
                     print(f"skipped: {file}: {e}" if str(file) not in str(e) else f"skipped: {e}", file=sys.stderr)
                     bad += 1

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 import structlog
 
+from ..commands import run_async
 from ..episode import current_episode
 from ..exceptions import ToolBlocked
 from ..logging import LiveLog
@@ -427,7 +427,7 @@ def main(*, out: str | Path, tasks: int, trials: int, seed: int, bootstrap: int,
     if live:
         print("live first-failure events (the monitor blocks each call before it reaches the tools):")
     with pipeline:
-        monitor = anyio.run(lambda: run_population(tasks=population, trials=trials, seed=seed, sink=records, observers=observers))
+        monitor = run_async(lambda: run_population(tasks=population, trials=trials, seed=seed, sink=records, observers=observers))
     if live and printer.seen > printer.limit:
         print(f"  ... and {printer.seen - printer.limit} more first failures (all in {records})")
     print()

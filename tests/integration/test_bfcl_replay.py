@@ -13,6 +13,7 @@ pytest.importorskip("bfcl_eval")
 from prefixmon import Cause, Outcome, read_records
 from prefixmon._cli import main
 from prefixmon.adapters.bfcl import ground_truth_calls, replay_files, task_index
+from prefixmon.adapters.bfcl import replay as bfcl_replay
 
 pytestmark = pytest.mark.integration
 
@@ -168,3 +169,25 @@ class TestMalformed:
             main(["replay", "--bfcl", str(path), "--out", str(tmp_path / "o.jsonl"), "--label", "oops"])
         assert exit_info.value.code == 2
         assert "KEY=VALUE" in capsys.readouterr().err
+
+
+class TestLargeReplays:
+    """What a replay costs does not grow with what it returns."""
+
+    def test_cli_never_formats_the_summary(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The summary holding every record is not turned into text when the event loop ends.
+
+        asyncio's runner looks up the SIGINT handler after the main task is done, and on
+        CPython 3.11 that formats the handler, the main task and the full repr of the task's
+        result: a replay of N entries paid O(N) time and memory for a string nobody read.
+        """
+        formatted: list[int] = []
+
+        def counted(self: object) -> str:
+            formatted.append(1)
+            return "summary"
+
+        monkeypatch.setattr(bfcl_replay.ReplaySummary, "__repr__", counted)
+        path = _result_file(tmp_path, [{"id": BASE0, "result": _strings(BASE0)}])
+        assert main(["replay", "--bfcl", str(path), "--out", str(tmp_path / "records.jsonl")]) == 0
+        assert not formatted
