@@ -93,7 +93,11 @@ def read_tau_trajectories(path: str | os.PathLike[str]) -> list[TauRollout]:
             that is not a rollout.
     """
     file = Path(path)
-    data = load_json(file)
+    return _rollouts(file, load_json(file))
+
+
+def _rollouts(file: Path, data: Any) -> list[TauRollout]:
+    """The rollouts of a results file's decoded JSON."""
     if not isinstance(data, list):
         raise ReplayInputError(f"{file}: expected a JSON list of rollouts, got {type(data).__name__}")
     try:
@@ -139,23 +143,35 @@ async def replay_tau(
 
 
 # -- CLI ----------------------------------------------------------------------------------------
-def _detect(path: Path) -> str:
-    """``tau`` when the file is one JSON list, else ``openai-jsonl`` (never raises on bad content)."""
+def _detect(path: Path) -> tuple[str, Any]:
+    """``tau`` when the file is one JSON list, else ``openai-jsonl`` (never raises on bad content).
+
+    With ``tau``, also the file's decoded JSON when it is UTF-8 (the reader need not decode it
+    again), else ``_UNREAD`` (the reader reports the bad bytes).
+    """
     with path.open("rb") as fh:
         head = fh.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
     if not head.startswith(b"["):
-        return "openai-jsonl"
-    text = path.read_bytes().decode("utf-8-sig", errors="replace")  # the reader reports bad bytes
-    with contextlib.suppress(ValueError):
-        from_json(text)  # pydantic's parser, about 2x as fast; what it refuses, json decides below
-        return "tau"
+        return "openai-jsonl", _UNREAD
+    raw = path.read_bytes()
     try:
-        json.loads(text)
+        text, strict = raw.decode("utf-8-sig"), True
+    except UnicodeDecodeError:
+        text, strict = raw.decode("utf-8-sig", errors="replace"), False
+    with contextlib.suppress(ValueError):
+        data = from_json(text)  # pydantic's parser, about 2x as fast; what it refuses, json decides below
+        return "tau", data if strict else _UNREAD
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError:
-        return "openai-jsonl"
+        return "openai-jsonl", _UNREAD
     except RecursionError:  # undecodable either way: go by the name, and let the reader say where
-        return "tau" if path.suffix == ".json" else "openai-jsonl"
-    return "tau"
+        return ("tau" if path.suffix == ".json" else "openai-jsonl"), _UNREAD
+    return "tau", data if strict else _UNREAD
+
+
+_UNREAD: Final = object()
+"""The file was not decoded (or not as UTF-8): its reader reads it."""
 
 
 class TauReplaySource:
@@ -172,7 +188,7 @@ class TauReplaySource:
         path = single_file(request)
         if path is None:
             return 2
-        fmt = request.format if request.format != "auto" else _detect(path)
+        fmt, data_read = (request.format, _UNREAD) if request.format != "auto" else _detect(path)
         if fmt not in ("tau", "openai-jsonl"):
             print(f"prefixmon replay: unknown --format {fmt!r} for {self.name}; use tau or openai-jsonl", file=sys.stderr)
             return 2
@@ -182,7 +198,7 @@ class TauReplaySource:
         problems: list[Problem] = []
         try:
             if fmt == "tau":
-                rollouts = read_tau_trajectories(path)
+                rollouts = read_tau_trajectories(path) if data_read is _UNREAD else _rollouts(path, data_read)
                 records = run_async(
                     lambda: replay_tau(rollouts, domain, labels=labels, data=data, on_record=summary.count, specs=request.specs)
                 )
