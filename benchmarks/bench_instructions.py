@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
@@ -46,6 +48,7 @@ SIDES: Final[dict[str, tuple[str, int]]] = {
     "bare execute_tool span, SDK on": ("a span", 2000),
     "call inside the cheapest span, SDK on (floor)": ("a call", 2000),
     "call, Telemetry with the SDK on": ("a call", 2000),
+    "indexing a τ-retail result (information pool)": ("a result", 300),
 }
 
 
@@ -63,7 +66,7 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
     from opentelemetry.trace import SpanKind
 
-    from prefixmon import Monitor, Observer, Telemetry
+    from prefixmon import Monitor, Observer, Telemetry, TrackedState
     from prefixmon import semconv as sc
 
     tools = hot.build_tools()
@@ -138,6 +141,19 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
                     otel_context.detach(token)
                     span.end()
 
+    results: list[Any] = []
+
+    async def pool(n: int) -> None:  # the results of τ-retail's gold runs in turn, a tracked state per run
+        if not results:  # read in the warm-up
+            with open(os.environ[POOL_RESULTS], encoding="utf-8") as f:
+                results.extend(json.load(f))
+        state, current = TrackedState(), -1
+        for i in range(n):
+            run, tool, produce, content = results[i % len(results)]
+            if run != current:
+                state, current = TrackedState(), run
+            state.ingest(content, produce=produce, tool=tool)
+
     sides: dict[str, Callable[[int], Awaitable[None]]] = {
         "episode x5, no telemetry": episodes(Monitor(tools, policy="block"), 5),
         "episode x5, Telemetry() without an SDK": episodes(Monitor(tools, policy="block", observers=[Telemetry()]), 5),
@@ -153,6 +169,7 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
         "call, Telemetry with the SDK on": orders(
             Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=provider, meter_provider=meters)])
         ),
+        "indexing a τ-retail result (information pool)": pool,
     }
     return sides[name]
 
@@ -168,6 +185,27 @@ def _run_side(name: str, n: int) -> None:
 
 
 # -- the driver ---------------------------------------------------------------------------------
+POOL_RESULTS: Final = "BENCH_INSTRUCTIONS_POOL_RESULTS"
+"""Where the driver wrote the results the information-pool side indexes (the sides read the same file)."""
+
+
+def write_retail_results(path: str) -> None:
+    """τ-retail's gold runs' tool results, each with what its tool's spec produces, as JSON rows."""
+    from prefixmon.adapters.taubench.replay import gold_rollouts
+    from prefixmon.adapters.taubench.toolsets import toolset
+
+    tools = toolset("retail")
+    rows = []
+    for run, rollout in enumerate(gold_rollouts("retail_test")):
+        for message in rollout["traj"]:
+            if message.get("role") == "tool":
+                spec = tools.get(message["name"])
+                produce = dict(spec.produce_map) if spec is not None and spec.produces else None
+                rows.append((run, message["name"], produce, message["content"]))
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(rows, f)
+
+
 def _instructions(name: str, n: int) -> int:
     done = subprocess.run(
         [
@@ -211,8 +249,11 @@ def main() -> int:
     if shutil.which("valgrind") is None:
         print("bench_instructions.py needs valgrind (apt-get install valgrind)", file=sys.stderr)
         return 2
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        ir = dict(zip(SIDES, pool.map(per_unit, SIDES), strict=True))
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ[POOL_RESULTS] = os.path.join(tmp, "retail-results.json")
+        write_retail_results(os.environ[POOL_RESULTS])
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            ir = dict(zip(SIDES, pool.map(per_unit, SIDES), strict=True))
     e5, call, idle = ir["episode x5, no telemetry"], ir["call"], ir["call, an observer in every per-call hook doing nothing"]
     bare, floor, monitor = (
         ir["bare execute_tool span, SDK on"],
@@ -235,6 +276,9 @@ def main() -> int:
         ("SDK on: bare execute_tool span (export thread included)", f"{bare:,.0f}", ""),
         ("  floor: checks inside the cheapest span / bare span", f"{floor:,.0f}", f"{floor / bare:.2f}x"),
         ("  monitor with Telemetry / bare span", f"{monitor:,.0f}", f"{monitor / bare:.2f}x"),
+        ("indexing a τ-retail gold-run result into the information pool, in checked calls",
+         f"{ir['indexing a τ-retail result (information pool)']:,.0f}",
+         f"{ir['indexing a τ-retail result (information pool)'] / call:.1f} calls"),
     ]  # fmt: skip
     lines = ["| what | instructions per unit | ratio |", "|---|---:|---:|"]
     lines += [f"| {what} | {count} | {ratio} |" for what, count, ratio in rows]

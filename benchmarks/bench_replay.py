@@ -30,6 +30,12 @@ The old code is put back for the "before" rounds by swapping those functions in 
 after, before, ...). Records of both sides are compared (same verdicts, same outcomes), so
 the reproduction changes speed only. GC is on. Target: throughput >= 2x before.
 
+``--checkout REV`` adds what the reproduction cannot: the whole program as it was at ``REV``
+(4c1261e: main when issue 17 was filed), core included. A git worktree of ``REV`` is made and
+each round runs both programs in their own fresh processes on the same input files (one
+warm-up replay, then ``--repeat`` replays, median), alternating which goes first. Verdicts
+may differ where bugs were fixed since; the table counts the calls judged differently.
+
 The last column is a profile, not a target: the share of the "after" time spent indexing
 results into the monitor's information pool (``TrackedState.ingest``, core code), measured
 as a third interleaved side with ``ingest`` swapped for a no-op (that side's records are not
@@ -43,7 +49,10 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -64,6 +73,7 @@ from prefixmon.adapters.taubench._table import Table
 from prefixmon.commands import ReplayRequest, ReplaySource
 
 TARGET = 2.0
+HERE = Path(__file__).resolve().parent
 
 
 # -- the old code, as it was -------------------------------------------------------------------
@@ -202,6 +212,97 @@ def measure(cases: list[Case], rounds: int) -> None:
                     case.after.append(replay_once(case)[0])
 
 
+# -- another checkout, in its own processes ------------------------------------------------------
+SIDE = """
+import contextlib, io, json, statistics, sys, time
+from pathlib import Path
+from prefixmon import read_records
+from prefixmon.commands import ReplayRequest
+from prefixmon.adapters.bfcl.replay import SOURCE as BFCL
+from prefixmon.adapters.taubench import replay as tau
+name, out, repeat, files = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), tuple(Path(f) for f in sys.argv[4:])
+source = {"bfcl": BFCL, "tau-airline": tau.AIRLINE, "tau-retail": tau.RETAIL}[name]
+request = ReplayRequest(source=name, files=files, out=out)
+seconds = []
+for i in range(repeat + 1):
+    with contextlib.redirect_stdout(io.StringIO()):
+        start = time.perf_counter()
+        code = source.replay(request)
+        elapsed = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"{name}: replay exited {code}")
+    if i:
+        seconds.append(elapsed)
+judged = [[r.task_id, [[a.tool, a.executable, a.cause] for a in r.actions]] for r in read_records(out)]
+print(json.dumps({"seconds": statistics.median(seconds), "judged": judged}))
+"""
+
+
+@dataclass
+class Checkout:
+    """A worktree of another revision, importable as ``prefixmon`` through a path of its own."""
+
+    rev: str
+    root: Path
+    path: Path
+
+    @classmethod
+    def make(cls, rev: str, tmp: Path) -> Checkout:
+        root, path = tmp / "checkout", tmp / "checkout-path"
+        subprocess.run(["git", "-C", str(HERE.parent), "worktree", "add", "--detach", "-q", str(root), rev], check=True)
+        (root / "monitor" / "adapters").symlink_to(root / "adapters")  # as the package maps them
+        path.mkdir()
+        (path / "prefixmon").symlink_to(root / "monitor")
+        return cls(rev=rev, root=root, path=path)
+
+    def remove(self) -> None:
+        subprocess.run(["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(self.root)], check=False)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def run_side(case: Case, repeat: int, checkout: Checkout | None) -> tuple[float, list[Any]]:
+    """One fresh process replaying the case ``repeat`` times: median seconds and what it judged."""
+    env = dict(os.environ)
+    if checkout is not None:
+        env["PYTHONPATH"] = str(checkout.path)
+    out = case.request.out.with_suffix(".checkout.jsonl" if checkout else ".main.jsonl")
+    files = [str(f) for f in case.request.files]
+    done = subprocess.run(
+        [sys.executable, "-c", SIDE, case.name, str(out), str(repeat), *files],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer["seconds"], answer["judged"]
+
+
+def measure_checkout(cases: list[Case], checkout: Checkout, rounds: int, repeat: int) -> str:
+    """Throughput of this code against ``checkout``'s, interleaved rounds of fresh processes."""
+    rev = checkout.rev
+    rows = [
+        f"| replay | tasks | calls | {rev}: calls/s | main: calls/s | main / {rev} | calls judged differently |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for case in cases:
+        seconds: dict[str, list[float]] = {"old": [], "new": []}
+        judged: dict[str, list[Any]] = {}
+        for r in range(rounds):
+            for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                took, judged[side] = run_side(case, repeat, checkout if side == "old" else None)
+                seconds[side].append(took)
+        old, new = judged["old"], judged["new"]
+        calls = sum(len(actions) for _, actions in new)
+        differ = abs(sum(len(actions) for _, actions in old) - calls) + sum(
+            a != b for (_, xs), (_, ys) in zip(old, new, strict=False) for a, b in zip(xs, ys, strict=False)
+        )
+        o, n = statistics.median(seconds["old"]), statistics.median(seconds["new"])
+        rows.append(f"| {case.name} | {len(new)} | {calls} | {calls / o:,.0f} | {calls / n:,.0f} | {o / n:.2f}x | {differ} |")
+    return "\n".join(rows)
+
+
 def table(cases: list[Case]) -> tuple[str, bool]:
     rows = [
         "| replay | tasks | calls | before: tasks/s | before: calls/s | after: tasks/s | after: calls/s "
@@ -226,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="one BFCL category, 20 tasks per τ split, 2 rounds")
     parser.add_argument("--only", choices=("bfcl", "tau-airline", "tau-retail"), action="append")
+    parser.add_argument("--checkout", metavar="REV", help="also measure against the whole program at REV (e.g. 4c1261e)")
+    parser.add_argument("--repeat", type=int, default=3, help="replays per process with --checkout (after one warm-up)")
     args = parser.parse_args(argv)
     categories = ("base",) if args.quick else ("base", "miss_func", "miss_param", "long_context")
     limit = 20 if args.quick else None
@@ -246,8 +349,18 @@ def main(argv: list[str] | None = None) -> int:
                 cases.append(Case(name=name, source=source, request=request, before=[], after=[], pool_off=[]))
         measure(cases, rounds)
         text, ok = table(cases)
+        if args.checkout:
+            checkout = Checkout.make(args.checkout, root)
+            try:
+                versus = measure_checkout(cases, checkout, rounds, args.repeat)
+            finally:
+                checkout.remove()
     print(text)
     print(f"\n{rounds} interleaved rounds, medians; before and after judged every call alike.")
+    if args.checkout:
+        print(
+            f"\n{versus}\n\n{rounds} interleaved rounds of fresh processes, {args.repeat} replays each after a warm-up, medians."
+        )
     return 0 if ok else 1
 
 
