@@ -116,7 +116,7 @@ class ReplaySource(Protocol):
 
 
 def run_async(func: Callable[[], Awaitable[T]]) -> T:
-    """``anyio.run(func)`` for a command, without the event loop ever formatting what ``func`` returns.
+    """``anyio.run(func)`` without the event loop ever formatting what ``func`` returns (verbs and sync fallbacks).
 
     After the main task is done, asyncio's runner looks up the SIGINT handler it installed;
     on CPython 3.11 that formats the handler's repr, which holds the main task and so the
