@@ -157,9 +157,9 @@ def parse_answer(value: Any) -> Approve | Edit | Deny:
     return Deny(f"unrecognised escalation answer {value!r}; expected approve, edit or deny")
 
 
-def _run_sync(func: Callable[[], Awaitable[T]]) -> T:
-    """Run monitor work that awaits a hook from a sync agent, whose nodes run in threads with no event loop."""
-    return run_async(func)
+def _wait(pending: Awaitable[T]) -> T:
+    """Await monitor work that needs a hook from a sync agent, whose nodes run in threads with no event loop."""
+    return run_async(functools.partial(_awaited, pending))
 
 
 async def _awaited(pending: Awaitable[T]) -> T:
@@ -172,7 +172,7 @@ def _admit_sync(episode: Episode, name: str, args: Any, call_id: str | None, ans
     token = _ANSWER.set(answer)  # read by interrupt_escalation, wherever the hook runs
     try:
         admitted = episode.admit(name, args, call_id=call_id)
-        return admitted if isinstance(admitted, PendingCall) else _run_sync(functools.partial(_awaited, admitted))
+        return admitted if isinstance(admitted, PendingCall) else _wait(admitted)
     finally:
         _ANSWER.reset(token)
 
@@ -181,7 +181,7 @@ def _close_sync(episode: Episode, status: Literal["finished", "error"] = "finish
     """Close an episode from a sync agent: right here unless a callable sink has to be awaited."""
     closed = episode.close_sync(status, error)
     if not isinstance(closed, EpisodeRecord):
-        _run_sync(functools.partial(_awaited, closed))
+        _wait(closed)
 
 
 @dataclass(eq=False)

@@ -71,6 +71,8 @@ def _long(text: str) -> Hashable:
 
 def _key(value: Any) -> Hashable | None:
     """A hashable lookup key for a scalar, or ``None`` for values that are not ids."""
+    if type(value) is str:  # the common id
+        return value
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (str, int)):
@@ -167,7 +169,7 @@ class TrackedState:
     # -- references -----------------------------------------------------------------------
     def bind(self, kind: str, value: Any, *, tool: str | None = None, depth: int | None = None) -> None:
         """Bind ``value`` as a current reference of ``kind`` (re-binding makes it current again)."""
-        key = value if type(value) is str else _key(value)
+        key = _key(value)
         if key is None:
             return
         kinds = self._bindings.get(key)
