@@ -26,6 +26,7 @@ from . import predicate
 from ._dispatch import NO_OBSERVERS, Entered, start_episode
 from ._probes import probe
 from .exceptions import SpecError, ToolBlocked
+from .grounding import InformedTexts
 from .policies import Intervention, Resolution
 from .records import ActionRecord, EpisodeRecord, ProbeRecord, Status, build_record, trusted_action
 from .spec import ToolSpec
@@ -64,6 +65,10 @@ class EpisodeHost(Protocol):
     @property
     def intervention(self) -> Intervention:
         """Carries out the policy on calls that are not executable."""
+
+    @property
+    def informed_texts(self) -> InformedTexts | None:
+        """Where long texts told to its episodes are read once for all of them (``None``: each episode reads them)."""
 
     def report_fault(self, episode: Episode | None, where: str, error: BaseException, *, notify: bool = True) -> None:
         """Count, log and report an error the monitor caught in itself."""
@@ -284,7 +289,7 @@ class Episode:
             for n in names:
                 if n not in toolset:
                     raise SpecError(f"cannot expose unknown tool {n!r}")
-        self.state = TrackedState(facts=facts, env=env, exposed=names)
+        self.state = TrackedState(facts=facts, env=env, exposed=names, informed=monitor.informed_texts)
         self.plan: PlanTracker | None = None if plan is None else _tracker(plan, toolset)
         """Matches each recorded action to the approved plan, when the episode carries one."""
         if bindings:

@@ -40,8 +40,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import threading
 from collections import deque
 from collections.abc import Container, Hashable, Iterable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final, Literal, TypeAlias
 
@@ -55,6 +57,8 @@ __all__ = (
     "TOKEN_START",
     "FormIndex",
     "GroundingMatch",
+    "InformedTexts",
+    "KnownText",
     "Number",
     "derivation",
     "fold",
@@ -480,6 +484,11 @@ class FormIndex:
                     for d in _DATES.finditer(f, lo, min(size, end + 32)):
                         forms.update(_seen_date_forms(d))
 
+    def add_known(self, known: KnownText) -> None:
+        """What :meth:`add_text` would add for a text :class:`InformedTexts` read before; O(its forms)."""
+        self.forms.update(known.forms)
+        self.numbers.extend(known.numbers)
+
     def add_number(self, x: Number) -> None:
         """A number leaf of a result (its exact form is in the pool already)."""
         self.numbers.append(x)
@@ -521,3 +530,59 @@ class FormIndex:
         """How ``value`` is computed from two recent numbers, or ``None`` (see :func:`derivation`)."""
         numbers = self.numbers
         return derivation(value, reversed(numbers)) if numbers else None
+
+
+# -- texts every episode is told ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class KnownText:
+    """A long text's forms as :meth:`FormIndex.add_text` finds them (``words=False``), found once."""
+
+    folded: str
+    """``fold(text)``."""
+    forms: tuple[Hashable, ...]
+    numbers: tuple[Number, ...]
+    """Its last :data:`MAX_RECENT_NUMBERS` numbers, in order (the only ones a :class:`FormIndex` keeps)."""
+
+
+class InformedTexts:
+    """The forms of long informed texts, found once for every episode that is told them.
+
+    Every episode of an agent is usually told the same system prompt or policy document, and
+    finding a text's numbers and dates costs O(its length). A monitor keeps what it found
+    for the texts it was told most recently, up to ``max_chars`` characters of them in all
+    (oldest dropped first), so telling an episode such a text again costs a dict lookup and
+    O(its forms). Safe to share between threads.
+    """
+
+    __slots__ = ("_chars", "_entries", "_lock", "max_chars")
+
+    def __init__(self, max_chars: int = 2**22) -> None:
+        self.max_chars = max_chars
+        self._entries: dict[str, KnownText] = {}
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, text: str) -> KnownText:
+        """``text``'s forms: found now if it is not among the texts kept."""
+        known = self._entries.get(text)
+        if known is not None:
+            return known
+        folded = fold(text)
+        index = FormIndex()
+        index.add_text(text, folded=folded, words=False)
+        known = KnownText(folded, tuple(index.forms), tuple(index.numbers))
+        size = len(text)
+        if size <= self.max_chars // 4:  # a text too big to keep is read every time it is told
+            with self._lock:
+                entries = self._entries
+                while entries and self._chars + size > self.max_chars:
+                    oldest = next(iter(entries))
+                    del entries[oldest]
+                    self._chars -= len(oldest)
+                if text not in entries:
+                    entries[text] = known
+                    self._chars += size
+        return known

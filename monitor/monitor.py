@@ -20,6 +20,7 @@ from ._dispatch import OBSERVER_ERRORS
 from ._log import get_logger
 from .episode import Episode, PlanTracker
 from .exceptions import SpecError
+from .grounding import InformedTexts
 from .observer import Observer
 from .policies import EscalateHook, Intervention, Policy, ReplanHook
 from .records import EpisodeRecord, JsonlSink, Status
@@ -123,6 +124,8 @@ class Monitor:
         """Where plain-function sinks run: a sink that never returns cannot keep the process alive."""
         self._sink_errors_seen = 0
         """The JSON Lines writer's error count already reported through :meth:`_fault`."""
+        self.informed_texts: InformedTexts | None = InformedTexts()
+        """Long texts told to its episodes (a system prompt, a policy), read once for all of them."""
 
     def open_episode(
         self,

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from pydantic_core import from_json
 
-from .grounding import TOKEN_START, FormIndex, GroundingMatch, fold
+from .grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fold
 from .observed import ObservedObjects
 from .verdict import quote
 
@@ -100,6 +100,7 @@ class TrackedState:
         "_bindings",
         "_exposed",
         "_forms",
+        "_informed",
         "_objects",
         "_pool",
         "_pool_bytes",
@@ -113,7 +114,14 @@ class TrackedState:
         "turn",
     )
 
-    def __init__(self, *, facts: Mapping[str, Any] | None = None, env: Any = None, exposed: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        facts: Mapping[str, Any] | None = None,
+        env: Any = None,
+        exposed: Iterable[str] | None = None,
+        informed: InformedTexts | None = None,
+    ) -> None:
         self.facts: dict[str, Any] = dict(facts) if facts else {}
         self.env = env
         self.depth = 0
@@ -133,6 +141,8 @@ class TrackedState:
         """The user's texts among them, for :meth:`user_said`."""
         self._forms = FormIndex()
         """Normalised forms of what is in the pool and the texts, and the recent numbers."""
+        self._informed = informed
+        """Where long informed texts are read once for every state that shares it (a monitor's episodes)."""
 
     @property
     def objects(self) -> ObservedObjects:
@@ -252,14 +262,19 @@ class TrackedState:
             user: the user said it (text the user typed also satisfies ``Ref(kind, user=True)``).
         """
         if isinstance(value, str):
-            folded = fold(value)
+            if len(value) <= MAX_TOKENISED_LENGTH:
+                folded = fold(value)
+                self._add_words(value, folded)
+            elif self._informed is not None and type(value) is str:  # told to every episode, read once
+                known = self._informed.get(value)
+                folded = known.folded
+                self._forms.add_known(known)
+            else:  # its words are found by substring search; its numbers and dates are not
+                folded = fold(value)
+                self._forms.add_text(value, folded=folded, words=False)
             self._texts.append(folded)
             if user:
                 self._user_texts.append(folded)
-            if len(value) <= MAX_TOKENISED_LENGTH:
-                self._add_words(value, folded)
-            else:  # its words are found by substring search; its numbers and dates are not
-                self._forms.add_text(value, folded=folded, words=False)
         else:
             self.ingest(value)
 

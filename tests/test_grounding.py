@@ -31,7 +31,16 @@ from prefixmon import (
     Verdict,
     verify_plan,
 )
-from prefixmon.grounding import MAX_RECENT_NUMBERS, FormIndex, derivation, fold, parse_date, parse_number, value_forms
+from prefixmon.grounding import (
+    MAX_RECENT_NUMBERS,
+    FormIndex,
+    InformedTexts,
+    derivation,
+    fold,
+    parse_date,
+    parse_number,
+    value_forms,
+)
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -468,6 +477,79 @@ class TestTrackedState:
         state = TrackedState()
         state.ingest({"doc": "y " * 1_500 + "#W999"})
         assert not state.seen("W999", "normalized")
+
+    def test_a_monitors_episodes_read_a_long_text_once(self) -> None:
+        """Every episode of a monitor is told the same policy; its forms are found once and shared."""
+        policy = "x " * 2_000 + "Compensation is $1,250.00, paid by June 3rd, 2024."
+        monitor = Monitor(Toolset())
+        first, second = (monitor.open_episode() for _ in range(2))
+        first.inform(policy)
+        second.inform(" ".join(policy.split(" ")))  # an equal text, another object
+        texts = monitor.informed_texts
+        assert texts is not None
+        known = texts.get(policy)
+        assert len(texts) == 1 and texts.get(policy) is known
+        for ep in (first, second):
+            assert ep.state.seen(1250, "normalized") and ep.state.seen("2024-06-03", "normalized")
+            assert ep.state.seen("paid by june")
+
+    def test_informed_texts_keep_at_most_their_bound(self) -> None:
+        """The oldest texts are dropped past ``max_chars``; a text over a quarter of it is never kept."""
+        texts = InformedTexts(max_chars=10_000)
+        for i in range(10):
+            texts.get(f"{i} " + "y " * 1_200)
+        assert len(texts) == 4 and texts._chars <= 10_000
+        assert set(texts._entries) == {f"{i} " + "y " * 1_200 for i in range(6, 10)}
+        texts.get("z " * 1_300)
+        assert len(texts) == 4
+
+    @settings(PROPERTY, max_examples=80)
+    @given(
+        told=st.lists(
+            st.tuples(
+                st.lists(
+                    st.sampled_from(
+                        [
+                            "#W123",
+                            "$1,234.50",
+                            "May 1st, 2024",
+                            "2024-05-01T10:00+02:00",
+                            "007",
+                            "12",
+                            "3.5",
+                            "Blue  Mug",
+                            "ÄÖ ß",
+                            "\t-",
+                        ]
+                    ),
+                    min_size=1,
+                    max_size=12,
+                ),
+                st.integers(1, 150),
+                st.booleans(),
+            ),
+            max_size=6,
+        ),
+        repeat=st.integers(0, 3),
+        max_chars=st.sampled_from([2**22, 12_000]),
+    )
+    def test_shared_forms_index_what_reading_the_text_does(
+        self, told: list[tuple[list[str], int, bool]], repeat: int, max_chars: int
+    ) -> None:
+        """States sharing InformedTexts end up as a state reading every text itself does, texts told again included."""
+        shared = InformedTexts(max_chars=max_chars)
+        texts = [(" ".join(words) + " ") * times for words, times, _ in told]
+        order = [(t, user) for t, (_, _, user) in zip(texts, told, strict=True)]
+        order += order[: repeat * 2]
+        for _ in range(2):
+            alone, sharing = TrackedState(), TrackedState(informed=shared)
+            for text, user in order:
+                alone.inform(text, user=user)
+                sharing.inform(text, user=user)
+                alone.ingest({"n": len(text)})
+                sharing.ingest({"n": len(text)})
+            seen = [(s._pool, s._forms.forms, list(s._forms.numbers), s._texts, s._user_texts) for s in (alone, sharing)]
+            assert seen[0] == seen[1]
 
     def test_decimals(self) -> None:
         """Decimal results (pydantic models dumped in Python mode) have number forms."""

@@ -13,6 +13,7 @@ import pytest
 from prefixmon import Cause, EpisodeRecord, read_records
 from prefixmon._cli import main
 from prefixmon.adapters.taubench import DataNotFoundError, Sandbox, data_dir, load_tables, load_tasks, reward
+from prefixmon.adapters.taubench._table import Table
 from prefixmon.adapters.taubench.data import ENV_VAR, PACKAGED, Domain
 from prefixmon.adapters.taubench.gold import monitor_gold, sandbox_failures, ter
 from prefixmon.adapters.taubench.replay import TauRollout, read_tau_trajectories, replay_tau
@@ -126,6 +127,19 @@ class TestSandbox:
         assert "status" not in twin.db["reservations"][reservation_id] or (
             twin.db["reservations"][reservation_id]["status"] != "cancelled"
         )
+
+    def test_a_written_record_shares_nothing_with_the_base(self) -> None:
+        """for_write copies the whole record, nested parts and values JSON does not make included."""
+        when = {"day": [1, 2]}
+        record_1 = {"flights": [{"seat": "1A", "legs": [1, 2]}], "paid": 1.5, "ok": True, "note": None, "when": (when,)}
+        base: dict[str, dict[str, Any]] = {"r1": record_1}
+        table = Table(base)
+        record = table.for_write("r1")
+        assert record == base["r1"] and table.for_write("r1") is record
+        record["flights"][0]["legs"].append(3)
+        record["when"][0]["day"].append(3)
+        assert base["r1"]["flights"][0]["legs"] == [1, 2] and when == {"day": [1, 2]}
+        assert table["r1"]["flights"][0]["legs"] == [1, 2, 3]
 
     def test_booking_charges_and_ids(self) -> None:
         """A booking takes the next free id, consumes the certificate and adds the reservation to the user."""
