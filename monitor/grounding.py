@@ -551,7 +551,8 @@ class InformedTexts:
     finding a text's numbers and dates costs O(its length). A monitor keeps what it found
     for the texts it was told most recently, up to ``max_chars`` characters of them in all
     (oldest dropped first), so telling an episode such a text again costs a dict lookup and
-    O(its forms). Safe to share between threads.
+    O(its forms). What users say is not kept here (it is seldom said twice, and it stays in
+    its episode). Safe to share between threads.
     """
 
     __slots__ = ("_chars", "_entries", "_lock", "max_chars")

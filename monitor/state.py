@@ -265,7 +265,7 @@ class TrackedState:
             if len(value) <= MAX_TOKENISED_LENGTH:
                 folded = fold(value)
                 self._add_words(value, folded)
-            elif self._informed is not None and type(value) is str:  # told to every episode, read once
+            elif not user and self._informed is not None and type(value) is str:  # told to every episode, read once
                 known = self._informed.get(value)
                 folded = known.folded
                 self._forms.add_known(known)

@@ -479,12 +479,13 @@ class TestTrackedState:
         assert not state.seen("W999", "normalized")
 
     def test_a_monitors_episodes_read_a_long_text_once(self) -> None:
-        """Every episode of a monitor is told the same policy; its forms are found once and shared."""
+        """Every episode of a monitor is told the same policy; its forms are found once and shared (not the user's words)."""
         policy = "x " * 2_000 + "Compensation is $1,250.00, paid by June 3rd, 2024."
         monitor = Monitor(Toolset())
         first, second = (monitor.open_episode() for _ in range(2))
         first.inform(policy)
         second.inform(" ".join(policy.split(" ")))  # an equal text, another object
+        first.user("z " * 1_500 + "my card ends 4242")  # what a user says is not kept beyond its episode
         texts = monitor.informed_texts
         assert texts is not None
         known = texts.get(policy)
