@@ -337,18 +337,19 @@ class TrackedState:
             return
         pool = self._pool
         numbers = self._forms.numbers
+        left = budget[0]  # the budget as a local in this loop, handed over around a nested walk
         for k, v in items:  # the common children inline, a frame less each
-            if budget[0] <= 0:
-                return
+            if left <= 0:
+                break
             tv = type(v)
             if tv is str:
-                budget[0] -= 1
+                left -= 1
                 if v not in pool:
                     self._pool_text(v)
                 if k in produce and isinstance(k, str):
                     self.bind(produce[k], v, tool=tool)
             elif (tv is int or (tv is float and v - v == 0.0)) and self._pool_bytes < MAX_POOL_BYTES:
-                budget[0] -= 1  # a finite number, pooled as _leaf pools it
+                left -= 1  # a finite number, pooled as _leaf pools it
                 size = len(pool)
                 pool.add(v)
                 pool.add(str(v))
@@ -357,9 +358,12 @@ class TrackedState:
                 if k in produce and isinstance(k, str):
                     self.bind(produce[k], v, tool=tool)
             elif tv is bool or v is None:  # never pooled, never bound
-                budget[0] -= 1
+                left -= 1
             else:
+                budget[0] = left
                 self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
+                left = budget[0]
+        budget[0] = left
 
     def _leaf(self, obj: Any, key: str | None, produce: Mapping[str, str], tool: str | None, budget: list[int]) -> None:
         budget[0] -= 1

@@ -258,28 +258,43 @@ class TestIndexing:
         nesting=st.integers(0, 3) | st.integers(MAX_WALK_DEPTH - 3, MAX_WALK_DEPTH + 2),
         kinds=st.sampled_from([None, _PRODUCE]),
         room=st.none() | st.integers(0, 400),
+        items=st.none() | st.integers(0, 40),
     )
-    @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]], "id": "c", "x": {"id": 3}}, nesting=0, kinds=_PRODUCE, room=None)
-    @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]]}, nesting=MAX_WALK_DEPTH - 1, kinds=_PRODUCE, room=None)
-    @example(result={"ids": ["a", 1, 2, 3.5, "b c"], "n": 4}, nesting=0, kinds=_PRODUCE, room=170)
+    @example(
+        result={"ids": ["a", 1, None, True, 2.5, ["b"]], "id": "c", "x": {"id": 3}},
+        nesting=0,
+        kinds=_PRODUCE,
+        room=None,
+        items=None,
+    )
+    @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]]}, nesting=MAX_WALK_DEPTH - 1, kinds=_PRODUCE, room=None, items=None)
+    @example(result={"ids": ["a", 1, 2, 3.5, "b c"], "n": 4}, nesting=0, kinds=_PRODUCE, room=170, items=None)
+    @example(result={"x": [{"id": [1, {"id": 2}]}, 3], "id": "c"}, nesting=2, kinds=_PRODUCE, room=None, items=9)
     def test_json_shapes_are_indexed_as_any_mapping_or_sequence(
-        self, result: Any, nesting: int, kinds: Any, room: int | None
+        self, result: Any, nesting: int, kinds: Any, room: int | None, items: int | None
     ) -> None:
         """The walk's inline paths for dicts, lists and JSON leaves index exactly what its general path does.
 
         The general path is the one every other Mapping, sequence and scalar takes; the same data
         as read-only mappings, list subclasses and str, int and float subclasses must leave the same pool, forms, recent numbers,
         bindings, memory estimate and completeness, at any depth up to and past MAX_WALK_DEPTH,
-        and when the pool reaches its memory bound on the way.
+        when the pool reaches its memory bound on the way, and when the walk runs out of items
+        (``items`` left of MAX_WALK_ITEMS, white-box: the walk's budget).
         """
         for _ in range(nesting):
             result = {"id": result, "n": 1.5, "ok": True} if nesting % 2 else [result, None, 7, "x"]
         fast, general = TrackedState(), TrackedState()
         if room is not None:  # a pool this close to its bound (white-box: its memory estimate)
             fast._pool_bytes = general._pool_bytes = MAX_POOL_BYTES - room
-        fast.ingest(result, produce=kinds, tool="t")
-        general.ingest(_general(result), produce=kinds, tool="t")
-        assert _indexed(fast) == _indexed(general)
+        if items is None:
+            fast.ingest(result, produce=kinds, tool="t")
+            general.ingest(_general(result), produce=kinds, tool="t")
+            assert _indexed(fast) == _indexed(general)
+        else:
+            left, left_general = [items], [items]
+            fast._walk(result, None, kinds or {}, "t", 0, left)
+            general._walk(_general(result), None, kinds or {}, "t", 0, left_general)
+            assert (_indexed(fast), left) == (_indexed(general), left_general)
 
     @FUZZ
     @given(result=result_values, kinds=st.sampled_from([None, _PRODUCE]))

@@ -21,6 +21,7 @@ from typing import Any, Final, Union, get_args, get_origin, get_type_hints
 
 from prefixmon import SpecError
 
+from .._json import copy_json
 from .data import BfclTask, function_classes
 
 __all__ = (
@@ -340,7 +341,7 @@ class BfclEnv:
         for cls_name in task.involved_classes:
             instance = environment_class(cls_name)()
             if cls_name not in STATELESS_CLASSES:
-                scenario = copy.deepcopy(dict(task.initial_config.get(cls_name, {})))
+                scenario = copy_json(dict(task.initial_config.get(cls_name, {})))  # BFCL's data: JSON
                 instance._load_scenario(scenario, long_context=task.long_context)
             self.instances[cls_name] = instance
         classes = function_classes()

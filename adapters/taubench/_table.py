@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from .._json import copy_json
+
 __all__ = (
     "Db",
     "Table",
@@ -14,18 +16,6 @@ __all__ = (
 )
 
 T = TypeVar("T")
-
-
-def _copy(value: Any) -> Any:
-    """``copy.deepcopy`` of a record, about 3x as fast for what JSON gives (dicts, lists, scalars)."""
-    t = type(value)
-    if t is dict:
-        return {k: _copy(v) for k, v in value.items()}
-    if t is list:
-        return [_copy(v) for v in value]
-    if t is str or t is int or t is float or t is bool or value is None:
-        return value
-    return copy.deepcopy(value)
 
 
 class Table(Mapping[str, Any]):
@@ -72,7 +62,7 @@ class Table(Mapping[str, Any]):
             return self._over[key]
         if key in self._deleted:
             raise KeyError(key)
-        record = _copy(self._base[key])  # base data is read from JSON: nothing in it is shared
+        record = copy_json(self._base[key])  # base data is read from JSON: nothing in it is shared
         self._over[key] = record
         return record
 
