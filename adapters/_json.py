@@ -12,8 +12,9 @@ def copy_json(value: Any) -> Any:
     """``copy.deepcopy(value)`` for data read from JSON, about 3x as fast.
 
     Dicts and lists are copied, strings, numbers, booleans and ``None`` shared (they are
-    immutable); anything else is deep-copied. Unlike ``deepcopy``, an object reached twice is
-    copied twice: JSON never shares one.
+    immutable); anything else is deep-copied. Unlike ``deepcopy``, a dict or list reached
+    twice is copied twice and one that contains itself is not supported: what JSON gives
+    never shares one.
     """
     t = type(value)
     if t is dict:

@@ -52,6 +52,7 @@ __all__ = (
     "MAX_DERIVED",
     "MAX_FORM_LENGTH",
     "MAX_RECENT_NUMBERS",
+    "MAX_SEEN_ONCE",
     "MAX_SIGNIFICANT_DIGITS",
     "STRIP",
     "TOKEN_START",
@@ -485,7 +486,11 @@ class FormIndex:
                         forms.update(_seen_date_forms(d))
 
     def add_known(self, known: KnownText) -> None:
-        """What :meth:`add_text` would add for a text :class:`InformedTexts` read before; O(its forms)."""
+        """What :meth:`add_text` would add for a text :class:`InformedTexts` read before; O(its forms).
+
+        (For an index keeping the default :data:`MAX_RECENT_NUMBERS` numbers, as every
+        :class:`~prefixmon.TrackedState`'s does.)
+        """
         self.forms.update(known.forms)
         self.numbers.extend(known.numbers)
 
@@ -533,6 +538,10 @@ class FormIndex:
 
 
 # -- texts every episode is told ------------------------------------------------------------------
+MAX_SEEN_ONCE: Final = 1024
+"""Hashes of long texts told once that :class:`InformedTexts` remembers (to keep a text told again)."""
+
+
 @dataclass(frozen=True, slots=True)
 class KnownText:
     """A long text's forms as :meth:`FormIndex.add_text` finds them (``words=False``), found once."""
@@ -545,22 +554,25 @@ class KnownText:
 
 
 class InformedTexts:
-    """The forms of long informed texts, found once for every episode that is told them.
+    """The forms of long texts told to several episodes, found once for all of them.
 
     Every episode of an agent is usually told the same system prompt or policy document, and
-    finding a text's numbers and dates costs O(its length). A monitor keeps what it found
-    for the texts it was told most recently, up to ``max_chars`` characters of them in all
-    (oldest dropped first), so telling an episode such a text again costs a dict lookup and
-    O(its forms). What users say is not kept here (it is seldom said twice, and it stays in
-    its episode). Safe to share between threads.
+    finding a text's numbers and dates costs O(its length). A text told a second time is
+    kept with what was found in it, up to ``max_chars`` characters in all (the text and its
+    folded copy; oldest dropped first; a text over a quarter of that is never kept), so
+    telling an episode such a text again costs a dict lookup and O(its forms). A text told
+    once, such as a long tool reply, leaves only its hash behind (the last
+    :data:`MAX_SEEN_ONCE`), never its content. Safe to share between threads.
     """
 
-    __slots__ = ("_chars", "_entries", "_lock", "max_chars")
+    __slots__ = ("_chars", "_entries", "_lock", "_seen", "max_chars")
 
     def __init__(self, max_chars: int = 2**22) -> None:
         self.max_chars = max_chars
         self._entries: dict[str, KnownText] = {}
         self._chars = 0
+        self._seen: dict[int, None] = {}
+        """Hashes of texts told once so far, oldest first."""
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -575,15 +587,20 @@ class InformedTexts:
         index = FormIndex()
         index.add_text(text, folded=folded, words=False)
         known = KnownText(folded, tuple(index.forms), tuple(index.numbers))
-        size = len(text)
+        size = len(text) + len(folded)
         if size <= self.max_chars // 4:  # a text too big to keep is read every time it is told
+            key = hash(text)
             with self._lock:
-                entries = self._entries
-                while entries and self._chars + size > self.max_chars:
-                    oldest = next(iter(entries))
-                    del entries[oldest]
-                    self._chars -= len(oldest)
-                if text not in entries:
+                seen, entries = self._seen, self._entries
+                if key not in seen:  # told for the first time (as far as the hashes kept know)
+                    if len(seen) >= MAX_SEEN_ONCE:
+                        del seen[next(iter(seen))]
+                    seen[key] = None
+                elif text not in entries:
+                    del seen[key]
+                    while entries and self._chars + size > self.max_chars:
+                        oldest = next(iter(entries))
+                        self._chars -= len(oldest) + len(entries.pop(oldest).folded)
                     entries[text] = known
                     self._chars += size
         return known

@@ -286,15 +286,20 @@ class TrackedState:
             produce: ``{key: kind}``: values found under ``key`` are bound as ``kind``.
             tool: the producing tool, for messages.
         """
+        t = type(result)
+        if t is int:  # a count or an id: no walk
+            self._pool_number(result)
+            return
         if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
             try:
                 result = from_json(result)  # pydantic's parser: what json.loads gives, about 2x as fast
             except ValueError:  # a lone surrogate, deep nesting, or not JSON: json.loads decides
                 with contextlib.suppress(ValueError, RecursionError):
                     result = json.loads(result)
-        t = type(result)
-        if t is str or t is int:  # plain text (an MCP server's usual answer) or a number: its leaf, no walk
-            self._leaf(result, None, _NO_PRODUCE, tool, [MAX_WALK_ITEMS])
+            t = type(result)
+        if t is str:  # plain text (an MCP server's usual answer): its leaf, no walk
+            if result not in self._pool:
+                self._pool_text(result)
             return
         budget = [MAX_WALK_ITEMS]
         self._walk(result, None, produce or _NO_PRODUCE, tool, 0, budget)
@@ -386,16 +391,22 @@ class TrackedState:
             if isinstance(obj, str):  # a str subclass
                 if obj not in pool:
                     self._pool_text(obj)
-            elif self._pool_bytes < MAX_POOL_BYTES:
-                size = len(pool)
-                pool.add(k)
-                pool.add(str(obj))
-                self._pool_bytes += (len(pool) - size) * _ENTRY
-                self._forms.numbers.append(obj)
-            elif k not in pool:
-                self._pool_lossy = True
+            else:
+                self._pool_number(obj)
         if key is not None and key in produce:
             self.bind(produce[key], obj, tool=tool)
+
+    def _pool_number(self, n: Any) -> None:
+        """Pool a finite number and its text (within :data:`MAX_POOL_BYTES`); it is a recent number too."""
+        pool = self._pool
+        if self._pool_bytes < MAX_POOL_BYTES:
+            size = len(pool)
+            pool.add(n)
+            pool.add(str(n))
+            self._pool_bytes += (len(pool) - size) * _ENTRY
+            self._forms.numbers.append(n)
+        elif n not in pool:
+            self._pool_lossy = True
 
     def _pool_text(self, text: str) -> None:
         """Pool a string from a result (its words and forms too), within :data:`MAX_POOL_BYTES`."""

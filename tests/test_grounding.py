@@ -479,30 +479,37 @@ class TestTrackedState:
         assert not state.seen("W999", "normalized")
 
     def test_a_monitors_episodes_read_a_long_text_once(self) -> None:
-        """Every episode of a monitor is told the same policy; its forms are found once and shared (not the user's words)."""
+        """Every episode of a monitor is told the same policy: once it was told twice, its forms are found once and shared."""
         policy = "x " * 2_000 + "Compensation is $1,250.00, paid by June 3rd, 2024."
         monitor = Monitor(Toolset())
-        first, second = (monitor.open_episode() for _ in range(2))
-        first.inform(policy)
-        second.inform(" ".join(policy.split(" ")))  # an equal text, another object
-        first.user("z " * 1_500 + "my card ends 4242")  # what a user says is not kept beyond its episode
+        first, second, third = (monitor.open_episode() for _ in range(3))
         texts = monitor.informed_texts
         assert texts is not None
+        first.inform(policy)
+        assert len(texts) == 0  # told once: only its hash is kept
+        second.inform(" ".join(policy.split(" ")))  # an equal text, another object
+        first.user("z " * 1_500 + "my card ends 4242")  # what a user says is not kept beyond its episode
+        first.user("z " * 1_500 + "my card ends 4242")
+        second.inform("w " * 1_500 + "a long tool reply")  # told once: not kept
         known = texts.get(policy)
         assert len(texts) == 1 and texts.get(policy) is known
-        for ep in (first, second):
+        third.inform(policy)
+        for ep in (first, second, third):
             assert ep.state.seen(1250, "normalized") and ep.state.seen("2024-06-03", "normalized")
             assert ep.state.seen("paid by june")
 
     def test_informed_texts_keep_at_most_their_bound(self) -> None:
-        """The oldest texts are dropped past ``max_chars``; a text over a quarter of it is never kept."""
-        texts = InformedTexts(max_chars=10_000)
+        """Texts told twice are kept, oldest dropped past ``max_chars`` (text and folded copy); one over a quarter never."""
+        texts = InformedTexts(max_chars=40_000)
         for i in range(10):
-            texts.get(f"{i} " + "y " * 1_200)
-        assert len(texts) == 4 and texts._chars <= 10_000
-        assert set(texts._entries) == {f"{i} " + "y " * 1_200 for i in range(6, 10)}
-        texts.get("z " * 1_300)
-        assert len(texts) == 4
+            for _ in range(2):
+                texts.get(f"{i} " + "y " * 1_200)
+        assert len(texts) == 8 and texts._chars <= 40_000
+        assert set(texts._entries) == {f"{i} " + "y " * 1_200 for i in range(2, 10)}
+        for _ in range(2):
+            texts.get("z " * 5_100)
+        assert len(texts) == 8 and "z " * 5_100 not in texts._entries
+        assert texts._chars == sum(len(t) + len(k.folded) for t, k in texts._entries.items())
 
     @settings(PROPERTY, max_examples=80)
     @given(
