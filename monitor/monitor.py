@@ -125,7 +125,7 @@ class Monitor:
         self._sink_errors_seen = 0
         """The JSON Lines writer's error count already reported through :meth:`_fault`."""
         self.informed_texts: InformedTexts | None = InformedTexts()
-        """Long texts told to its episodes (a system prompt, a policy), read once for all of them."""
+        """Long texts told to its episodes (a system prompt, a policy), read once for all of them; ``None``: each reads them."""
 
     def open_episode(
         self,
