@@ -578,29 +578,33 @@ class InformedTexts:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, text: str) -> KnownText:
-        """``text``'s forms: found now if it is not among the texts kept."""
+    def get(self, text: str) -> KnownText | None:
+        """``text``'s forms when it is kept (found now if it is told the second time), else ``None``: read it yourself."""
         known = self._entries.get(text)
         if known is not None:
             return known
+        if 2 * len(text) > self.max_chars // 4:  # a text too big to keep (with its folded copy) is read every time
+            return None
+        key = hash(text)
+        with self._lock:
+            seen = self._seen
+            if key not in seen:  # told for the first time (as far as the hashes kept know)
+                if len(seen) >= MAX_SEEN_ONCE:
+                    del seen[next(iter(seen))]
+                seen[key] = None
+                return None
         folded = fold(text)
+        size = len(text) + len(folded)
         index = FormIndex()
         index.add_text(text, folded=folded, words=False)
         known = KnownText(folded, tuple(index.forms), tuple(index.numbers))
-        size = len(text) + len(folded)
-        if size <= self.max_chars // 4:  # a text too big to keep is read every time it is told
-            key = hash(text)
-            with self._lock:
-                seen, entries = self._seen, self._entries
-                if key not in seen:  # told for the first time (as far as the hashes kept know)
-                    if len(seen) >= MAX_SEEN_ONCE:
-                        del seen[next(iter(seen))]
-                    seen[key] = None
-                elif text not in entries:
-                    del seen[key]
-                    while entries and self._chars + size > self.max_chars:
-                        oldest = next(iter(entries))
-                        self._chars -= len(oldest) + len(entries.pop(oldest).folded)
-                    entries[text] = known
-                    self._chars += size
+        with self._lock:
+            entries = self._entries
+            if text not in entries:
+                seen.pop(key, None)
+                while entries and self._chars + size > self.max_chars:
+                    oldest = next(iter(entries))
+                    self._chars -= len(oldest) + len(entries.pop(oldest).folded)
+                entries[text] = known
+                self._chars += size
         return known

@@ -265,13 +265,14 @@ class TrackedState:
             if len(value) <= MAX_TOKENISED_LENGTH:
                 folded = fold(value)
                 self._add_words(value, folded)
-            elif not user and self._informed is not None and type(value) is str:  # told to every episode, read once
-                known = self._informed.get(value)
-                folded = known.folded
-                self._forms.add_known(known)
             else:  # its words are found by substring search; its numbers and dates are not
-                folded = fold(value)
-                self._forms.add_text(value, folded=folded, words=False)
+                known = self._informed.get(value) if not user and self._informed is not None and type(value) is str else None
+                if known is not None:  # told to every episode: read once for all of them
+                    folded = known.folded
+                    self._forms.add_known(known)
+                else:
+                    folded = fold(value)
+                    self._forms.add_text(value, folded=folded, words=False)
             self._texts.append(folded)
             if user:
                 self._user_texts.append(folded)
@@ -354,7 +355,7 @@ class TrackedState:
                 if k in produce and isinstance(k, str):
                     self.bind(produce[k], v, tool=tool)
             elif (tv is int or (tv is float and v - v == 0.0)) and self._pool_bytes < MAX_POOL_BYTES:
-                left -= 1  # a finite number, pooled as _leaf pools it
+                left -= 1  # a finite number, pooled as _pool_number pools it (inline: a frame less each)
                 size = len(pool)
                 pool.add(v)
                 pool.add(str(v))
