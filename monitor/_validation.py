@@ -31,6 +31,7 @@ import contextlib
 import json
 import math
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Literal, TypeAlias, get_args
 
@@ -275,6 +276,18 @@ def _problems(e: jsonschema_rs.ValidationError) -> Iterator[ArgumentProblem]:
         yield ArgumentProblem(kind="value", location=loc, message=_describe(e))
 
 
+def _without_credentials(ref: str) -> str:
+    """A reference as logged: scheme, host, port and path, without user, password, query or fragment (a token may be in them)."""
+    try:
+        parts = urllib.parse.urlsplit(ref)
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:  # not a URL the parser reads (a bad port): nothing of it is logged but its scheme
+        return ref.split(":", 1)[0] + ":<unreadable>" if ":" in ref else "<unreadable>"
+    return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))
+
+
 def _ignoring_remote(seen: list[str]) -> Callable[[str], Any]:
     """A retriever that fetches nothing: every external resource is the schema ``true``."""
 
@@ -349,7 +362,10 @@ class JsonSchemaValidator:
         self.ignored_refs: tuple[str, ...] = tuple(dict.fromkeys(seen))
         if self.ignored_refs:
             get_logger().warning(
-                "schema_remote_ref_ignored", tool=name, refs=list(self.ignored_refs[:5]), count=len(self.ignored_refs)
+                "schema_remote_ref_ignored",
+                tool=name,
+                refs=[_without_credentials(ref) for ref in self.ignored_refs[:5]],
+                count=len(self.ignored_refs),
             )
         self._is_valid = compiled.is_valid
         self._iter_errors = compiled.iter_errors

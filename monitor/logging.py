@@ -33,13 +33,14 @@ from __future__ import annotations
 import json
 import logging as std_logging
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
 import structlog
 
 from . import semconv as sc
 from ._log import STDLIB_LOGGER, get_logger
 from .observer import Observer
+from .redaction import Redactor, content_text, redact_secrets
 from .vocabulary import Decision
 
 if TYPE_CHECKING:
@@ -53,6 +54,10 @@ _BLOCKED = frozenset({Decision.BLOCK, Decision.FAIL_CLOSED})
 _ESCALATED = frozenset({Decision.APPROVE, Decision.EDIT, Decision.DENY})
 
 
+MAX_REASON_CHARS: Final = 2000
+""":class:`LiveLog` cuts the reasons and error texts it logs at this many characters."""
+
+
 class LiveLog(Observer):
     """Logs first failures, interventions and episode ends through structlog.
 
@@ -60,13 +65,33 @@ class LiveLog(Observer):
         logger: a structlog logger; default :func:`get_logger` (structlog when configured,
             else the stdlib logger ``prefixmon``).
         log_calls: also log every other call at debug level.
-        include_reasons: add the model-readable reason (may quote argument values).
+        include_reasons: add the model-readable reason and the tool's error text (they may
+            quote argument values), redacted and cut at ``max_reason_chars``.
+        redact: how those texts are redacted: ``"secrets"`` (default:
+            :func:`~prefixmon.redaction.redact_secrets`), a hook such as
+            :func:`~prefixmon.redaction.redact_keys` (its masked argument values are masked
+            wherever the texts quote them), or ``None``.
+        max_reason_chars: the texts are cut at this many characters (with a marker).
     """
 
-    def __init__(self, logger: Any = None, *, log_calls: bool = False, include_reasons: bool = False) -> None:
+    def __init__(
+        self,
+        logger: Any = None,
+        *,
+        log_calls: bool = False,
+        include_reasons: bool = False,
+        redact: Redactor | Literal["secrets"] | None = "secrets",
+        max_reason_chars: int = MAX_REASON_CHARS,
+    ) -> None:
+        if isinstance(redact, str) and redact != "secrets":
+            raise ValueError(f"redact must be 'secrets', a hook or None, got {redact!r}")
+        if max_reason_chars < 1:
+            raise ValueError(f"max_reason_chars must be >= 1, got {max_reason_chars}")
         self._log = logger if logger is not None else get_logger()
         self.log_calls = log_calls
         self.include_reasons = include_reasons
+        self.redact: Redactor | None = redact_secrets() if redact == "secrets" else redact
+        self.max_reason_chars = max_reason_chars
 
     def call_finished(self, episode: Episode, action: ActionRecord, verdict: Verdict, token: Any) -> None:
         """Log the call if it is worth a line."""
@@ -86,10 +111,11 @@ class LiveLog(Observer):
         if action.replacement is not None:
             fields["replacement"] = action.replacement
         if self.include_reasons:
-            if action.reason is not None:
-                fields["reason"] = action.reason
-            if action.error is not None:
-                fields["error"] = action.error
+            for key, text in (("reason", action.reason), ("error", action.error)):
+                if text is not None:
+                    shown = content_text(key, text, self.redact, self.max_reason_chars, arguments=verdict.args)  # type: ignore[arg-type]
+                    if shown is not None:
+                        fields[key] = shown
         log = self._log
         if not action.executable and episode.fed == action.depth:
             log.warning("first_failure", **fields)

@@ -26,7 +26,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from types import SimpleNamespace
 from typing import Any, Final, Literal
@@ -39,6 +39,9 @@ from .records import EpisodeRecord, FirstFailure, RecordRedactor
 __all__ = (
     "MAX_DEPTH",
     "MAX_PARSED_CHARS",
+    "MIN_QUOTED_SECRET",
+    "SECRET_KEYS",
+    "SECRET_KEY_PARTS",
     "ContentKind",
     "KeyRedactor",
     "RecordRedactor",
@@ -48,6 +51,7 @@ __all__ = (
     "normalise_key",
     "record_redactor",
     "redact_keys",
+    "redact_secrets",
     "thaw",
 )
 
@@ -61,9 +65,31 @@ MAX_PARSED_CHARS: Final = 1_000_000
 """JSON text longer than this is not parsed to mask keys inside it: it is recorded as a mask
 instead (masking needs the parse; recording it unmasked could leak)."""
 
+SECRET_KEYS: Final = ("auth", "pwd", "pin", "cvv", "cvc", "ssn")
+"""Keys :func:`redact_secrets` masks when a key is exactly one of them (normalised)."""
+SECRET_KEY_PARTS: Final = (
+    "password", "passwd", "passphrase", "secret", "token", "apikey", "accesskey", "privatekey",
+    "authorization", "cookie", "credential", "sessionid",
+)  # fmt: skip
+"""Keys :func:`redact_secrets` masks when a key contains one of them (normalised: ``db_password``, ``X-API-Key``)."""
+MIN_QUOTED_SECRET: Final = 4
+"""A masked argument value shorter than this is not searched for in the call's texts (masking
+every ``42`` in a reason would garble it and show where the value was)."""
+MAX_QUOTED_SECRETS: Final = 64
+"""At most this many masked argument values are searched for in a call's texts."""
+
 _SEPARATORS: Final = str.maketrans("", "", "_-. \t")
 _SEEN_KEYS: Final = 4096
 _JSON_START: Final = re.compile(r"\s*[\[{]")
+_KEY: Final = re.compile(r"""(?P<q>["']?)(?P<key>[A-Za-z_][\w.\-]{0,63})(?P=q)[ \t]*[:=][ \t]*""")
+"""The ``key:`` or ``key=`` of a pair in text (the key quoted or not)."""
+_VALUE: Final = re.compile(
+    r""""(?:[^"\\\n]|\\.)*(?:"|$)|'(?:[^'\\\n]|\\.)*(?:'|$)"""
+    r"""|(?:(?i:bearer|basic|digest|token)[ \t]+)?[^\s"',;&}\])]+""",
+    re.MULTILINE,
+)
+"""The value after a key: quoted (to its closing quote, or the end of a cut text) or bare
+(with an ``Authorization`` scheme word before it)."""
 _TOO_DEEP: Final = object()
 _NOT_JSON: Final = object()
 
@@ -94,11 +120,13 @@ def _decode(data: bytes | bytearray | memoryview) -> str:
 class KeyRedactor:
     """Masks the values of a set of keys (see :func:`redact_keys`)."""
 
-    __slots__ = ("_seen", "keys", "mask")
+    __slots__ = ("_seen", "keys", "mask", "parts")
 
-    def __init__(self, keys: Iterable[str], mask: str) -> None:
+    def __init__(self, keys: Iterable[str], mask: str, parts: Iterable[str] = ()) -> None:
         self.keys: frozenset[str] = frozenset(normalise_key(k) for k in keys)
         """The keys, normalised (:func:`normalise_key`)."""
+        self.parts: tuple[str, ...] = tuple(dict.fromkeys(normalise_key(p) for p in parts if p))
+        """Normalised fragments: a key containing one is masked too."""
         self.mask = mask
         self._seen: dict[str, bool] = {}
         """Answers for keys met before (tools repeat their keys), at most :data:`_SEEN_KEYS` of them."""
@@ -109,19 +137,79 @@ class KeyRedactor:
             known = self._seen.get(key)
             if known is not None:
                 return known
-            answer = normalise_key(key) in self.keys
+            answer = self._masks(normalise_key(key))
             if len(self._seen) < _SEEN_KEYS:
                 self._seen[key] = answer
             return answer
-        return normalise_key(key) in self.keys
+        return self._masks(normalise_key(key))
+
+    def _masks(self, normalised: str) -> bool:
+        return normalised in self.keys or any(part in normalised for part in self.parts)
 
     def __call__(self, kind: ContentKind, value: Any) -> Any:
-        """``value`` with the keys masked (arguments and results; reasons and errors pass unchanged).
+        """``value`` with the keys masked: in arguments and results, and in text (``key: value``,
+        ``key=value``) of any kind, reasons and errors included.
 
         This walks the whole value; telemetry does not call it but masks inside its bounded
-        serialisation (:func:`content_text`).
+        serialisation (:func:`content_text`), where the call's own masked argument values are
+        masked in its texts too.
         """
-        return self._walk(value, 0) if kind in ("arguments", "result") else value
+        if kind in ("arguments", "result"):
+            return self._walk(value, 0)
+        return self.scrub(value) if isinstance(value, str) else value
+
+    def scrub(self, text: str, quoted: Iterable[str] = ()) -> str:
+        """``text`` with the values of masked keys in its ``key: value`` pairs masked, and each of ``quoted`` too."""
+        for secret in quoted:
+            text = text.replace(secret, self.mask)
+        if ":" not in text and "=" not in text:
+            return text
+        out: list[str] = []
+        pos = 0
+        for m in _KEY.finditer(text):  # a key that is not masked consumes no value: its value may be a key
+            if m.start() < pos or not self.masks(m["key"]):
+                continue
+            v = _VALUE.match(text, m.end())
+            if v is None:
+                continue
+            value = v[0]
+            q = value[0] if value[0] in "'\"" else ""
+            closed = bool(q) and len(value) > 1 and value.endswith(q)
+            out += (text[pos : m.end()], q, self.mask, q if closed else "")
+            pos = v.end()
+        if not out:
+            return text
+        out.append(text[pos:])
+        return "".join(out)
+
+    def quoted_in(self, arguments: Any) -> list[str]:
+        """The texts of the values under masked keys in ``arguments``, longest first (what a call's texts may quote).
+
+        At most :data:`MAX_QUOTED_SECRETS`, each at least :data:`MIN_QUOTED_SECRET` characters;
+        the walk reads at most a few thousand items.
+        """
+        found: dict[str, None] = {}
+        budget = [4096]
+        self._collect(arguments, False, 0, found, budget)
+        return sorted(found, key=len, reverse=True)
+
+    def _collect(self, value: Any, masked: bool, depth: int, found: dict[str, None], budget: list[int]) -> None:
+        budget[0] -= 1
+        if budget[0] < 0 or depth > MAX_DEPTH or len(found) >= MAX_QUOTED_SECRETS:
+            return
+        value = unwrap(value)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            text = str(value) if masked else ""
+            if len(text) >= MIN_QUOTED_SECRET:
+                found[text] = None
+            return
+        pairs = _pairs(value)
+        if pairs is not None:
+            for k, v in pairs:
+                self._collect(v, masked or self.masks(k), depth + 1, found, budget)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                self._collect(item, masked, depth + 1, found, budget)
 
     def _walk(self, value: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
@@ -130,36 +218,56 @@ class KeyRedactor:
         if isinstance(value, str):
             parsed = _parse_json_text(value)
             if parsed is _NOT_JSON:
-                return value
+                return self.scrub(value)
             return self.mask if parsed is _TOO_DEEP else self._walk(parsed, depth + 1)
         if isinstance(value, (bytes, bytearray, memoryview)):
-            parsed = _parse_json_text(_decode(value))
+            text = _decode(value)
+            parsed = _parse_json_text(text)
             if parsed is _NOT_JSON:
-                return value
+                scrubbed = self.scrub(text)
+                return value if scrubbed == text else scrubbed
             return self.mask if parsed is _TOO_DEEP else self._walk(parsed, depth + 1)
         pairs = _pairs(value)
         if pairs is not None:
             return {k: self.mask if self.masks(k) else self._walk(v, depth + 1) for k, v in pairs}
         if isinstance(value, (list, tuple, set, frozenset)):
-            return [self._walk(v, depth + 1) for v in value]
+            return [[v[0], self.mask] if self._masked_pair(v) else self._walk(v, depth + 1) for v in value]
         dump = getattr(value, "model_dump", None)
         if callable(dump) and not isinstance(value, type):
             return self._walk(dump(mode="json"), depth + 1)
         return value
 
+    def _masked_pair(self, item: Any) -> bool:
+        """Whether ``item`` is a ``(name, value)`` pair (a header) whose name is masked."""
+        return type(item) in (tuple, list) and len(item) == 2 and type(item[0]) is str and self.masks(item[0])
 
-def redact_keys(*keys: str, mask: str = "[REDACTED]") -> KeyRedactor:
+
+def redact_keys(*keys: str, contains: Iterable[str] = (), mask: str = "[REDACTED]") -> KeyRedactor:
     """A redaction hook that masks the values of the given keys at any nesting level.
 
-    Keys match across case and separators (``apiKey`` = ``api_key`` = ``API-KEY``). It looks
-    inside mappings, lists, tuples, named tuples, ``SimpleNamespace``, dataclasses, pydantic
-    models, and text or bytes that parse as JSON (as MCP and OpenAI tool results often are,
+    Keys match across case and separators (``apiKey`` = ``api_key`` = ``API-KEY``); a key that
+    contains one of ``contains`` (normalised the same way) is masked too. It looks inside
+    mappings, lists, tuples, named tuples, ``SimpleNamespace``, dataclasses, pydantic models
+    (fields excluded from their dumps are left out), ``(name, value)`` pairs such as header
+    lists, and text or bytes that parse as JSON (as MCP and OpenAI tool results often are,
     leading whitespace included); JSON too deeply nested or longer than
-    :data:`MAX_PARSED_CHARS` to parse is masked whole. Other text and objects are recorded as
-    text, unredacted. Reasons and error messages pass unchanged (use
-    ``capture_content=False``, the default, to keep them out).
+    :data:`MAX_PARSED_CHARS` to parse is masked whole. In other text, of any kind (results,
+    reasons, error messages), the values of ``key: value`` and ``key=value`` pairs are masked;
+    telemetry also masks a call's masked argument values wherever that call's texts quote
+    them. Other objects are recorded as their text.
     """
-    return KeyRedactor(keys, mask)
+    return KeyRedactor(keys, mask, contains)
+
+
+def redact_secrets(mask: str = "[REDACTED]") -> KeyRedactor:
+    """:func:`redact_keys` of common credential keys: what ``capture_content=True`` masks by default.
+
+    Masks keys equal to one of :data:`SECRET_KEYS` (``pin``, ``cvv``, ...) or containing one of
+    :data:`SECRET_KEY_PARTS` (``password``, ``token``, ``api_key``, ``authorization``,
+    ``cookie``, ...), in every spelling. Add your own with
+    ``redact_keys("iban", *SECRET_KEYS, contains=SECRET_KEY_PARTS)``.
+    """
+    return KeyRedactor(SECRET_KEYS, mask, SECRET_KEY_PARTS)
 
 
 def _pairs(value: Any) -> Iterable[tuple[Any, Any]] | None:
@@ -173,8 +281,8 @@ def _pairs(value: Any) -> Iterable[tuple[Any, Any]] | None:
         return vars(value).items()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
-    if isinstance(value, BaseModel):
-        return ((name, getattr(value, name)) for name in type(value).model_fields)
+    if isinstance(value, BaseModel):  # as the model dumps itself: excluded fields are not recorded
+        return ((name, getattr(value, name)) for name, info in type(value).model_fields.items() if not info.exclude)
     return None
 
 
@@ -186,12 +294,13 @@ class _Full(Exception):
 class _Encoder:
     """JSON text of a value, produced piece by piece and stopped at ``room`` characters."""
 
-    __slots__ = ("keys", "parts", "room", "stack")
+    __slots__ = ("keys", "parts", "quoted", "room", "stack")
 
-    def __init__(self, room: int, keys: KeyRedactor | None) -> None:
+    def __init__(self, room: int, keys: KeyRedactor | None, quoted: Sequence[str] = ()) -> None:
         self.parts: list[str] = []
         self.room = room
         self.keys = keys
+        self.quoted = quoted
         self.stack: set[int] = set()
 
     def emit(self, text: str) -> None:
@@ -215,6 +324,7 @@ class _Encoder:
             if parsed is not _NOT_JSON:
                 self.value(parsed, depth + 1)
                 return
+            s = self.keys.scrub(s if len(s) <= self.room else s[: self.room + 256], self.quoted)
         self.text(s)
 
     def value(self, v: Any, depth: int) -> None:
@@ -255,11 +365,15 @@ class _Encoder:
             elif isinstance(v, (list, tuple, set, frozenset)):
                 self.emit("[")
                 first = True
+                keys = self.keys
                 for item in v:
                     if not first:
                         self.emit(", ")
                     first = False
-                    self.value(item, depth + 1)
+                    if keys is not None and keys._masked_pair(item):
+                        self.value([item[0], keys.mask], depth + 1)
+                    else:
+                        self.value(item, depth + 1)
                 self.emit("]")
             else:
                 dump = getattr(v, "model_dump", None)
@@ -307,10 +421,23 @@ def _cut_text(text: str, limit: int) -> str:
     return f"{text[:limit]}...[{len(text) - limit} more chars]"
 
 
+def _scrubbed_cut(keys: KeyRedactor, text: str, limit: int, quoted: list[str]) -> str:
+    """``text`` masked (:meth:`KeyRedactor.scrub`) and cut at ``limit``; only what can reach the cut is read.
+
+    The part read reaches past the cut by the longest quoted value (and a ``key: value``
+    pair's length), so a value that straddles the cut is masked, not recorded in part.
+    """
+    reach = limit + (len(quoted[0]) if quoted else 0) + 256
+    head = keys.scrub(text[:reach], quoted)
+    if len(text) <= reach:
+        return _cut_text(head, limit)
+    return f"{head[:limit]}...[{len(text) - limit} more chars]"
+
+
 _FLAT_ITEMS: Final = 32
 
 
-def _flat(value: Any, limit: int, keys: KeyRedactor | None) -> dict[str, Any] | None:
+def _flat(value: Any, limit: int, keys: KeyRedactor | None, quoted: Sequence[str] = ()) -> dict[str, Any] | None:
     """``value`` (masked) when it is a dict of at most 32 plain scalars whose text fits ``limit``, else ``None``."""
     if type(value) is not dict or len(value) > _FLAT_ITEMS:
         return None
@@ -331,10 +458,10 @@ def _flat(value: Any, limit: int, keys: KeyRedactor | None) -> dict[str, Any] | 
             return None
     if keys is None:
         return value
-    return {k: keys.mask if keys.masks(k) else v for k, v in value.items()}
+    return {k: keys.mask if keys.masks(k) else (keys.scrub(v, quoted) if type(v) is str else v) for k, v in value.items()}
 
 
-def bounded_json(value: Any, limit: int, *, keys: KeyRedactor | None = None) -> str:
+def bounded_json(value: Any, limit: int, *, keys: KeyRedactor | None = None, quoted: Sequence[str] = ()) -> str:
     """``value`` as JSON text of at most ``limit`` characters (then ``...[cut at N chars]``).
 
     Serialisation stops once ``limit`` characters are written, so its cost is bounded by
@@ -347,11 +474,11 @@ def bounded_json(value: Any, limit: int, *, keys: KeyRedactor | None = None) -> 
         RecursionError: nested deeper than :data:`MAX_DEPTH`.
         ValueError: the value contains itself.
     """
-    flat = _flat(value, limit, keys)
+    flat = _flat(value, limit, keys, quoted)
     if flat is not None:  # a small flat mapping (most arguments): the C encoder, bounded by construction
         text = json.dumps(flat, ensure_ascii=False)
         return text if len(text) <= limit else f"{text[:limit]}...[cut at {limit} chars]"
-    encoder = _Encoder(limit, keys)
+    encoder = _Encoder(limit, keys, quoted)
     try:
         encoder.value(value, 0)
     except _Full:
@@ -359,12 +486,13 @@ def bounded_json(value: Any, limit: int, *, keys: KeyRedactor | None = None) -> 
     return "".join(encoder.parts)
 
 
-def content_text(kind: ContentKind, value: Any, redact: Redactor | None, limit: int) -> str | None:
+def content_text(kind: ContentKind, value: Any, redact: Redactor | None, limit: int, *, arguments: Any = None) -> str | None:
     """What opt-in capture records for ``value``: redacted, serialised and capped at ``limit`` characters.
 
     Text is recorded as it is (cut at ``limit``, with ``...[N more chars]``); anything else as
-    bounded JSON (:func:`bounded_json`). A :class:`KeyRedactor` masks during serialisation;
-    another hook gets a private mutable copy (:func:`thaw`) and its answer is recorded
+    bounded JSON (:func:`bounded_json`). A :class:`KeyRedactor` masks during serialisation, and
+    in text masks the values of masked keys in ``arguments`` (the call's) wherever they are
+    quoted; another hook gets a private mutable copy (:func:`thaw`) and its answer is recorded
     (``None``: nothing). A value that cannot be serialised is recorded as
     ``[not recorded: <error type>]``.
 
@@ -372,8 +500,11 @@ def content_text(kind: ContentKind, value: Any, redact: Redactor | None, limit: 
         Exception: whatever a ``redact`` hook raised (nothing is recorded then).
     """
     keys: KeyRedactor | None = None
+    quoted: list[str] = []
     if isinstance(redact, KeyRedactor):
-        keys = redact if kind in ("arguments", "result") else None
+        keys = redact
+        if arguments is not None and kind != "arguments":
+            quoted = redact.quoted_in(arguments)
     elif redact is not None:
         value = redact(kind, thaw(value))
     value = unwrap(value)
@@ -384,14 +515,14 @@ def content_text(kind: ContentKind, value: Any, redact: Redactor | None, limit: 
     if isinstance(value, str):
         if keys is None:
             return _cut_text(value, limit)
-        parsed = _parse_json_text(value)
+        parsed = _parse_json_text(value) if kind in ("arguments", "result") else _NOT_JSON
         if parsed is _NOT_JSON:
-            return _cut_text(value, limit)
+            return _scrubbed_cut(keys, value, limit, quoted)
         if parsed is _TOO_DEEP:
             return keys.mask
         value = parsed
     try:
-        return bounded_json(value, limit, keys=keys)
+        return bounded_json(value, limit, keys=keys, quoted=quoted)
     except Exception as e:  # too deep, circular, a __str__ or model_dump that raises
         return f"[not recorded: {type(e).__name__}]"
 

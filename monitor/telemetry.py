@@ -57,7 +57,7 @@ from ._version import VERSION as _VERSION
 from .episode import current_episode
 from .observer import Observer
 from .plan import deviation_kind
-from .redaction import ContentKind, Redactor, content_text, redact_keys
+from .redaction import ContentKind, Redactor, content_text, redact_keys, redact_secrets
 from .vocabulary import Cause, Decision
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from .records import ActionRecord, EpisodeRecord
     from .verdict import ToolCall, Verdict
 
-__all__ = ["ContentKind", "GuardrailEvents", "Redactor", "Telemetry", "ToolSpans", "redact_keys"]
+__all__ = ["ContentKind", "GuardrailEvents", "Redactor", "Telemetry", "ToolSpans", "redact_keys", "redact_secrets"]
 
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -176,7 +176,9 @@ class _Call:
     manager that makes the span current.
     """
 
-    __slots__ = ("adopted", "attrs", "detach", "fed", "name", "parent", "passed", "span", "start", "state", "tracer", "turn")
+    __slots__ = (
+        "adopted", "args", "attrs", "detach", "fed", "name", "parent", "passed", "span", "start", "state", "tracer", "turn",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -203,6 +205,8 @@ class _Call:
         self.detach: object = None
         self.adopted = False
         """The span is the framework's (``tool_spans="enrich"``): attributes go on it, it is never ended here."""
+        self.args: Mapping[str, Any] | None = None
+        """The call's validated arguments, kept with content capture: its texts are masked with them."""
 
     def open(self) -> Span:
         """Start the span (once)."""
@@ -278,7 +282,10 @@ class Telemetry(Observer):
         capture_content: record argument values, results, reasons and error messages
             (``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result``,
             ``prefixmon.reason`` / ``prefixmon.error``). Off by default.
-        redact: called on each content value before it is recorded (see :func:`redact_keys`).
+        redact: how content is redacted before it is recorded: ``"secrets"`` (default:
+            :func:`~prefixmon.redaction.redact_secrets`, common credential keys such as
+            ``password``, ``token``, ``api_key``, ``authorization``), a hook such as
+            :func:`redact_keys`, or ``None`` to record content as it is.
         max_content_chars: content values longer than this are cut (with a marker).
         max_depth: the FED and horizon histograms get one bucket per depth 1..max_depth.
         metric_labels: episode labels copied onto metric attributes as
@@ -314,7 +321,7 @@ class Telemetry(Observer):
         agent_name: str | None = None,
         enrich_current_span: bool = False,
         capture_content: bool = False,
-        redact: Redactor | None = None,
+        redact: Redactor | Literal["secrets"] | None = "secrets",
         max_content_chars: int = 4096,
         max_depth: int = 32,
         metric_labels: Sequence[str] = ("dataset", "model", "method"),
@@ -334,8 +341,10 @@ class Telemetry(Observer):
             raise ValueError(f"guardrail_events must be 'all' or 'non_pass', got {guardrail_events!r}")
         self.agent_name = agent_name
         self.enrich_current_span = enrich_current_span
+        if isinstance(redact, str) and redact != "secrets":
+            raise ValueError(f"redact must be 'secrets', a hook or None, got {redact!r}")
         self.capture_content = capture_content
-        self.redact = redact
+        self.redact: Redactor | None = redact_secrets() if redact == "secrets" else redact
         self.max_content_chars = max_content_chars
         self.max_depth = max_depth
         self.metric_labels = tuple(metric_labels)
@@ -411,13 +420,14 @@ class Telemetry(Observer):
         return self.call_hooks() | _EPISODE_HOOKS
 
     # -- content ------------------------------------------------------------------------------
-    def _content(self, kind: ContentKind, value: Any) -> str | None:
-        """``value`` redacted, as size-capped text, or a marker when JSON cannot encode it.
+    def _content(self, kind: ContentKind, value: Any, arguments: Any = None) -> str | None:
+        """``value`` redacted (masked where it quotes the call's masked ``arguments``), as size-capped
+        text, or a marker when JSON cannot encode it.
 
         Raises:
             Exception: whatever the redaction hook raised (an observer fault: nothing is recorded).
         """
-        return content_text(kind, value, self.redact, self.max_content_chars)
+        return content_text(kind, value, self.redact, self.max_content_chars, arguments=arguments)
 
     # -- episodes -----------------------------------------------------------------------------
     def _look_for_sdk(self) -> None:
@@ -674,6 +684,7 @@ class Telemetry(Observer):
             )
             token.passed = passed
             return
+        token.args = verdict.args
         try:
             if verdict.args is not None:
                 text = self._content("arguments", verdict.args)
@@ -691,7 +702,7 @@ class Telemetry(Observer):
     def call_result(self, episode: Episode, depth: int, result: Any, token: Any) -> None:
         """Record the tool's result as ``gen_ai.tool.call.result`` (content capture only)."""
         if self.capture_content and type(token) is _Call:
-            text = self._content("result", result)
+            text = self._content("result", result, token.args)
             if text is None:
                 return
             if token.span is None:
@@ -846,7 +857,7 @@ class Telemetry(Observer):
             items.insert(0, (sc.GEN_AI_TOOL_CALL_ARGUMENTS, "arguments", verdict.args))
         for key, kind, value in items:
             if value is not None:
-                text = self._content(kind, value)
+                text = self._content(kind, value, verdict.args)
                 if text is not None:
                     out[key] = text
         return out

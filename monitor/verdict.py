@@ -61,13 +61,16 @@ class ArgumentProblem:
         return out
 
     def __str__(self) -> str:
+        path = self.path
+        if len(path) > MAX_VALUE_REPR:  # a model-made name is quoted as short as a value
+            path = path[: MAX_VALUE_REPR - 3] + "..."
         if self.kind == "missing":
-            return f"missing required argument '{self.path}'"
+            return f"missing required argument '{path}'"
         if self.kind == "unknown":
-            return f"unknown argument '{self.path}'"
+            return f"unknown argument '{path}'"
         if self.kind == "root" or not self.location:
             return self.message
-        return f"argument '{self.path}': {self.message}"
+        return f"argument '{path}': {self.message}"
 
 
 class Undetermined:

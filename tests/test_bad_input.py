@@ -179,6 +179,17 @@ class TestMalformedArguments:
         assert "argument 'key'" in v2.reason and "extra" not in v2.reason
         assert v3.code == "invalid_arguments" and "n" in v3.reason
 
+    @pytest.mark.parametrize("tool", ["echo", "lookup"])
+    async def test_a_huge_argument_name_is_quoted_short(self, monitor: Monitor, tool: str) -> None:
+        """An unknown argument named with 200,000 characters is quoted cut short, as values are (the reason is model-readable)."""
+        name = "n" * 200_000
+        async with monitor.episode(task_id="t") as ep:
+            v = ep.check(tool, {"text": "x", name: 1} if tool == "echo" else {"key": 5, name: 1})
+        assert v.code == "invalid_arguments" and len(v.reason) < 400, len(v.reason)
+        assert ("unknown argument 'nnn" in v.reason) if tool == "echo" else ("argument 'key'" in v.reason)
+        if tool == "echo":  # the located problem keeps the whole name
+            assert [p.path for p in v.failures[0].problems if p.kind == "unknown"] == [name]
+
     async def test_duplicate_keys_take_the_last_value(self, monitor: Monitor) -> None:
         """Duplicate JSON keys are valid JSON; the last value wins, as in json.loads."""
         async with monitor.episode(task_id="t") as ep:

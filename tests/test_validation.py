@@ -416,6 +416,17 @@ class TestReferences:
         assert problems(v, {"a": "anything", "n": 1}) == [] and problems(v, {"n": "x"}) == [("value", ("n",))]
         assert hits == ["/enum.json"]  # nothing more
 
+    def test_the_log_names_a_remote_ref_without_its_credentials(self) -> None:
+        """The warning about an ignored reference keeps scheme, host and path: no user, password or query."""
+        from structlog.testing import capture_logs
+
+        ref = "https://user:pw-CANARY@schemas.example:8443/enum.json?access_token=CANARY"
+        with capture_logs() as logs:
+            v = schema_validator("t", {"type": "object", "properties": {"a": {"$ref": ref}}}, coercion="strict")
+        assert v.ignored_refs == (ref,)  # the attribute keeps what the schema says
+        (entry,) = [e for e in logs if e["event"] == "schema_remote_ref_ignored"]
+        assert entry["refs"] == ["https://schemas.example:8443/enum.json"] and "CANARY" not in repr(entry)
+
     def test_a_file_ref_is_not_read(self, tmp_path: Path) -> None:
         """A file:// reference (an enum the file holds would leak into reasons) is not read."""
         secret = tmp_path / "secret.json"
