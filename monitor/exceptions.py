@@ -75,7 +75,8 @@ class ToolBlocked(Exception):
 
     Attributes:
         verdict: the verdict of the call that was not run.
-        decision: the policy decision (``"block"``, ``"deny"``, ``"replan"``, ``"fail_closed"``).
+        decision: the policy decision (``"block"``, ``"deny"``, ``"replan"``, ``"fail_closed"``;
+            ``"observe"`` when an undeclared tool has nothing to run it under ``observe``).
         guidance: extra text from a replan or escalation hook, if any.
     """
 
