@@ -91,6 +91,15 @@ class TestExports:
         with pytest.warns(DeprecationWarning, match=new):
             assert getattr(module, old) is getattr(module, new)
 
+    @pytest.mark.parametrize("name", ["read_conversations", "replay_messages", "ReplayInputError", "load_json"])
+    def test_transcript_names_of_the_tau_replay_module_warn(self, name: str) -> None:
+        """The transcript readers ``taubench.replay`` used to re-export still work there, with a warning (CHANGELOG)."""
+        from prefixmon.adapters import transcripts
+        from prefixmon.adapters.taubench import replay
+
+        with pytest.warns(DeprecationWarning, match=r"prefixmon\.adapters\.transcripts"):
+            assert getattr(replay, name) is getattr(transcripts, name)
+
     @pytest.mark.parametrize(("old", "new"), sorted(MOVED_MODULES.items()))
     def test_moved_modules_warn(self, old: str, new: str) -> None:
         """A module that moved still imports, with a DeprecationWarning."""

@@ -31,23 +31,11 @@ from pydantic_core import from_json
 
 from prefixmon import EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest, run_async
+from prefixmon.deprecation import moved_names
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.learn import Transcript
 
-from ..transcripts import (
-    Problem,
-    ReplayInputError,
-    ReplayStats,
-    ReplaySummary,
-    check_tool_calls,
-    first_error,
-    load_json,
-    read_conversations,
-    replay_conversations,
-    replay_messages,
-    single_file,
-    transcript_from_messages,
-)
+from .. import transcripts as _t
 from .data import Domain
 from .sandbox import Sandbox
 from .toolsets import toolset
@@ -64,6 +52,13 @@ __all__ = (
     "tau_transcript",
 )
 
+_MOVED: Final = (
+    "Problem", "ReplayInputError", "ReplayStats", "ReplaySummary", "check_tool_calls", "first_error", "load_json",
+    "read_conversations", "replay_conversations", "replay_messages", "single_file", "transcript_from_messages",
+)  # fmt: skip
+__getattr__ = moved_names(__name__, {name: f"prefixmon.adapters.transcripts:{name}" for name in _MOVED}, removal="0.3.0")
+"""The transcript readers this module used to re-export, now in :mod:`prefixmon.adapters.transcripts`."""
+
 DOMAIN_LABELS: Final[Mapping[str, Domain]] = {"tau-airline": "airline", "tau-retail": "retail"}
 """``--domain`` values and the τ-bench domain each names."""
 
@@ -79,7 +74,7 @@ class TauRollout(BaseModel):
     info: dict[str, Any] = Field(default_factory=dict)
     traj: list[dict[str, Any]]
 
-    _tool_calls = field_validator("traj")(check_tool_calls)
+    _tool_calls = field_validator("traj")(_t.check_tool_calls)
 
 
 _ROLLOUTS: Final = TypeAdapter(list[TauRollout])
@@ -93,17 +88,17 @@ def read_tau_trajectories(path: str | os.PathLike[str]) -> list[TauRollout]:
             that is not a rollout.
     """
     file = Path(path)
-    return _rollouts(file, load_json(file))
+    return _rollouts(file, _t.load_json(file))
 
 
 def _rollouts(file: Path, data: Any) -> list[TauRollout]:
     """The rollouts of a results file's decoded JSON."""
     if not isinstance(data, list):
-        raise ReplayInputError(f"{file}: expected a JSON list of rollouts, got {type(data).__name__}")
+        raise _t.ReplayInputError(f"{file}: expected a JSON list of rollouts, got {type(data).__name__}")
     try:
         return _ROLLOUTS.validate_python(data)
     except ValidationError as e:
-        raise ReplayInputError(f"{file}: rollout {first_error(e)}") from e
+        raise _t.ReplayInputError(f"{file}: rollout {_t.first_error(e)}") from e
 
 
 async def replay_tau(
@@ -112,7 +107,7 @@ async def replay_tau(
     *,
     labels: Mapping[str, str] | None = None,
     data: str | os.PathLike[str] | None = None,
-    on_record: Callable[[EpisodeRecord, ReplayStats], None] | None = None,
+    on_record: Callable[[EpisodeRecord, _t.ReplayStats], None] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
 ) -> list[EpisodeRecord]:
     """Replay τ-bench rollouts of one domain; returns one record per rollout, in order.
@@ -133,7 +128,7 @@ async def replay_tau(
             episode_id=f"tau-{domain}-{index:05d}-task{rollout.task_id}-trial{trial}",
             env=Sandbox(domain, data=data, replica=True),
         ) as ep:
-            stats = await replay_messages(ep, rollout.traj)
+            stats = await _t.replay_messages(ep, rollout.traj)
             ep.finish("success" if rollout.reward >= 1.0 else "failure")
         assert ep.record is not None
         records.append(ep.record)
@@ -185,7 +180,7 @@ class TauReplaySource:
 
     def replay(self, request: ReplayRequest) -> int:
         """Replay one file of ``request`` on this domain."""
-        path = single_file(request)
+        path = _t.single_file(request)
         if path is None:
             return 2
         fmt, data_read = (request.format, _UNREAD) if request.format != "auto" else _detect(path)
@@ -194,8 +189,8 @@ class TauReplaySource:
             return 2
         domain, data = self.domain, request.data
         labels = dict(request.labels)
-        summary = ReplaySummary()
-        problems: list[Problem] = []
+        summary = _t.ReplaySummary()
+        problems: list[_t.Problem] = []
         try:
             if fmt == "tau":
                 rollouts = read_tau_trajectories(path) if data_read is _UNREAD else _rollouts(path, data_read)
@@ -211,13 +206,13 @@ class TauReplaySource:
                 for spec in request.specs:
                     tools.apply_spec(spec)
                 labels = {"dataset": f"tau-{domain}", "domain": f"tau-{domain}", **labels}
-                conversations = list(read_conversations(path, problems))
+                conversations = list(_t.read_conversations(path, problems))
                 records = run_async(
-                    lambda: replay_conversations(
+                    lambda: _t.replay_conversations(
                         conversations, tools, labels=labels, env_factory=factory, on_record=summary.count
                     )
                 )
-        except (ReplayInputError, OSError, ValueError) as e:
+        except (_t.ReplayInputError, OSError, ValueError) as e:
             print(f"prefixmon replay: {e}", file=sys.stderr)
             return 1
         return summary.finish(request.out, records, problems)
@@ -265,7 +260,7 @@ def _array_items(text: str) -> Iterator[tuple[int, Any]]:
 
 def tau_transcript(rollout: TauRollout, *, episode_id: str, source: str | None = None) -> Transcript:
     """One τ-bench rollout as a neutral transcript (results unmarked: τ-bench writes ``Error: ...`` text)."""
-    return transcript_from_messages(
+    return _t.transcript_from_messages(
         rollout.traj,
         episode_id=episode_id,
         outcome="success" if rollout.reward >= 1.0 else "failure",
@@ -301,7 +296,7 @@ class TauTranscriptReader:
                         LearnProblem(
                             path=name,
                             line=line,
-                            message=f"not a rollout: {first_error(e)}",
+                            message=f"not a rollout: {_t.first_error(e)}",
                             episode=None if task is None else str(task),
                         )
                     )
