@@ -324,7 +324,7 @@ class _Encoder:
             if parsed is not _NOT_JSON:
                 self.value(parsed, depth + 1)
                 return
-            s = self.keys.scrub(s if len(s) <= self.room else s[: self.room + 256], self.quoted)
+            s = self.keys.scrub(s[: _reach(self.room, self.quoted)], self.quoted)
         self.text(s)
 
     def value(self, v: Any, depth: int) -> None:
@@ -421,13 +421,15 @@ def _cut_text(text: str, limit: int) -> str:
     return f"{text[:limit]}...[{len(text) - limit} more chars]"
 
 
-def _scrubbed_cut(keys: KeyRedactor, text: str, limit: int, quoted: list[str]) -> str:
-    """``text`` masked (:meth:`KeyRedactor.scrub`) and cut at ``limit``; only what can reach the cut is read.
+def _reach(limit: int, quoted: Sequence[str]) -> int:
+    """How much of a text to mask before cutting it at ``limit``: past the cut by the longest
+    quoted value and a ``key: value`` pair, so a value straddling the cut is masked, not kept in part."""
+    return limit + (len(quoted[0]) if quoted else 0) + 256
 
-    The part read reaches past the cut by the longest quoted value (and a ``key: value``
-    pair's length), so a value that straddles the cut is masked, not recorded in part.
-    """
-    reach = limit + (len(quoted[0]) if quoted else 0) + 256
+
+def _scrubbed_cut(keys: KeyRedactor, text: str, limit: int, quoted: list[str]) -> str:
+    """``text`` masked (:meth:`KeyRedactor.scrub`) and cut at ``limit``; only what can reach the cut is read."""
+    reach = _reach(limit, quoted)
     head = keys.scrub(text[:reach], quoted)
     if len(text) <= reach:
         return _cut_text(head, limit)

@@ -152,6 +152,8 @@ class TestKeyMasking:
         long = "x" * 5000 + SECRET  # a secret quoted past the cap is not recorded either
         assert SECRET[:6] not in (content_text("error", "x" * 4090 + SECRET, keys, 4096, arguments=arguments) or "")
         assert SECRET not in (content_text("error", long, keys, 4096, arguments=arguments) or "")
+        nested = content_text("result", [{"log": "x" * 4080 + SECRET}], keys, 4096, arguments=arguments) or ""
+        assert SECRET[:6] not in nested  # inside a value, at the cut, too
 
 
 class TestDefaultSecrets:
