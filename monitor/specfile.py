@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -335,8 +336,7 @@ def parse_spec(data: str | Mapping[str, Any], *, source: str = "<spec>", json_on
     """
     lines: dict[tuple[str | int, ...], int] = {}
     if isinstance(data, str):
-        loaded = _load_text(data, source, json_only)
-        lines = _lines(data)
+        loaded, lines = _load_text(data, source, json_only)
     else:
         loaded = data
     if not isinstance(loaded, Mapping):
@@ -350,16 +350,168 @@ def parse_spec(data: str | Mapping[str, Any], *, source: str = "<spec>", json_on
     return spec
 
 
-def _load_text(text: str, source: str, json_only: bool) -> Any:
+_MAX_REPEATED: Final = 100_000
+"""Values that aliases may repeat in one YAML file, in all: a few kilobytes of nested anchors
+(a "billion laughs") would otherwise expand to gigabytes in whatever walks or copies the spec."""
+
+_MERGE_TAG: Final = "tag:yaml.org,2002:merge"
+
+
+class _BadNode(Exception):
+    """A problem in a file's text at a 1-based line (``None``: not known yet), before the file's name is added."""
+
+    def __init__(self, line: int | None, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+def _too_long(digits: str) -> str:
+    """Why an integer Python refuses to convert (``sys.get_int_max_str_digits``) is rejected."""
+    count = sum(c.isdigit() for c in digits)
+    return f"an integer of {count} digits is too long (at most {sys.get_int_max_str_digits()})"
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing what it would accept silently or fail on without a line.
+
+    Aliases may repeat at most :data:`_MAX_REPEATED` values and not contain themselves (counted
+    while composing, so a bomb stops at the alias that sets it off); a key given twice in a
+    mapping and an integer too long to convert are errors at their line.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._sizes: dict[yaml.Node, int] = {}
+        """Values under each node composed so far, with aliases expanded."""
+        self._repeated = 0
+        self._checked: set[yaml.Node] = set()
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        """The next node; an alias adds the size of what it repeats to the file's total."""
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
+            anchor = getattr(event, "anchor", None)
+            node = self.anchors.get(anchor) if isinstance(anchor, str) else None
+            if node is not None:
+                line = event.start_mark.line + 1
+                size = self._sizes.get(node)
+                if size is None:  # the anchor's node is still being composed: the alias is inside it
+                    raise _BadNode(line, f"alias *{anchor} refers to a value that contains it")
+                self._repeated += size
+                if self._repeated > _MAX_REPEATED:
+                    raise _BadNode(line, f"aliases repeat more than {_MAX_REPEATED} values (at *{anchor})")
+            return super().compose_node(parent, index)
+        node = super().compose_node(parent, index)
+        if node is None:
+            return None
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = node.value if isinstance(node, yaml.SequenceNode) else []
+        self._sizes[node] = 1 + sum(self._sizes[child] for child in children)
+        return node
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """Merge ``<<`` keys, after refusing a key the mapping itself gives twice (a merged one may be overridden)."""
+        if node not in self._checked:
+            self._checked.add(node)
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise _BadNode(key_node.start_mark.line + 1, f"duplicate key {key!r}")
+                seen.add(key)
+        super().flatten_mapping(node)
+
+    def construct_checked_int(self, node: yaml.Node) -> int:
+        """An integer scalar, or an error at its line when it has too many digits to convert."""
+        try:
+            value: int = self.construct_yaml_int(node)  # type: ignore[arg-type]  # int scalars are ScalarNodes
+        except ValueError:
+            raise _BadNode(node.start_mark.line + 1, _too_long(str(node.value))) from None
+        return value
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_checked_int)
+
+
+def _decode_json(text: str, source: str) -> Any:
+    """``json.loads``, but a key given twice in an object or an integer too long to convert is an error.
+
+    Raises:
+        SpecError: ``FILE:LINE: duplicate key 'name'`` (``FILE:`` alone when the line cannot be
+            found) or ``FILE:LINE: an integer of N digits is too long``. Text that is not JSON
+            raises what ``json.loads`` raises.
+    """
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise _BadNode(_json_duplicate_line(text, key), f"duplicate key {key!r}")
+            out[key] = value
+        return out
+
+    def integer(digits: str) -> int:
+        try:
+            return int(digits)
+        except ValueError:
+            at = text.find(digits)
+            raise _BadNode(text.count("\n", 0, at) + 1 if at >= 0 else None, _too_long(digits)) from None
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_int=integer)
+    except _BadNode as e:
+        raise SpecError(f"{source}:{e.line}: {e.message}" if e.line is not None else f"{source}: {e.message}") from None
+
+
+def _json_duplicate_line(text: str, key: str) -> int | None:
+    """The line of the second ``key`` in the first object (in the order JSON completes them) that has it twice."""
+    try:
+        root = _Loader(text).get_single_node()  # JSON is YAML, nearly always
+    except (yaml.YAMLError, _BadNode, RecursionError):
+        return None
+
+    def find(node: yaml.Node, depth: int) -> int | None:
+        if depth > 256:
+            return None
+        if isinstance(node, yaml.MappingNode):
+            for _, value in node.value:
+                if (line := find(value, depth + 1)) is not None:
+                    return line
+            keys = [k for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value == key]
+            return keys[1].start_mark.line + 1 if len(keys) > 1 else None
+        if isinstance(node, yaml.SequenceNode):
+            return next((line for item in node.value if (line := find(item, depth + 1)) is not None), None)
+        return None
+
+    return find(root, 0) if root is not None else None
+
+
+def _load_text(text: str, source: str, json_only: bool) -> tuple[Any, dict[tuple[str | int, ...], int]]:
+    """The loaded value of a spec's text and the lines of its locations (see :func:`_lines`)."""
     if json_only:
         try:
-            return json.loads(text)
+            loaded = _decode_json(text, source)
         except json.JSONDecodeError as e:
             raise SpecError(f"{source}:{e.lineno}: not JSON ({e.msg}, column {e.colno})") from None
         except RecursionError:
             raise SpecError(f"{source}:1: nested too deeply") from None
+        try:
+            root = _Loader(text).get_single_node()
+        except (yaml.YAMLError, _BadNode, RecursionError):
+            return loaded, {}
+        return loaded, _lines(root)
+    loader = _Loader(text)
     try:
-        return yaml.safe_load(text)
+        root = loader.get_single_node()
+        loaded = loader.construct_document(root) if root is not None else None
+        return loaded, _lines(root)
+    except _BadNode as e:
+        raise SpecError(f"{source}:{e.line}: {e.message}") from None
     except yaml.MarkedYAMLError as e:
         line = e.problem_mark.line + 1 if e.problem_mark is not None else 1
         raise SpecError(f"{source}:{line}: not YAML ({e.problem or e})") from None
@@ -367,15 +519,17 @@ def _load_text(text: str, source: str, json_only: bool) -> Any:
         raise SpecError(f"{source}:1: not YAML ({e})") from None
     except RecursionError:
         raise SpecError(f"{source}:1: nested too deeply") from None
+    finally:
+        loader.dispose()
 
 
-def _lines(text: str) -> dict[tuple[str | int, ...], int]:
-    """``{location: 1-based line}`` of every mapping key and sequence item (YAML's node marks; JSON is YAML)."""
+def _lines(root: yaml.Node | None) -> dict[tuple[str | int, ...], int]:
+    """``{location: 1-based line}`` of every mapping key and sequence item (YAML's node marks; JSON is YAML).
+
+    Aliased nodes are walked at every reference, so locations inside them get their anchor's
+    lines; the loader has bounded how much aliases repeat (:data:`_MAX_REPEATED`).
+    """
     out: dict[tuple[str | int, ...], int] = {}
-    try:
-        root = yaml.compose(text)
-    except (yaml.YAMLError, RecursionError):
-        return out
 
     def walk(node: yaml.Node, loc: tuple[str | int, ...], depth: int) -> None:
         if depth > 64:

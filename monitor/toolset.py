@@ -35,7 +35,7 @@ from .spec import (
     _refuse_async,
     callable_name,
 )
-from .specfile import SpecFile, load_spec, parse_spec
+from .specfile import SpecFile, _decode_json, load_spec, parse_spec
 
 __all__ = ("Grounding", "Produces", "Toolset")
 
@@ -477,7 +477,11 @@ class Toolset:
 
 
 def _read_tools_file(path: str) -> list[Any]:
-    """A JSON file holding a list of tool definitions; errors name the file (and the line)."""
+    """A JSON file holding a list of tool definitions; errors name the file (and the line).
+
+    A key given twice in an object (``json.loads`` keeps the last silently) and an integer too
+    long to convert are errors too.
+    """
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -488,7 +492,7 @@ def _read_tools_file(path: str) -> list[Any]:
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: not UTF-8 text (byte {e.start})") from None
     try:
-        definitions = json.loads(text)
+        definitions = _decode_json(text, path)
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}:{e.lineno}: not JSON ({e.msg}, column {e.colno})") from None
     except RecursionError:
