@@ -408,6 +408,8 @@ class TranscriptSource:
     """``prefixmon replay --tools TOOLS.json FILE --out RECORDS``."""
 
     help = "OpenAI-messages JSON Lines transcripts over any OpenAI tool definitions"
+    formats = ("openai-jsonl",)
+    """The ``--format`` values it reads besides ``auto`` (the CLI refuses others)."""
 
     def replay(self, request: ReplayRequest) -> int:
         """Replay one JSON Lines file against the ``--tools`` definitions."""

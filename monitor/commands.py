@@ -105,7 +105,9 @@ class ReplaySource(Protocol):
 
     help: str
     """One line for ``prefixmon replay --help``. A source whose inputs are folders (a benchmark's
-    run folders) also sets ``folders = True``; otherwise the CLI refuses a folder as an input."""
+    run folders) also sets ``folders = True``; otherwise the CLI refuses a folder as an input.
+    A source that reads ``--format`` values besides ``auto`` lists them as ``formats``
+    (a tuple of names); the CLI refuses any other value."""
 
     def replay(self, request: ReplayRequest) -> int:
         """Replay ``request.files`` into ``request.out``; returns the process exit code.

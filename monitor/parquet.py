@@ -40,7 +40,9 @@ columns; a new major version changes the name.
 
 from __future__ import annotations
 
+import itertools
 import os
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -233,11 +235,14 @@ def export_records(
 
     def records() -> Iterator[EpisodeRecord]:
         for p in paths:
+            if not _regular(p):  # a pipe or FIFO: read once, as it comes
+                yield from _stream_records(os.fspath(p), on_error, errors)
+                continue
             with open(p, "rb") as f:
                 head = f.read(4096)
             if head[:4] == MAGIC:
                 yield from iter_parquet_records(p)
-            elif b'"resourceSpans"' in head or b'"resource_spans"' in head:
+            elif _is_otlp(head):
                 from .otlp import read_otlp_records
 
                 yield from read_otlp_records(p, on_error=on_error)
@@ -254,8 +259,50 @@ def export_records(
     return n
 
 
+def _is_otlp(head: bytes) -> bool:
+    return b'"resourceSpans"' in head or b'"resource_spans"' in head
+
+
+def _regular(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file (not a pipe, FIFO or terminal), which can be read twice."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True  # let the reader's open say what is wrong
+
+
+def _stream_records(name: str, on_error: Literal["raise", "skip"], errors: list[BadLine] | None) -> Iterator[EpisodeRecord]:
+    """The records of a pipe or FIFO, opened once: OTLP traces or record JSON Lines, told by the first non-blank line."""
+    with open(name, "rb") as f:
+        consumed: list[bytes] = []
+        for line in f:
+            consumed.append(line)
+            if line.strip():
+                break
+        head = consumed[-1] if consumed else b""
+        if head[:4] == MAGIC:
+            raise RecordError("a Parquet file must be read from a file, not a pipe", path=name, line=0)
+        lines = itertools.chain(consumed, f)
+        if _is_otlp(head):
+            from .otlp import iter_otlp_spans, records_from_spans
+
+            spans = list(iter_otlp_spans(name, on_error=on_error, errors=errors, lines=lines))
+            bad: list[BadLine] = []
+            yield from records_from_spans(spans, on_error=on_error, bad=bad)
+            if errors is not None:
+                errors.extend(bad)
+        else:
+            yield from iter_records(name, on_error=on_error, errors=errors, lines=lines)
+
+
 def is_parquet(path: str | os.PathLike[str]) -> bool:
-    """Whether the file starts with Parquet's magic bytes."""
+    """Whether ``path`` is a regular file that starts with Parquet's magic bytes.
+
+    A pipe or FIFO is never opened here (reading its first bytes would lose them for the
+    reader); Parquet cannot be read from one anyway.
+    """
+    if not _regular(path):
+        return False
     with open(path, "rb") as f:
         return f.read(4) == MAGIC
 

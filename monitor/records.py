@@ -7,6 +7,7 @@ that loads is a file the analytics can trust.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import weakref
@@ -358,11 +359,14 @@ def _scrub(obj: Any) -> Any:
 
 
 def loads_record(line: str | bytes, *, path: str | None = None, line_no: int | None = None) -> EpisodeRecord:
-    """Parse and validate one JSON line.
+    """Parse and validate one JSON line; a UTF-8 byte order mark before it is dropped.
 
     Raises:
         RecordError: the line is not valid JSON or not a valid ``prefixmon.episode/1`` record.
     """
+    # a BOM: an editor saved the file with one (or files with one were concatenated); every
+    # reader hands such a line here, so all of them accept it, with line numbers unchanged
+    line = line.removeprefix(BOM) if isinstance(line, bytes) else line.removeprefix("\ufeff")
     try:
         return RECORD_ADAPTER.validate_json(line)
     except ValidationError as e:
@@ -377,6 +381,8 @@ def loads_record(line: str | bytes, *, path: str | None = None, line_no: int | N
         ) from None
 
 
+BOM: Final = b"\xef\xbb\xbf"
+"""The UTF-8 byte order mark some editors put at the start of a file; dropped at the start of a record line."""
 TRUNCATED: Final = "truncated last line (the writer stopped mid-record)"
 """The message of an unterminated last line that is not a whole record."""
 
@@ -397,6 +403,7 @@ def iter_records(
     *,
     on_error: Literal["raise", "skip"] = "raise",
     errors: list[BadLine] | None = None,
+    lines: Iterable[bytes] | None = None,
 ) -> Iterator[EpisodeRecord]:
     """Yield the records of one JSON Lines file.
 
@@ -405,16 +412,21 @@ def iter_records(
         on_error: ``"raise"`` stops at the first bad line with a :class:`RecordError`;
             ``"skip"`` skips it and appends a :class:`BadLine` to ``errors``.
         errors: where skipped lines are reported.
+        lines: the file's lines when it is open already (a pipe can be read only once).
+
+    A UTF-8 byte order mark at the start of the file is dropped (see :func:`loads_record`).
 
     An unterminated last line that is not a whole record (a writer killed mid-write) is a
     bad line like any other: it stops the read under ``"raise"`` and is reported as
     truncated under ``"skip"``; every finished line before it is kept.
     """
     name = os.fspath(path)
-    flush_writers(name)  # records this process queued for the file are in it
-    with open(name, "rb") as f:
+    with contextlib.ExitStack() as stack:
+        if lines is None:
+            flush_writers(name)  # records this process queued for the file are in it
+            lines = stack.enter_context(open(name, "rb"))
         line_no = 0
-        for raw in f:
+        for raw in lines:
             line_no += 1
             if not raw.strip():
                 continue

@@ -173,6 +173,8 @@ class TauReplaySource:
     """``prefixmon replay --domain tau-airline|tau-retail FILE --out RECORDS``."""
 
     help = "τ-bench trajectories (or OpenAI-messages JSON Lines) of one domain, on its sandbox"
+    formats = ("tau", "openai-jsonl")
+    """The ``--format`` values it reads besides ``auto`` (the CLI refuses others)."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -22,7 +22,14 @@ class InputProblem(ValueError):
     """A file given on the command line cannot be used; the message names it."""
 
 
-def check_input(path: str | os.PathLike[str], *, option: str | None = None, jsonl: bool = False, folders: bool = False) -> Path:
+def check_input(
+    path: str | os.PathLike[str],
+    *,
+    option: str | None = None,
+    jsonl: bool = False,
+    folders: bool = False,
+    streams: bool = True,
+) -> Path:
     """The path of an input file that exists, is a file and is not empty.
 
     Args:
@@ -31,6 +38,7 @@ def check_input(path: str | os.PathLike[str], *, option: str | None = None, json
         jsonl: the file must be JSON Lines: a pretty-printed JSON document (a report, a
             list) is refused with what it looks like.
         folders: a folder is an input too (a benchmark's run folders); it is returned as it is.
+        streams: a pipe or FIFO is an input too (the verb reads it once); else it is refused.
 
     Raises:
         InputProblem: what is wrong with the file, naming it.
@@ -46,6 +54,8 @@ def check_input(path: str | os.PathLike[str], *, option: str | None = None, json
         hint = f" (it holds {', '.join(inside)}{', ...' if len(inside) == 3 else ''})" if inside else ""
         raise InputProblem(f"{where} is a folder; give the files in it{hint}")
     if not file.is_file():  # a pipe or FIFO (`report <(zcat ...)`): reading ahead would lose what the reader needs
+        if not streams:
+            raise InputProblem(not_regular(where))
         return file
     try:
         with file.open("rb") as fh:
@@ -59,9 +69,19 @@ def check_input(path: str | os.PathLike[str], *, option: str | None = None, json
     return file
 
 
-def check_inputs(paths: Iterable[str | os.PathLike[str]], *, jsonl: bool = False, folders: bool = False) -> list[Path]:
+def check_inputs(
+    paths: Iterable[str | os.PathLike[str]], *, jsonl: bool = False, folders: bool = False, streams: bool = True
+) -> list[Path]:
     """:func:`check_input` on every positional input, in order."""
-    return [check_input(p, jsonl=jsonl, folders=folders) for p in paths]
+    return [check_input(p, jsonl=jsonl, folders=folders, streams=streams) for p in paths]
+
+
+def not_regular(where: str) -> str:
+    """The message for a pipe or FIFO given to a verb that reads its inputs more than once."""
+    return (
+        f"{where} is not a regular file but a pipe or FIFO, which this verb cannot read (it reads an input "
+        "more than once); save it to a file first"
+    )
 
 
 def _check_json_lines(where: str, head: bytes) -> None:

@@ -56,7 +56,14 @@ class ReplayCommand:
         """Check the files, hand the parsed request to its source, and refuse an empty result."""
         name = BFCL if args.bfcl else TRANSCRIPTS if args.tools else args.domain
         source = plugins.load(REPLAY_GROUP, name)
-        check_inputs(args.files, folders=bool(getattr(source, "folders", False)))
+        formats: tuple[str, ...] = ("auto", *getattr(source, "formats", ()))
+        if args.format not in formats:  # a source that reads one format must not ignore the option
+            print(
+                f"prefixmon replay: error: --format {args.format}: the {name} source reads {', '.join(formats)}",
+                file=sys.stderr,
+            )
+            return 2
+        check_inputs(args.files, folders=bool(getattr(source, "folders", False)), streams=False)
         if args.tools:
             check_input(args.tools, option="--tools")
         for spec in args.spec:

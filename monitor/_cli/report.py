@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Final
 
-from .args import csv_list, int_list, non_negative_int
+from .args import csv_list, fraction, int_list, level, non_negative_int, positive_int
 from .paths import InputProblem, check_input, check_inputs, check_output
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class ReportCommand:
             help="bootstrap resamples, 0 to skip (default: 10000)",
         )
         parser.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
-        parser.add_argument("--confidence", type=float, default=0.95, metavar="LEVEL", help="interval level (default: 0.95)")
+        parser.add_argument("--confidence", type=level, default=0.95, metavar="LEVEL", help="interval level (default: 0.95)")
         parser.add_argument(
             "--strata",
             default="dataset",
@@ -83,11 +84,11 @@ class ReportCommand:
             "join several keys of one side with '+')",
         )
         parser.add_argument("--plot", metavar="FILE", help="write PEC curves to FILE (.png, .svg or .pdf)")
-        parser.add_argument("--max-depth", type=int, default=None, metavar="K", help="last depth of the plot's x axis")
+        parser.add_argument("--max-depth", type=positive_int, default=None, metavar="K", help="last depth of the plot's x axis")
         parser.add_argument("--annotations", metavar="FILE", help="human failure attributions (CSV or JSON Lines)")
         parser.add_argument("--review-sheet", metavar="FILE", help="write the review sample (all F and P, a share of S) as CSV")
         parser.add_argument(
-            "--review-fraction", type=float, default=0.2, metavar="F", help="share of successes to review (default: 0.2)"
+            "--review-fraction", type=fraction, default=0.2, metavar="F", help="share of successes to review (default: 0.2)"
         )
         parser.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
         parser.add_argument(
@@ -158,6 +159,24 @@ def _engine(args: argparse.Namespace) -> str:
     return engine
 
 
+def _check_plot_format(path: str) -> None:
+    """Refuse a ``--plot`` file whose extension matplotlib cannot write, before any work.
+
+    Raises:
+        InputProblem: the extension is missing or unknown; names the option.
+        ImportError: matplotlib is missing.
+    """
+    from ..analytics._optional import INSTALL_HINT
+
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(INSTALL_HINT) from e
+    suffix = os.path.splitext(path)[1].lower().removeprefix(".")
+    if suffix not in FigureCanvasBase.get_supported_filetypes():
+        raise InputProblem(f"--plot {path}: unknown image format {suffix or '(no extension)'!r}; use .png, .svg or .pdf")
+
+
 def run_report(args: argparse.Namespace) -> int:
     """Handler of ``prefixmon report``."""
     check_inputs(args.records, jsonl=True)
@@ -166,6 +185,8 @@ def run_report(args: argparse.Namespace) -> int:
     for option, out in (("--output", args.output), ("--plot", args.plot), ("--review-sheet", args.review_sheet)):
         if out:  # before any work: a report computed and then lost to a missing folder helps nobody
             check_output(out, option=option)
+    if args.plot:
+        _check_plot_format(args.plot)
     engine = _engine(args)
     if engine != "python":
         return _run_sql_report(args, engine)
