@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from .vocabulary import Cause, Decision, Outcome
 
 __all__ = (
     "MAX_HORIZON",
+    "MAX_LINE_VALUES",
     "RECORD_ADAPTER",
     "SCHEMA",
     "TRUNCATED",
@@ -44,6 +46,7 @@ __all__ = (
     "dumps_record",
     "iter_records",
     "loads_record",
+    "merged_records",
     "read_records",
     "record_line",
     "trusted_action",
@@ -373,12 +376,94 @@ def loads_record(line: str | bytes, *, path: str | None = None, line_no: int | N
         first = e.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in first["loc"])
         msg = first["msg"].removeprefix("Value error, ")  # the record's own checks name their field
-        kind = "not valid JSON" if first["type"] == "json_invalid" else "not a valid record"
+        kind = _NOT_JSON if first["type"] == "json_invalid" else _NOT_RECORD
         where = f"{loc}: " if loc else ("" if first["type"] == "value_error" else "record: ")
         count = e.error_count()
         raise RecordError(
             f"{kind}: {where}{msg}" + (f" ({count} errors)" if count > 1 else ""), path=path, line=line_no
         ) from None
+
+
+_NOT_JSON: Final = "not valid JSON"
+_NOT_RECORD: Final = "not a valid record"
+
+MAX_LINE_VALUES: Final = 1_000
+"""The most JSON values one line is split into (records merged by lost newlines); a line of
+more stays one bad line."""
+_BETWEEN: Final = re.compile(r"[ \t\n\r]*(?:\ufeff[ \t\n\r]*)?")
+"""JSON whitespace, with at most one byte order mark in it (``cat`` of a file saved with one)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_SPLITTER: Final = json.JSONDecoder(parse_constant=_no_constant)
+"""Finds where a JSON value ends (``NaN`` and ``Infinity``, which pydantic refuses, end nothing)."""
+
+
+def merged_records(line: str | bytes, error: RecordError) -> list[EpisodeRecord]:
+    """The records of a line :func:`loads_record` refused with ``error``, when the line is two
+    or more whole records back to back (a lost newline: ``cat a.jsonl b.jsonl`` when
+    ``a.jsonl`` lacks its final newline), in order.
+
+    Only a line that is not valid JSON is looked at again, so a good line never gets here and
+    a single bad record costs nothing more. A line is split into at most
+    :data:`MAX_LINE_VALUES` values.
+
+    Raises:
+        RecordError: ``error`` itself when the line is not several whole JSON values; when it
+            is but one of them is not a record, a message that says so (which one and why).
+    """
+    message = str(error)
+    if error.path is not None and error.line is not None:
+        message = message.removeprefix(f"{error.path}:{error.line}: ")
+    values = _json_values(line) if message.startswith(_NOT_JSON) else None
+    if values is None:
+        raise error
+    records = []
+    for k, value in enumerate(values, 1):
+        try:
+            records.append(loads_record(value))
+        except RecordError as e:
+            why = str(e).removeprefix(f"{_NOT_RECORD}: ")
+            raise RecordError(
+                f"{len(values)} JSON values on one line (a lost newline?); the {_ordinal(k)} is not a record: {why}"
+            ) from None
+    return records
+
+
+def _json_values(line: str | bytes) -> list[str] | None:
+    """The texts of the JSON values of a line that holds two or more back to back, or None."""
+    try:
+        text = line.decode() if isinstance(line, bytes) else line
+    except UnicodeDecodeError:
+        return None
+    text = text.removeprefix("\ufeff")
+    decode = _SPLITTER.raw_decode
+    values: list[str] = []
+    at, end = _past_space(text, 0), len(text)
+    while at < end:
+        if len(values) == MAX_LINE_VALUES:
+            return None
+        try:
+            _, stop = decode(text, at)
+        except (ValueError, RecursionError):
+            return None
+        values.append(text[at:stop])
+        at = _past_space(text, stop)
+    return values if len(values) > 1 else None
+
+
+def _past_space(text: str, at: int) -> int:
+    """Where the whitespace (and byte order mark) that starts at ``at`` ends."""
+    space = _BETWEEN.match(text, at)
+    return at if space is None else space.end()
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 BOM: Final = b"\xef\xbb\xbf"
@@ -415,6 +500,8 @@ def iter_records(
         lines: the file's lines when it is open already (a pipe can be read only once).
 
     A UTF-8 byte order mark at the start of the file is dropped (see :func:`loads_record`).
+    A line of several whole records back to back (a lost newline) gives each of them, in
+    order (see :func:`merged_records`); if one of them is not a record, the line is one bad line.
 
     An unterminated last line that is not a whole record (a writer killed mid-write) is a
     bad line like any other: it stops the read under ``"raise"`` and is reported as
@@ -431,9 +518,16 @@ def iter_records(
             if not raw.strip():
                 continue
             try:
-                yield loads_record(raw)
+                record = loads_record(raw)
             except RecordError as e:
-                bad_line(raw, e, name, line_no, on_error, errors)
+                try:
+                    merged = merged_records(raw, e)
+                except RecordError as bad:
+                    bad_line(raw, bad, name, line_no, on_error, errors)
+                    continue
+                yield from merged
+                continue
+            yield record
 
 
 def bad_line(raw: bytes, error: RecordError, path: str, line_no: int, on_error: str, errors: list[BadLine] | None) -> None:

@@ -30,7 +30,7 @@ from typing import IO, Any, Final, Literal
 
 from .._writer import flush_writers
 from ..exceptions import RecordError
-from ..records import MAX_HORIZON, SCHEMA, BadLine, EpisodeRecord, bad_line, loads_record
+from ..records import MAX_HORIZON, SCHEMA, BadLine, EpisodeRecord, bad_line, loads_record, merged_records
 from ..vocabulary import Cause, Decision, Outcome
 from ._parallel import read_in_parallel, workers_for
 from .columns import (
@@ -411,24 +411,38 @@ def _read_records(
                 continue
         if raw.isspace():
             continue
-        values = _validated(raw, path, line_no, on_error, errors)
-        if values is None:
+        rows = _validated(raw, path, line_no, on_error, errors)
+        if rows is None:
             skipped.append(line_no)
             continue
-        eid, tid, labels, horizon, fed, outcome, cause, tool, reason = values
-        if keep_text:
-            builder.add_text(eid, tool, reason)
-        append(hash(eid), builder.task_code(tid), builder.label_code(labels), horizon, fed, outcome, cause)
+        for eid, tid, labels, horizon, fed, outcome, cause, tool, reason in rows:
+            if keep_text:
+                builder.add_text(eid, tool, reason)
+            append(hash(eid), builder.task_code(tid), builder.label_code(labels), horizon, fed, outcome, cause)
     return line_no
 
 
-def _validated(raw: bytes, path: str, line_no: int, on_error: OnError, errors: list[BadLine] | None) -> _Fields | None:
-    """The fields of a line the fast decoder did not take, as pydantic reads it; ``None`` for a bad line (skipped)."""
+def _validated(raw: bytes, path: str, line_no: int, on_error: OnError, errors: list[BadLine] | None) -> list[_Fields] | None:
+    """The fields of the records of a line the fast decoder did not take, as pydantic reads it;
+    ``None`` for a bad line (skipped)."""
     try:
-        return _fields(loads_record(raw))
+        return _line_fields(raw)
     except RecordError as e:
         bad_line(raw, e, path, line_no, on_error, errors)
         return None
+
+
+def _line_fields(raw: bytes) -> list[_Fields]:
+    """The fields of the record of a line, as pydantic reads it, or of each record of a line of
+    several back to back (a lost newline, see :func:`prefixmon.records.merged_records`).
+
+    Raises:
+        RecordError: the line is not a record, nor several.
+    """
+    try:
+        return [_fields(loads_record(raw))]
+    except RecordError as e:
+        return [_fields(r) for r in merged_records(raw, e)]
 
 
 def _texts_again(path: str, end: int, skipped: Sequence[int], keys: Any) -> Texts:
@@ -456,11 +470,18 @@ def _texts_again(path: str, end: int, skipped: Sequence[int], keys: Any) -> Text
             if r is not None:
                 ff = r.first_failure
                 eid, tool, reason = r.episode_id, None if ff is None else ff.tool, None if ff is None else ff.reason
-            else:
+            else:  # as _read_records reads it: one record, or several merged on the line
                 try:
-                    eid, _, _, _, _, _, _, tool, reason = _fields(loads_record(raw))
+                    rows = _line_fields(raw)
                 except RecordError:
                     raise RecordError(changed.format("this line is no longer a record"), path=path, line=line_no) from None
+                for eid, _, _, _, _, _, _, tool, reason in rows:
+                    if len(ids) >= len(keys) or hash(eid) != keys[len(ids)]:
+                        raise RecordError(changed.format("another episode id on this line"), path=path, line=line_no)
+                    ids.append(eid)
+                    tools.append(tool)
+                    reasons.append(reason)
+                continue
             if len(ids) >= len(keys) or hash(eid) != keys[len(ids)]:
                 raise RecordError(changed.format("another episode id on this line"), path=path, line=line_no)
             ids.append(eid)
