@@ -72,6 +72,12 @@ SECRET_KEY_PARTS: Final = (
     "authorization", "cookie", "credential", "sessionid",
 )  # fmt: skip
 """Keys :func:`redact_secrets` masks when a key contains one of them (normalised: ``db_password``, ``X-API-Key``)."""
+NOT_SECRET_KEYS: Final = (
+    "maxtokens", "maxoutputtokens", "maxcompletiontokens", "maxnewtokens", "prompttokens", "completiontokens",
+    "totaltokens", "inputtokens", "outputtokens", "cachedtokens", "reasoningtokens", "numtokens", "tokencount",
+    "tokensused", "tokenusage", "tokenlimit", "tokenizer",
+)  # fmt: skip
+"""Keys :func:`redact_secrets` keeps although they contain ``token``: the counts of LLM usage payloads."""
 MIN_QUOTED_SECRET: Final = 4
 """A masked argument value shorter than this is not searched for in the call's texts (masking
 every ``42`` in a reason would garble it and show where the value was)."""
@@ -81,15 +87,18 @@ MAX_QUOTED_SECRETS: Final = 64
 _SEPARATORS: Final = str.maketrans("", "", "_-. \t")
 _SEEN_KEYS: Final = 4096
 _JSON_START: Final = re.compile(r"\s*[\[{]")
-_KEY: Final = re.compile(r"""(?P<q>["']?)(?P<key>[A-Za-z_][\w.\-]{0,63})(?P=q)[ \t]*[:=][ \t]*""")
-"""The ``key:`` or ``key=`` of a pair in text (the key quoted or not)."""
-_VALUE: Final = re.compile(
-    r""""(?:[^"\\\n]|\\.)*(?:"|$)|'(?:[^'\\\n]|\\.)*(?:'|$)"""
-    r"""|(?:(?i:bearer|basic|digest|token)[ \t]+)?[^\s"',;&}\])]+""",
-    re.MULTILINE,
+_KEY: Final = re.compile(
+    r"""(?<![\w.\-])(?P<q>\\?["']?)(?P<key>[A-Za-z_][\w.\-]{0,63}(?: [A-Za-z_][\w.\-]{0,63}){0,2})(?P=q)"""
+    r"""[ \t]*(?P<sep>[:=])[ \t]*"""
 )
-"""The value after a key: quoted (to its closing quote, or the end of a cut text) or bare
-(with an ``Authorization`` scheme word before it)."""
+"""The ``key:`` or ``key=`` of a pair in text: the key quoted, JSON-escaped (``\\"key\\"``) or
+bare, of up to three words (``API Key``), never starting inside a word."""
+_VALUE: Final = re.compile(
+    r"""\\"(?s:(?!\\").)*(?:\\"|\Z)|"(?s:[^"\\]|\\.)*(?:"|\Z)|'(?s:[^'\\]|\\.)*(?:'|\Z)"""
+    r"""|(?:(?i:bearer|basic|digest|token)[ \t]+)?[^\s"',;&}\])]+"""
+)
+"""The value after a key: quoted (to its closing quote, over lines, or to the end of a cut
+text), JSON-escaped-quoted, or bare (with an ``Authorization`` scheme word before it)."""
 _TOO_DEEP: Final = object()
 _NOT_JSON: Final = object()
 
@@ -120,13 +129,15 @@ def _decode(data: bytes | bytearray | memoryview) -> str:
 class KeyRedactor:
     """Masks the values of a set of keys (see :func:`redact_keys`)."""
 
-    __slots__ = ("_seen", "keys", "mask", "parts")
+    __slots__ = ("_seen", "keep", "keys", "mask", "parts")
 
-    def __init__(self, keys: Iterable[str], mask: str, parts: Iterable[str] = ()) -> None:
+    def __init__(self, keys: Iterable[str], mask: str, parts: Iterable[str] = (), keep: Iterable[str] = ()) -> None:
         self.keys: frozenset[str] = frozenset(normalise_key(k) for k in keys)
         """The keys, normalised (:func:`normalise_key`)."""
         self.parts: tuple[str, ...] = tuple(dict.fromkeys(normalise_key(p) for p in parts if p))
         """Normalised fragments: a key containing one is masked too."""
+        self.keep: frozenset[str] = frozenset(normalise_key(k) for k in keep)
+        """Keys a fragment would mask that are kept (``max_tokens``)."""
         self.mask = mask
         self._seen: dict[str, bool] = {}
         """Answers for keys met before (tools repeat their keys), at most :data:`_SEEN_KEYS` of them."""
@@ -144,7 +155,9 @@ class KeyRedactor:
         return self._masks(normalise_key(key))
 
     def _masks(self, normalised: str) -> bool:
-        return normalised in self.keys or any(part in normalised for part in self.parts)
+        if normalised in self.keys:
+            return True
+        return normalised not in self.keep and any(part in normalised for part in self.parts)
 
     def __call__(self, kind: ContentKind, value: Any) -> Any:
         """``value`` with the keys masked: in arguments and results, and in text (``key: value``,
@@ -156,6 +169,8 @@ class KeyRedactor:
         """
         if kind in ("arguments", "result"):
             return self._walk(value, 0)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            value = _decode(value)
         return self.scrub(value) if isinstance(value, str) else value
 
     def scrub(self, text: str, quoted: Iterable[str] = ()) -> str:
@@ -167,20 +182,29 @@ class KeyRedactor:
         out: list[str] = []
         pos = 0
         for m in _KEY.finditer(text):  # a key that is not masked consumes no value: its value may be a key
-            if m.start() < pos or not self.masks(m["key"]):
+            if m.start() < pos or not self._masks_words(m["key"]):
                 continue
             v = _VALUE.match(text, m.end())
             if v is None:
                 continue
-            value = v[0]
-            q = value[0] if value[0] in "'\"" else ""
-            closed = bool(q) and len(value) > 1 and value.endswith(q)
+            value, end = v[0], v.end()
+            q = value[:2] if value.startswith('\\"') else value[0] if value[0] in "'\"" else ""
+            closed = bool(q) and len(value) > len(q) and value.endswith(q)
+            if not q and m["sep"] == ":" and not text[text.rfind("\n", 0, m.start()) + 1 : m.start()].strip():
+                end = len(text) if (eol := text.find("\n", m.end())) < 0 else eol  # a header line: all its value
             out += (text[pos : m.end()], q, self.mask, q if closed else "")
-            pos = v.end()
+            pos = end
         if not out:
             return text
         out.append(text[pos:])
         return "".join(out)
+
+    def _masks_words(self, key: str) -> bool:
+        """Whether a key found in text is masked: the whole of it or its last words (``the API Key``)."""
+        if self.masks(key):
+            return True
+        words = key.split(" ")
+        return any(self.masks(" ".join(words[i:])) for i in range(1, len(words)))
 
     def quoted_in(self, arguments: Any) -> list[str]:
         """The texts of the values under masked keys in ``arguments``, longest first (what a call's texts may quote).
@@ -264,10 +288,10 @@ def redact_secrets(mask: str = "[REDACTED]") -> KeyRedactor:
 
     Masks keys equal to one of :data:`SECRET_KEYS` (``pin``, ``cvv``, ...) or containing one of
     :data:`SECRET_KEY_PARTS` (``password``, ``token``, ``api_key``, ``authorization``,
-    ``cookie``, ...), in every spelling. Add your own with
-    ``redact_keys("iban", *SECRET_KEYS, contains=SECRET_KEY_PARTS)``.
+    ``cookie``, ...), in every spelling, but not the token counts of :data:`NOT_SECRET_KEYS`
+    (``max_tokens``). Add your own with ``redact_keys("iban", *SECRET_KEYS, contains=SECRET_KEY_PARTS)``.
     """
-    return KeyRedactor(SECRET_KEYS, mask, SECRET_KEY_PARTS)
+    return KeyRedactor(SECRET_KEYS, mask, SECRET_KEY_PARTS, NOT_SECRET_KEYS)
 
 
 def _pairs(value: Any) -> Iterable[tuple[Any, Any]] | None:
@@ -324,7 +348,15 @@ class _Encoder:
             if parsed is not _NOT_JSON:
                 self.value(parsed, depth + 1)
                 return
-            s = self.keys.scrub(s[: _reach(self.room, self.quoted)], self.quoted)
+        self.plain(s)
+
+    def plain(self, s: str) -> None:
+        """Text that is not JSON to look inside: masked (with keys) as far as the room reaches."""
+        keys = self.keys
+        if keys is not None:
+            s, cut = _masked_head(keys, s, self.room + 1, self.quoted)
+            if cut:  # what was kept may end early (before a value at the cut): still past the room
+                s += keys.mask * (self.room // len(keys.mask or "x") + 2)
         self.text(s)
 
     def value(self, v: Any, depth: int) -> None:
@@ -380,7 +412,7 @@ class _Encoder:
                 if callable(dump) and not isinstance(v, type):
                     self.value(dump(mode="json"), depth + 1)
                 else:
-                    self.text(str(v))  # as json.dumps(default=str) did
+                    self.plain(str(v))  # as json.dumps(default=str) did
         finally:
             self.stack.discard(ident)
 
@@ -392,7 +424,7 @@ class _Encoder:
             if not first:
                 self.emit(", ")
             first = False
-            self.text(k if type(k) is str else _key_text(k))
+            self.plain(k if type(k) is str else _key_text(k))
             self.emit(": ")
             if keys is not None and keys.masks(k):
                 self.text(keys.mask)
@@ -421,19 +453,29 @@ def _cut_text(text: str, limit: int) -> str:
     return f"{text[:limit]}...[{len(text) - limit} more chars]"
 
 
-def _reach(limit: int, quoted: Sequence[str]) -> int:
-    """How much of a text to mask before cutting it at ``limit``: past the cut by the longest
-    quoted value and a ``key: value`` pair, so a value straddling the cut is masked, not kept in part."""
-    return limit + (len(quoted[0]) if quoted else 0) + 256
+def _masked_head(keys: KeyRedactor, text: str, limit: int, quoted: Sequence[str]) -> tuple[str, bool]:
+    """``text`` cut at ``limit`` and masked (:meth:`KeyRedactor.scrub`), and whether it was cut.
+
+    The cut comes first, so only ``limit`` characters are masked and a mask shorter than the
+    value it replaces cannot bring more of the text in; a quoted value that straddles the cut
+    is dropped whole (what is kept ends before it).
+    """
+    if len(text) <= limit:
+        return keys.scrub(text, quoted), False
+    cut, moved = limit, True
+    while moved:  # each move goes left: a value before it may straddle the new cut
+        moved = False
+        for secret in quoted:
+            start = text.find(secret, max(0, cut - len(secret) + 1), cut + len(secret) - 1)
+            if 0 <= start < cut:
+                cut, moved = start, True
+    return keys.scrub(text[:cut], quoted)[:limit], True
 
 
 def _scrubbed_cut(keys: KeyRedactor, text: str, limit: int, quoted: list[str]) -> str:
-    """``text`` masked (:meth:`KeyRedactor.scrub`) and cut at ``limit``; only what can reach the cut is read."""
-    reach = _reach(limit, quoted)
-    head = keys.scrub(text[:reach], quoted)
-    if len(text) <= reach:
-        return _cut_text(head, limit)
-    return f"{head[:limit]}...[{len(text) - limit} more chars]"
+    """``text`` masked and cut at ``limit`` (with ``...[N more chars]``)."""
+    head, cut = _masked_head(keys, text, limit, quoted)
+    return f"{head}...[{len(text) - limit} more chars]" if cut else head
 
 
 _FLAT_ITEMS: Final = 32

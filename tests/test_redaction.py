@@ -156,6 +156,73 @@ class TestKeyMasking:
         assert SECRET[:6] not in nested  # inside a value, at the cut, too
 
 
+class TestTextMaskingEdges:
+    """What review found the text masking let through: the cut, escaped quotes, headers, objects."""
+
+    @pytest.mark.parametrize("wrap", [lambda t: t, lambda t: {"log": [t]}], ids=["text", "inside-a-value"])
+    def test_a_masked_value_repeated_across_the_cut(self, wrap: Any) -> None:
+        """Masks are shorter than what they replace: none of the value may slide into what the cut keeps."""
+        from prefixmon.redaction import content_text, redact_secrets
+
+        password = "".join(chr(ord("a") + i % 26) for i in range(100)).upper()
+        text = ("x" * 37 + password) * 100
+        out = content_text("result", wrap(text), redact_secrets(), 4096, arguments={"password": password}) or ""
+        assert all(password[i : i + 6] not in out for i in range(95)), out[-200:]
+        assert out.count("[REDACTED]") >= 20 and out.endswith("chars]")
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            'upstream said {"req": "{\\"password\\": \\"%s\\"}"}',  # JSON inside a JSON string
+            "Cookie: theme=dark; sid=%s",  # a header line: all of its value
+            "Authorization: Basic dXNlcg== %s",
+            'password: "line1\n%s"',  # a quoted value over two lines
+            'password:"abc\\\n%s"',  # an escaped newline in it
+            "API Key: %s",  # a key of two words
+            "note\n  X-Api-Key:   %s  \nnext",
+        ],
+    )
+    def test_more_shapes_of_text(self, text: str) -> None:
+        from prefixmon.redaction import redact_secrets
+
+        out = redact_secrets()("error", text % SECRET)
+        assert SECRET not in out and M in out, out
+
+    def test_prose_with_colons_is_left_alone(self) -> None:
+        from prefixmon.redaction import redact_secrets
+
+        for text in ("Note: the meeting is at 10:30, see https://example.com/a?b=1", "order_id=o-1 status: shipped"):
+            assert redact_secrets()("reason", text) == text
+
+    def test_objects_written_as_text_and_keys_are_masked_too(self) -> None:
+        """A value recorded by its ``str()`` (an exception, a response object) and a mapping's keys are text too."""
+        from prefixmon.redaction import content_text, redact_secrets
+
+        class Response:
+            def __str__(self) -> str:
+                return f"password={SECRET}"
+
+        out = content_text("result", {"r": Response(), f"token={SECRET}": 1, "e": ValueError(f"api_key: {SECRET}")},
+                           redact_secrets(), 4096) or ""  # fmt: skip
+        assert SECRET not in out and out.count(M) >= 3, out
+        assert redact_secrets()("reason", f"token={SECRET}".encode()) == f"token={M}"  # bytes are text
+
+    def test_long_runs_cost_what_the_cap_reads(self) -> None:
+        """A masked argument of 1 MB and results of 1 MB: masking reads about the cap, not the megabytes."""
+        from prefixmon.redaction import content_text, redact_secrets
+
+        class Counting(str):
+            reads = 0
+
+            def __getitem__(self, key: Any) -> Any:
+                if isinstance(key, slice):
+                    Counting.reads += len(range(*key.indices(len(self))))
+                return str.__getitem__(self, key)
+
+        out = content_text("result", Counting("ab:" * 400_000), redact_secrets(), 4096, arguments={"password": "p" * 5})
+        assert out is not None and out.endswith("more chars]") and Counting.reads < 20_000
+
+
 class TestDefaultSecrets:
     """``redact_secrets()``, what ``capture_content=True`` masks unless told otherwise."""
 
@@ -170,7 +237,11 @@ class TestDefaultSecrets:
 
         assert redact_secrets()("arguments", {key: SECRET, "user": "ada"}) == {key: M, "user": "ada"}
 
-    @pytest.mark.parametrize("key", ["user", "amount", "query", "flight_id", "author", "keyword", "title"])
+    @pytest.mark.parametrize(
+        "key",
+        ["user", "amount", "query", "flight_id", "author", "keyword", "title", "max_tokens", "prompt_tokens",
+         "completion_tokens", "total_tokens", "input_tokens", "output_tokens", "max_completion_tokens"],
+    )  # fmt: skip
     def test_other_keys_are_kept(self, key: str) -> None:
         from prefixmon.redaction import redact_secrets
 
