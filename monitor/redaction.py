@@ -40,6 +40,7 @@ __all__ = (
     "MAX_DEPTH",
     "MAX_PARSED_CHARS",
     "MIN_QUOTED_SECRET",
+    "NOT_SECRET_KEYS",
     "SECRET_KEYS",
     "SECRET_KEY_PARTS",
     "ContentKind",
