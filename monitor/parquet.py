@@ -243,9 +243,7 @@ def export_records(
             if head[:4] == MAGIC:
                 yield from iter_parquet_records(p)
             elif _is_otlp(head):
-                from .otlp import read_otlp_records
-
-                yield from read_otlp_records(p, on_error=on_error)
+                yield from _otlp_records(os.fspath(p), on_error, errors)
             else:
                 yield from iter_records(p, on_error=on_error, errors=errors)
 
@@ -284,15 +282,23 @@ def _stream_records(name: str, on_error: Literal["raise", "skip"], errors: list[
             raise RecordError("a Parquet file must be read from a file, not a pipe", path=name, line=0)
         lines = itertools.chain(consumed, f)
         if _is_otlp(head):
-            from .otlp import iter_otlp_spans, records_from_spans
-
-            spans = list(iter_otlp_spans(name, on_error=on_error, errors=errors, lines=lines))
-            bad: list[BadLine] = []
-            yield from records_from_spans(spans, on_error=on_error, bad=bad)
-            if errors is not None:
-                errors.extend(bad)
+            yield from _otlp_records(name, on_error, errors, lines)
         else:
             yield from iter_records(name, on_error=on_error, errors=errors, lines=lines)
+
+
+def _otlp_records(
+    name: str, on_error: Literal["raise", "skip"], errors: list[BadLine] | None, lines: Iterable[bytes] | None = None
+) -> list[EpisodeRecord]:
+    """The episodes of OTLP traces; under ``skip``, bad lines and incomplete episodes go to ``errors``."""
+    from .otlp import iter_otlp_spans, records_from_spans
+
+    spans = list(iter_otlp_spans(name, on_error=on_error, errors=errors, lines=lines))
+    bad: list[BadLine] = []
+    records = records_from_spans(spans, on_error=on_error, bad=bad)
+    if errors is not None:
+        errors.extend(bad)
+    return records
 
 
 def is_parquet(path: str | os.PathLike[str]) -> bool:

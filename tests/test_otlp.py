@@ -6,6 +6,7 @@ import base64
 import contextlib
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,34 @@ class TestReader:
         errors: list[str] = []
         assert records_from_spans(spans, on_error="skip", errors=errors) == []
         assert "ep-1" in errors[0]
+
+    @pytest.mark.parametrize("through_a_pipe", [False, True])
+    def test_export_reports_what_it_skipped(self, tmp_path: Path, through_a_pipe: bool) -> None:
+        """``export --on-error skip`` of OTLP traces names every line and episode it left out, from a file or a pipe."""
+        pytest.importorskip("pyarrow")
+        from prefixmon.parquet import export_records
+
+        incomplete = _line()
+        del incomplete["resourceSpans"][0]["scopeSpans"][0]["spans"][1]  # a call span dropped
+        other = json.dumps(incomplete).replace("ep-1", "ep-2").replace("eee1eee1", "eee2eee2")  # another episode
+        text = json.dumps(_line()) + "\nnot json\n" + other + "\n"
+        path = tmp_path / "t.jsonl"
+        path.write_text(text)
+        source: Any = path
+        if through_a_pipe:
+            read_fd, write_fd = os.pipe()
+            os.write(write_fd, text.encode())
+            os.close(write_fd)
+            source = f"/dev/fd/{read_fd}"
+        errors: list[BadLine] = []
+        try:
+            written = export_records([source], tmp_path / "out.parquet", on_error="skip", errors=errors)
+        finally:
+            if through_a_pipe:
+                os.close(read_fd)
+        assert written == 1
+        assert [e.line for e in errors][:1] == [2] and len(errors) == 2, errors
+        assert "ep-2" in errors[1].message and "missing" in errors[1].message
 
     def test_wrong_shapes(self) -> None:
         """Non-OTLP objects and malformed fields get messages that say what is wrong."""
