@@ -40,7 +40,7 @@ import structlog
 from . import semconv as sc
 from ._log import STDLIB_LOGGER, get_logger
 from .observer import Observer
-from .redaction import Redactor, content_text, redact_secrets
+from .redaction import Redactor, content_text, redactor
 from .vocabulary import Decision
 
 if TYPE_CHECKING:
@@ -83,14 +83,12 @@ class LiveLog(Observer):
         redact: Redactor | Literal["secrets"] | None = "secrets",
         max_reason_chars: int = MAX_REASON_CHARS,
     ) -> None:
-        if isinstance(redact, str) and redact != "secrets":
-            raise ValueError(f"redact must be 'secrets', a hook or None, got {redact!r}")
         if max_reason_chars < 1:
             raise ValueError(f"max_reason_chars must be >= 1, got {max_reason_chars}")
         self._log = logger if logger is not None else get_logger()
         self.log_calls = log_calls
         self.include_reasons = include_reasons
-        self.redact: Redactor | None = redact_secrets() if redact == "secrets" else redact
+        self.redact = redactor(redact)
         self.max_reason_chars = max_reason_chars
 
     def call_finished(self, episode: Episode, action: ActionRecord, verdict: Verdict, token: Any) -> None:

@@ -53,6 +53,7 @@ __all__ = (
     "record_redactor",
     "redact_keys",
     "redact_secrets",
+    "redactor",
     "thaw",
 )
 
@@ -284,6 +285,19 @@ def redact_keys(*keys: str, contains: Iterable[str] = (), mask: str = "[REDACTED
     return KeyRedactor(keys, mask, contains)
 
 
+def redactor(redact: Redactor | Literal["secrets"] | None) -> Redactor | None:
+    """The hook a ``redact=`` option names: ``"secrets"`` is :func:`redact_secrets` (a new one), a hook or ``None`` itself.
+
+    Raises:
+        ValueError: another string.
+    """
+    if isinstance(redact, str):
+        if redact != "secrets":
+            raise ValueError(f"redact must be 'secrets', a hook or None, got {redact!r}")
+        return redact_secrets()
+    return redact
+
+
 def redact_secrets(mask: str = "[REDACTED]") -> KeyRedactor:
     """:func:`redact_keys` of common credential keys: what ``capture_content=True`` masks by default.
 
@@ -356,8 +370,9 @@ class _Encoder:
         keys = self.keys
         if keys is not None:
             s, cut = _masked_head(keys, s, self.room + 1, self.quoted)
-            if cut:  # what was kept may end early (before a value at the cut): still past the room
-                s += keys.mask * (self.room // len(keys.mask or "x") + 2)
+            if cut:  # what was kept may end early (before a value at the cut): the output ends here
+                self.text(s)
+                raise _Full
         self.text(s)
 
     def value(self, v: Any, depth: int) -> None:

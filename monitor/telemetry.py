@@ -57,7 +57,7 @@ from ._version import VERSION as _VERSION
 from .episode import current_episode
 from .observer import Observer
 from .plan import deviation_kind
-from .redaction import ContentKind, Redactor, content_text, redact_keys, redact_secrets
+from .redaction import ContentKind, Redactor, content_text, redact_keys, redact_secrets, redactor
 from .vocabulary import Cause, Decision
 
 if TYPE_CHECKING:
@@ -341,10 +341,8 @@ class Telemetry(Observer):
             raise ValueError(f"guardrail_events must be 'all' or 'non_pass', got {guardrail_events!r}")
         self.agent_name = agent_name
         self.enrich_current_span = enrich_current_span
-        if isinstance(redact, str) and redact != "secrets":
-            raise ValueError(f"redact must be 'secrets', a hook or None, got {redact!r}")
         self.capture_content = capture_content
-        self.redact: Redactor | None = redact_secrets() if redact == "secrets" else redact
+        self.redact = redactor(redact)
         self.max_content_chars = max_content_chars
         self.max_depth = max_depth
         self.metric_labels = tuple(metric_labels)
