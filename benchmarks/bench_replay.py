@@ -1,6 +1,6 @@
 """Replay throughput of ``prefixmon replay`` before and after issue 17's fixes. Not part of pytest.
 
-Run:  .venv/bin/python benchmarks/bench_replay.py [--rounds 5] [--quick]
+Run:  .venv/bin/python benchmarks/bench_replay.py [--rounds 5] [--quick] [--checkout 4c1261e [--instructions]]
 
 Each source is replayed through its ``prefixmon replay`` entry point (``SOURCE.replay`` of
 the BFCL source, ``AIRLINE.replay`` / ``RETAIL.replay`` of τ-bench: read the file, replay
@@ -35,6 +35,8 @@ the reproduction changes speed only. GC is on. Target: throughput >= 2x before.
 each round runs both programs in their own fresh processes on the same input files (one
 warm-up replay, then ``--repeat`` replays, median), alternating which goes first. Verdicts
 may differ where bugs were fixed since; the table counts the calls judged differently.
+With ``--instructions`` (needs valgrind), each program's replay is also counted in machine
+instructions, which do not move with the load of a shared machine the way time does.
 
 The last column is a profile, not a target: the share of the "after" time spent indexing
 results into the monitor's information pool (``TrackedState.ingest``, core code), measured
@@ -49,6 +51,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -260,23 +263,62 @@ class Checkout:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def run_side(case: Case, repeat: int, checkout: Checkout | None) -> tuple[float, list[Any]]:
-    """One fresh process replaying the case ``repeat`` times: median seconds and what it judged."""
+def _side_process(
+    case: Case, repeat: int, checkout: Checkout | None, wrapper: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """One fresh process (under ``wrapper``, e.g. valgrind) replaying the case after a warm-up, ``repeat`` times."""
     env = dict(os.environ)
     if checkout is not None:
         env["PYTHONPATH"] = str(checkout.path)
     out = case.request.out.with_suffix(".checkout.jsonl" if checkout else ".main.jsonl")
     files = [str(f) for f in case.request.files]
-    done = subprocess.run(
-        [sys.executable, "-c", SIDE, case.name, str(out), str(repeat), *files],
+    return subprocess.run(
+        [*wrapper, sys.executable, "-c", SIDE, case.name, str(out), str(repeat), *files],
         env=env,
         cwd=tempfile.gettempdir(),
         check=True,
         capture_output=True,
         text=True,
     )
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_side(case: Case, repeat: int, checkout: Checkout | None) -> tuple[float, list[Any]]:
+    """One fresh process replaying the case ``repeat`` times: median seconds and what it judged."""
+    answer = json.loads(_side_process(case, repeat, checkout).stdout.strip().splitlines()[-1])
     return answer["seconds"], answer["judged"]
+
+
+VALGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
+
+
+def replay_instructions(case: Case, checkout: Checkout | None) -> float:
+    """Machine instructions of one replay (valgrind): a process with 3 replays less one with 1, halved.
+
+    Both processes import, warm up and read their records the same way, so the difference
+    is two replays' work. Instructions are not time, but unlike time on a shared machine
+    they do not move between runs (see bench_instructions.py).
+    """
+    counts = []
+    for repeat in (1, 3):
+        stderr = _side_process(case, repeat, checkout, VALGRIND).stderr
+        found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
+        if found is None:
+            raise RuntimeError(f"no instruction count from valgrind:\n{stderr[-2000:]}")
+        counts.append(int(found.group(1).replace(",", "")))
+    return (counts[1] - counts[0]) / 2
+
+
+def instructions_checkout(cases: list[Case], checkout: Checkout) -> str:
+    """Instructions of one replay, this code against ``checkout``'s (one valgrind process pair each)."""
+    rev = checkout.rev
+    rows = [
+        f"| replay | calls | {rev}: instructions per call | main: instructions per call | main / {rev} (throughput) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for case in cases:
+        old, new = replay_instructions(case, checkout), replay_instructions(case, None)
+        rows.append(f"| {case.name} | {case.calls} | {old / case.calls:,.0f} | {new / case.calls:,.0f} | {old / new:.2f}x |")
+    return "\n".join(rows)
 
 
 def measure_checkout(cases: list[Case], checkout: Checkout, rounds: int, repeat: int) -> str:
@@ -329,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("bfcl", "tau-airline", "tau-retail"), action="append")
     parser.add_argument("--checkout", metavar="REV", help="also measure against the whole program at REV (e.g. 4c1261e)")
     parser.add_argument("--repeat", type=int, default=3, help="replays per process with --checkout (after one warm-up)")
+    parser.add_argument(
+        "--instructions", action="store_true", help="with --checkout: also count the instructions of one replay (needs valgrind)"
+    )
     args = parser.parse_args(argv)
     categories = ("base",) if args.quick else ("base", "miss_func", "miss_param", "long_context")
     limit = 20 if args.quick else None
@@ -353,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
             checkout = Checkout.make(args.checkout, root)
             try:
                 versus = measure_checkout(cases, checkout, rounds, args.repeat)
+                if args.instructions:
+                    versus += "\n\n" + instructions_checkout(cases, checkout)
             finally:
                 checkout.remove()
     print(text)

@@ -179,7 +179,7 @@ class TrackedState:
     # -- references -----------------------------------------------------------------------
     def bind(self, kind: str, value: Any, *, tool: str | None = None, depth: int | None = None) -> None:
         """Bind ``value`` as a current reference of ``kind`` (re-binding makes it current again)."""
-        key = _key(value)
+        key = value if type(value) is str else _key(value)  # (str inline: a frame less per id a result produces)
         if key is None:
             return
         kinds = self._bindings.get(key)
@@ -342,7 +342,8 @@ class TrackedState:
                 self._walk(v, k if isinstance(k, str) else None, produce, tool, level + 1, budget)
             return
         pool = self._pool
-        numbers = self._forms.numbers
+        forms = self._forms
+        numbers = forms.numbers
         left = budget[0]  # the budget as a local in this loop, handed over around a nested walk
         for k, v in items:  # the common children inline, a frame less each
             if left <= 0:
@@ -351,7 +352,13 @@ class TrackedState:
             if tv is str:
                 left -= 1
                 if v not in pool:
-                    self._pool_text(v)
+                    if " " in v or "\n" in v or len(v) > MAX_TOKENISED_LENGTH or self._pool_bytes >= MAX_POOL_BYTES:
+                        self._pool_text(v)
+                    else:  # a new token (an id, a name, a date), pooled as _add_words pools it
+                        pool.add(v)
+                        self._pool_bytes += len(v) + _ENTRY
+                        if not (v.isascii() and v.islower()) or v[:1] in TOKEN_START:  # else it has no forms
+                            forms.add_token(v)
                 if k in produce and isinstance(k, str):
                     self.bind(produce[k], v, tool=tool)
             elif (tv is int or (tv is float and v - v == 0.0)) and self._pool_bytes < MAX_POOL_BYTES:

@@ -48,7 +48,9 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
-result_scalars = json_scalars | st.sampled_from(["#W123 and 2024-05-01", "$1,234.50", "007", "12", "4245201809", "a " * 1001])
+result_scalars = json_scalars | st.sampled_from(
+    ["#W123 and 2024-05-01", "$1,234.50", "007", "12", "4245201809", "a " * 1001, "#w123", "2024-05-01t08:00", "Mia"]
+)
 result_values = st.recursive(
     result_scalars,
     lambda inner: (
@@ -270,6 +272,13 @@ class TestIndexing:
     @example(result={"ids": ["a", 1, None, True, 2.5, ["b"]]}, nesting=MAX_WALK_DEPTH - 1, kinds=_PRODUCE, room=None, items=None)
     @example(result={"ids": ["a", 1, 2, 3.5, "b c"], "n": 4}, nesting=0, kinds=_PRODUCE, room=170, items=None)
     @example(result={"x": [{"id": [1, {"id": 2}]}, 3], "id": "c"}, nesting=2, kinds=_PRODUCE, room=None, items=9)
+    @example(
+        result={"id": "#w123", "x": ["2024-05-01t08:00", "Mia", "mia", "a b", "x\ny"]},
+        nesting=0,
+        kinds=_PRODUCE,
+        room=None,
+        items=None,
+    )
     def test_json_shapes_are_indexed_as_any_mapping_or_sequence(
         self, result: Any, nesting: int, kinds: Any, room: int | None, items: int | None
     ) -> None:
