@@ -21,6 +21,7 @@ toolsets and environments. CLI (registered as the ``transcripts`` replay source)
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -51,6 +52,7 @@ __all__ = (
     "check_tool_calls",
     "error_text",
     "first_error",
+    "labelled_id",
     "load_json",
     "read_conversations",
     "read_tool_definitions",
@@ -59,6 +61,18 @@ __all__ = (
     "single_file",
     "transcript_from_messages",
 )
+
+
+def labelled_id(base: str, labels: Mapping[str, str]) -> str:
+    """``base`` with a digest of an episode's labels: deterministic, and different for each label set.
+
+    Replays that name episodes by their position in a file (``tau-retail-00000-task0-trial0``)
+    would give two models' files the same ids, and a report reading both would take the
+    second model's episodes for duplicates of the first. The same file replayed again with
+    the same labels gives the same ids, so a file given twice still shows as duplicates.
+    """
+    digest = hashlib.sha256(json.dumps(sorted(labels.items())).encode()).hexdigest()[:10]
+    return f"{base}-{digest}"
 
 
 class ReplayInputError(ValueError):

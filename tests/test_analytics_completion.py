@@ -153,6 +153,28 @@ class TestUnstable:
         assert (u.dataset, u.task_id, u.runs, dict(u.outcomes)) == ("bfcl", "t0", 2, {"success": 1, "failure": 1})
 
 
+def test_a_run_without_outcome_scores_as_a_failure_for_instability() -> None:
+    """Reruns disagree when their S / P / F results do: a run without an outcome (cancelled,
+    not judged) counts as F, as it does in success and completion (fixed cohort), so F and
+    no outcome agree and S and no outcome do not; the runs per outcome still say which it was."""
+
+    def run(task: str, i: int, outcome: Outcome | None) -> EpisodeRecord:
+        return build_record(
+            episode_id=f"{task}-{i}",
+            task_id=task,
+            labels={"model": "m"},
+            actions=[ActionRecord(depth=1, tool="lookup", executable=True)],
+            outcome=outcome,
+            started_at=NOW,
+            ended_at=NOW,
+        )
+
+    records = [run("t0", 0, Outcome.FAILURE), run("t0", 1, None), run("t1", 0, Outcome.SUCCESS), run("t1", 1, None)]
+    c = build_report(records, by=["model"], bootstrap=0).cohorts[0]
+    assert c.rerun_tasks == 2
+    assert [(u.task_id, dict(u.outcomes), u.mean) for u in c.unstable] == [("t1", {"success": 1, "none": 1}, 0.5)]
+
+
 def write_chapter_annotations(path: Path) -> Path:
     """The chapter's CAUSES table as a task-level JSON Lines annotation file."""
     with path.open("w", encoding="utf-8") as f:

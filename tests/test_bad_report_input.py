@@ -196,6 +196,27 @@ class TestReportCommand:
         assert "2 episode(s) read more than once, each counted once (first: 'e-1')" in out.err
         assert json.loads(out.out)["cohorts"][0]["n"] == 2
 
+    def test_strata_no_episode_has_is_an_error(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A mistyped --strata names the labels present, as a mistyped --by does; the default (dataset) may be absent."""
+        path = write(tmp_path / "r.jsonl", record_line("e-1", labels={"dataset": "d1", "model": "m"}))
+        for engine in ("python", "duckdb"):
+            source = path
+            if engine == "duckdb":
+                source = tmp_path / "r.parquet"
+                assert main(["export", str(path), "--out", str(source)]) == 0
+                capsys.readouterr()
+            assert main(["report", str(source), "--strata", "datset", "--engine", engine, "--bootstrap", "0"]) == 1
+            assert "no episode has the label 'datset' (labels present: dataset, model)" in capsys.readouterr().err
+        plain = write(tmp_path / "plain.jsonl", record_line("e-1"))
+        assert main(["report", str(plain), "--strata", "dataset", "--bootstrap", "0"]) == 0
+
+    def test_negative_seed_names_the_option(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        path = write(tmp_path / "r.jsonl", record_line())
+        with pytest.raises(SystemExit) as e:
+            main(["report", str(path), "--seed", "-1"])
+        assert e.value.code == 2
+        assert "--seed" in capsys.readouterr().err
+
     def test_input_too_deep_for_any_reader_is_an_error_message(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         path = write(tmp_path / "r.jsonl", record_line())
         ann = tmp_path / "ann.jsonl"

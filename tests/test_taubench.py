@@ -369,6 +369,27 @@ class TestReplay:
         assert all(r.first_failure and r.first_failure.cause == Cause.SCHEMA for r in records[1::2])
         assert "replayed 6 conversation(s)" in capsys.readouterr().out
 
+    def test_two_models_files_reported_together_keep_both(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Each model's file replayed on its own, then reported together: no episode is taken for another's duplicate.
+
+        Episode ids are deterministic (replaying the same file again gives the same ids), and
+        differ between label sets, so the second model's cohort is not dropped.
+        """
+        results = self._results_file(tmp_path)
+        outs: list[Path] = []
+        for model in ("m1", "m2", "m2"):  # m2 twice: the same input again is a duplicate
+            outs.append(tmp_path / f"{model}-{len(outs)}.jsonl")
+            args = [str(results), "--domain", "tau-retail", "--out", str(outs[-1]), "--label", f"model={model}"]
+            assert main(["replay", *args]) == 0
+        ids = [[r.episode_id for r in read_records(o)] for o in outs]
+        assert ids[1] == ids[2]
+        assert not set(ids[0]) & set(ids[1])
+        capsys.readouterr()
+        assert main(["report", *map(str, outs[:2]), "--format", "json", "--bootstrap", "0"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["duplicate_episodes"] == 0
+        assert sorted((c["key"]["model"], c["n"]) for c in report["cohorts"]) == [("m1", 6), ("m2", 6)]
+
     def test_bad_file_is_reported(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A rollout without a trajectory is reported with its position, exit code 1."""
         bad = tmp_path / "bad.json"

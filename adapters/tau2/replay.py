@@ -33,7 +33,7 @@ from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.records import write_records
 
 from ..taubench.replay import TauRollout
-from ..transcripts import ReplayInputError, first_error, load_json
+from ..transcripts import ReplayInputError, first_error, labelled_id, load_json
 from .env import Domain, Requestor, Tau2Env, load_tasks, silence_tau2_logs
 from .episodes import USER_ACTIONS, UserActions, step
 from .toolsets import toolset
@@ -182,10 +182,11 @@ async def replay_simulations(
         base = {"dataset": f"tau2-{domain}", "domain": f"tau2-{domain}", "trial": trial, "user_actions": user_actions}
         if results.model:
             base["model"] = results.model
+        episode_labels = {**base, **(labels or {})}
         async with monitor.episode(
             task_id=sim.task_id,
-            labels={**base, **(labels or {})},
-            episode_id=f"tau2-{domain}-{index:05d}-{sim.id or sim.task_id}",
+            labels=episode_labels,
+            episode_id=labelled_id(f"tau2-{domain}-{index:05d}-{sim.id or sim.task_id}", episode_labels),
             env=env,
             # A task without gold actions is done by answering (a refusal, an explanation).
             allows_no_tool=not (task.evaluation_criteria is not None and task.evaluation_criteria.actions),
@@ -209,10 +210,11 @@ async def replay_v1(
     for index, rollout in enumerate(rollouts):
         trial = "0" if rollout.trial is None else str(rollout.trial)
         env = Tau2Env(domain)
+        episode_labels = {"dataset": f"tau-{domain}", "domain": f"tau2-{domain}", "trial": trial, **(labels or {})}
         async with monitor.episode(
             task_id=str(rollout.task_id),
-            labels={"dataset": f"tau-{domain}", "domain": f"tau2-{domain}", "trial": trial, **(labels or {})},
-            episode_id=f"tau-v1-on-tau2-{domain}-{index:05d}-task{rollout.task_id}-trial{trial}",
+            labels=episode_labels,
+            episode_id=labelled_id(f"tau-v1-on-tau2-{domain}-{index:05d}-task{rollout.task_id}-trial{trial}", episode_labels),
             env=env,
         ) as ep:
             await _replay_messages(ep, env, rollout.traj, "include")

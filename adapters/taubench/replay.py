@@ -125,7 +125,7 @@ async def replay_tau(
         async with monitor.episode(
             task_id=str(rollout.task_id),
             labels=episode_labels,
-            episode_id=f"tau-{domain}-{index:05d}-task{rollout.task_id}-trial{trial}",
+            episode_id=_t.labelled_id(f"tau-{domain}-{index:05d}-task{rollout.task_id}-trial{trial}", episode_labels),
             env=Sandbox(domain, data=data, replica=True),
         ) as ep:
             stats = await _t.replay_messages(ep, rollout.traj)

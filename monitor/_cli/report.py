@@ -64,7 +64,7 @@ class ReportCommand:
             metavar="N",
             help="bootstrap resamples, 0 to skip (default: 10000)",
         )
-        parser.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default: 0)")
+        parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="bootstrap seed (default: 0)")
         parser.add_argument("--confidence", type=level, default=0.95, metavar="LEVEL", help="interval level (default: 0.95)")
         parser.add_argument(
             "--strata",

@@ -211,7 +211,9 @@ def unstable_tasks(
     group_cohort = groups // n_units
     for c, n in zip(*np.unique(group_cohort[runs >= 2], return_counts=True), strict=True):
         rerun[int(c)] = int(n)
-    picked = np.flatnonzero((runs >= 2) & ((counts > 0).sum(axis=1) >= 2))
+    # reruns disagree when their S / P / F results do: no outcome counts as F (its score, 0)
+    results = (counts[:, 0] > 0).astype(np.int8) + (counts[:, 1] > 0) + ((counts[:, 2] + counts[:, 3]) > 0)
+    picked = np.flatnonzero((runs >= 2) & (results >= 2))
     if not picked.size:
         return [none] * n_cohorts, rerun
     picked_units = groups[picked] % n_units

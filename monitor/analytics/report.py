@@ -55,6 +55,7 @@ __all__ = (
 
 SCHEMA: Final = "prefixmon.report/1"
 DEFAULT_BY: Final[tuple[str, ...]] = ("dataset", "model", "method")
+_DEFAULT_STRATA: Final = "dataset"
 DEFAULT_CHECKPOINTS: Final[tuple[int, ...]] = (1, 2, 3, 4, 6, 8, 10)
 """Depths of the PEC checkpoint table (appendix G.1 style)."""
 DEFAULT_RESAMPLES: Final = 10_000
@@ -330,6 +331,27 @@ def _nan_to_none(x: float) -> float | None:
     return None if math.isnan(x) else float(x)
 
 
+def resolve_labels(present: Sequence[str], by: Sequence[str] | None, strata: str | None) -> tuple[tuple[str, ...], str | None]:
+    """The cohort keys and the strata label of a report, given the label keys some episode has.
+
+    ``by`` defaults to those of :data:`DEFAULT_BY` present. The default strata label
+    (``dataset``) is dropped when no episode has it (one stratum); any other label no episode
+    has is an error, as an unknown ``by`` key is (a typo must not silently change the intervals).
+
+    Raises:
+        ValueError: a ``by`` key or a strata label that no episode has.
+    """
+    keys = tuple(by) if by is not None else tuple(k for k in DEFAULT_BY if k in present)
+    missing = [k for k in keys if k not in present]
+    if strata is not None and strata not in present:
+        if strata != _DEFAULT_STRATA:
+            missing.append(strata)
+        strata = None
+    if missing:
+        raise ValueError(f"no episode has the label {missing[0]!r} (labels present: {', '.join(present) or 'none'})")
+    return keys, strata
+
+
 def build_report(
     source: EpisodeColumns | Iterable[EpisodeRecord] | str | os.PathLike[str],
     *,
@@ -338,7 +360,7 @@ def build_report(
     seed: int = 0,
     confidence: float = 0.95,
     checkpoints: Sequence[int] = DEFAULT_CHECKPOINTS,
-    strata: str | None = "dataset",
+    strata: str | None = _DEFAULT_STRATA,
     compare: Sequence[str | tuple[Mapping[str, str], Mapping[str, str]]] = (),
     annotations: Sequence[Annotation] | str | os.PathLike[str] | None = None,
     skipped: Sequence[BadLine] = (),
@@ -358,7 +380,8 @@ def build_report(
         seed: seed of the bootstrap (nothing else in the report is random).
         confidence: interval level.
         checkpoints: PEC depths reported with intervals.
-        strata: label key within whose values tasks are resampled (``None``: one stratum).
+        strata: label key within whose values tasks are resampled (``None``: one stratum;
+            the default, ``dataset``, is one stratum when no episode has it).
         compare: pairs of cohort selectors, e.g. ``"method=dual_loop,method=react"`` or
             ``({"method": "dual_loop"}, {"method": "react"})``; each pair compares every
             two cohorts that match its sides and agree on the other keys, on the tasks both ran.
@@ -367,7 +390,7 @@ def build_report(
         progress: bootstrap progress callback ``(done, total)``.
 
     Raises:
-        ValueError: an unknown ``by`` key, a ``compare`` spec with an unknown key or value or
+        ValueError: an unknown ``by`` key or ``strata`` label, a ``compare`` spec with an unknown key or value or
             that matches no pair of cohorts, a bad checkpoint or level, or no episodes.
     """
     if isinstance(source, EpisodeColumns):
@@ -379,11 +402,7 @@ def build_report(
     columns, again = distinct_episodes(columns)
     if not len(columns):
         raise ValueError("no episodes to report on")
-    present = columns.label_keys()
-    keys = tuple(by) if by is not None else tuple(k for k in DEFAULT_BY if k in present)
-    for k in keys:
-        if k not in present:
-            raise ValueError(f"no episode has the label {k!r} (labels present: {', '.join(present) or 'none'})")
+    keys, strata = resolve_labels(columns.label_keys(), by, strata)
     cps = tuple(sorted(set(checkpoints)))
     if any(k < 1 for k in cps):
         raise ValueError(f"checkpoints must be depths >= 1, got {list(checkpoints)}")
@@ -392,8 +411,6 @@ def build_report(
     if bootstrap < 0:
         raise ValueError(f"bootstrap must be >= 0 resamples, got {bootstrap}")
     pairs = [_parse_pair(c, keys) for c in compare]
-    if strata is not None and strata not in present:
-        strata = None
 
     grouping = group(columns, keys, strata)
     _check_values(pairs, keys, grouping.cohort_keys)

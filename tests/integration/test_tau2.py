@@ -167,6 +167,22 @@ class TestReplay:
         assert not record.executable and record.first_failure is not None
         assert record.first_failure.cause is Cause.DEPENDENCY and record.actions[record.fed - 1].error is not None
 
+    def test_label_sets_get_their_own_episode_ids(self, tmp_path: Path) -> None:
+        """One results file replayed under two label sets (and a v1 trajectory file too): ids differ
+        between the sets, so a report of both keeps both cohorts; the same labels give the same ids."""
+        ok = results_file(tmp_path / "ok.json", "airline", ["0", "1"])
+        v1 = tmp_path / "v1.json"
+        rollout = {"task_id": 4, "trial": 0, "reward": 1.0, "info": {}, "traj": [{"role": "user", "content": "hi"}]}
+        v1.write_text(json.dumps([rollout]))
+        for path in (ok, v1):
+            ids = []
+            for i, method in enumerate(("a", "b", "b")):
+                out = tmp_path / f"{path.stem}-{i}.jsonl"
+                args = ["--domain", "tau2-airline", str(path), "--out", str(out), "--label", f"method={method}"]
+                assert main(["replay", *args]) == 0
+                ids.append([r.episode_id for r in read_records(out)])
+            assert ids[1] == ids[2] and not set(ids[0]) & set(ids[1])
+
     def test_telecom_user_actions_excluded_by_label(self, tmp_path: Path) -> None:
         """--label user_actions=exclude keeps the user's calls out of the actions."""
         task = next(t for t in load_tasks("telecom") if any(a.requestor == "user" for a in t.evaluation_criteria.actions))

@@ -43,13 +43,13 @@ from ..completion import UnstableTask
 from ..metrics import auc_scale
 from ..report import (
     BOOTSTRAPPED,
-    DEFAULT_BY,
     DEFAULT_CHECKPOINTS,
     CohortReport,
     Decomposition,
     Estimate,
     RecoveryRate,
     Report,
+    resolve_labels,
 )
 
 __all__ = ("POISSON_MAX", "Backend", "Dialect", "poisson_thresholds", "sql_report")
@@ -158,12 +158,7 @@ def sql_report(
             )
         )
     )
-    keys = tuple(by) if by is not None else tuple(k for k in DEFAULT_BY if k in present)
-    for k in keys:
-        if k not in present:
-            raise ValueError(f"no episode has the label {k!r} (labels present: {', '.join(present) or 'none'})")
-    if strata is not None and strata not in present:
-        strata = None
+    keys, strata = resolve_labels(present, by, strata)
 
     key_cols = [f"labels[{_quote(k)}] AS k{i}" for i, k in enumerate(keys)]
     kc = [f"k{i}" for i in range(len(keys))]
@@ -280,7 +275,8 @@ def sql_report(
             f"SELECT cid, COUNT(*), SUM(CASE WHEN runs >= 2 THEN 1 ELSE 0 END) FROM ({per_task}) t GROUP BY cid"
         )
     }
-    distinct_outcomes = " + ".join(f"CASE WHEN o{j} > 0 THEN 1 ELSE 0 END" for j in range(4))
+    # reruns disagree when their S / P / F results do: no outcome (o3) counts as F (o2)
+    distinct_outcomes = " + ".join(f"CASE WHEN {n} > 0 THEN 1 ELSE 0 END" for n in ("o0", "o1", "o2 + o3"))
     unstable: dict[int, list[UnstableTask]] = {c: [] for c in range(n_cohorts)}
     names = (*(o.value for o in Outcome), "none")
     for cid, ds, task_id, runs, o0, o1, o2, o3, tot, sq in backend.query(
