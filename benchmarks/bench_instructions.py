@@ -49,6 +49,9 @@ SIDES: Final[dict[str, tuple[str, int]]] = {
     "call inside the cheapest span, SDK on (floor)": ("a call", 2000),
     "call, Telemetry with the SDK on": ("a call", 2000),
     "indexing a τ-retail result (information pool)": ("a result", 300),
+    "pydantic TypeAdapter validation of ping's arguments": ("a validation", 5000),
+    "bare await of the tool": ("an await", 5000),
+    "5 bare awaits of the tool": ("five awaits", 1000),
 }
 
 
@@ -154,6 +157,23 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
                 state, current = TrackedState(), run
             state.ingest(content, produce=produce, tool=tool)
 
+    reference = hot.ping_reference()
+    ping = tools["ping"].func
+    assert ping is not None
+
+    async def validations(n: int) -> None:  # as bench_hot_path's section 6 validates
+        validate, args = reference.validate_python, {"n": 7}
+        for _ in range(n):
+            validate(args)
+
+    def awaits(calls: int) -> Callable[[int], Awaitable[None]]:
+        async def run(n: int) -> None:  # bench_hot_path's bare_side, without its clock reads
+            for _ in range(n):
+                for i in range(calls):
+                    await ping(n=i)
+
+        return run
+
     sides: dict[str, Callable[[int], Awaitable[None]]] = {
         "episode x5, no telemetry": episodes(Monitor(tools, policy="block"), 5),
         "episode x5, Telemetry() without an SDK": episodes(Monitor(tools, policy="block", observers=[Telemetry()]), 5),
@@ -170,6 +190,9 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
             Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=provider, meter_provider=meters)])
         ),
         "indexing a τ-retail result (information pool)": pool,
+        "pydantic TypeAdapter validation of ping's arguments": validations,
+        "bare await of the tool": awaits(1),
+        "5 bare awaits of the tool": awaits(5),
     }
     return sides[name]
 
@@ -260,7 +283,14 @@ def main() -> int:
         ir["call inside the cheapest span, SDK on (floor)"],
         ir["call, Telemetry with the SDK on"],
     )
+    validation = ir["pydantic TypeAdapter validation of ping's arguments"]
+    call_overhead = call - ir["bare await of the tool"]
+    episode_overhead = e5 - ir["5 bare awaits of the tool"]
     rows = [
+        ("checked call overhead / pydantic TypeAdapter validation of the same arguments (target <= 6x)",
+         f"{call_overhead:,.0f} / {validation:,.0f}", f"{call_overhead / validation:.2f}x"),
+        ("5-call episode overhead (open, calls, finish, close) / that validation (target <= 45x)",
+         f"{episode_overhead:,.0f}", f"{episode_overhead / validation:.1f}x"),
         ("5-call episode, no telemetry", f"{e5:,.0f}", ""),
         ("  Telemetry() without an SDK / no telemetry", f"{ir['episode x5, Telemetry() without an SDK']:,.0f}",
          f"{ir['episode x5, Telemetry() without an SDK'] / e5:.3f}x"),
