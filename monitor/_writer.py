@@ -13,9 +13,9 @@ descriptor opened with ``O_APPEND`` and kept open. Policy, in the order things h
   ``write`` returns the lines are in the operating system: a crash or SIGKILL of the
   process cannot lose them. ``fsync=True`` also syncs after every batch (survives power
   loss; costs one disk flush per batch, not per record).
-* **Fresh lines**: when it opens the file and after a failed write the writer looks at the
-  file's last byte; when a write was cut short (disk full, a file-size limit, a crash), the
-  next batch starts with a newline, so a fragment never swallows the next record. A write the
+* **Fresh lines**: before every batch the writer looks at the file's last byte; when a write
+  was cut short (disk full, a file-size limit, a crash, also another process's), the next
+  batch starts with a newline, so a fragment never swallows the next record. A write the
   writer itself cut short is completed in place when the file has not moved on.
 * **Rotation**: before a batch the path's device and inode are compared with the open
   file's (one ``stat``, as ``logging.handlers.WatchedFileHandler`` does); a moved or
@@ -29,7 +29,8 @@ descriptor opened with ``O_APPEND`` and kept open. Policy, in the order things h
   permanent error (read-only, permission, file too large) stops the drain at once. What
   could not be written is counted as lost and logged.
 * **Threads**: one per sink, started on the first line (and again after ``fork`` in the
-  child). If a thread cannot be started (a pids limit), lines stay queued, starting is
+  child; a multiprocessing child, which ends with ``os._exit``, flushes it in multiprocessing's
+  exit hook). If a thread cannot be started (a pids limit), lines stay queued, starting is
   retried on later lines, and ``flush``/``close`` write them from the calling thread.
 """
 
@@ -39,6 +40,7 @@ import contextlib
 import errno
 import os
 import stat
+import sys
 import threading
 import time
 import weakref
@@ -154,7 +156,7 @@ class LineWriter:
         self._fd: int | None = None
         self._identity: tuple[int, int] = (0, 0)
         self._clean = True
-        """The file ends with a newline (checked at open and after a failed write)."""
+        """Our last write ended with a newline (the file's last byte is also checked before every batch)."""
         self._failing = False
         self._users = 0
         with contextlib.suppress(OSError):  # counted and logged by _open; the writer retries
@@ -349,8 +351,8 @@ class LineWriter:
                 fd = self._open()
                 if cut and _where(fd) != cut_at:
                     cut = 0  # the file moved on (rotated, appended to): the fragment stays, the line starts afresh
-                if not cut and not self._clean:
-                    prefix = b"\n"  # an earlier write was cut short: never append to its fragment
+                if not cut and not (self._clean and _ends_cleanly(fd)):
+                    prefix = b"\n"  # a write was cut short (ours, or another process's): never append to its fragment
                 head = prefix + lines[first][cut:]
                 done, error = _write_all(fd, b"".join([head, *lines[first + 1 :]]))
             except OSError as e:
@@ -527,6 +529,30 @@ def _after_fork_in_child() -> None:
     _LIVE_LOCK = threading.Lock()  # another thread may have held it at the fork
     for w in list(_LIVE.values()):
         w._after_fork()
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None and _LIVE:  # perhaps a multiprocessing worker: it ends with os._exit, no atexit
+        util.register_after_fork(_EXIT_HOOK, _flush_when_the_worker_ends)
+
+
+class _Hook:
+    """(An object multiprocessing's after-fork registry can hold a weak reference to.)"""
+
+
+_EXIT_HOOK: Final = _Hook()
+
+
+def _flush_when_the_worker_ends(_: object) -> None:
+    """In a multiprocessing child, after it cleared the finalizers inherited from the parent:
+    flush every writer when the child ends (its ``_exit_function`` runs finalizers, then
+    ``os._exit``), so that the records a worker queued last are in the file."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util.Finalize(None, _flush_live, exitpriority=0)
+
+
+def _flush_live() -> None:
+    for w in list(_LIVE.values()):
+        w.flush(w.drain_timeout)
 
 
 if hasattr(os, "register_at_fork"):

@@ -876,14 +876,11 @@ class Episode:
         """
         if self.record is not None:
             return self.record
-        record = self._close(status, error)
-        try:
-            if self._hooks.finishing:
-                self._hooks.finish_episode(self, record, self._host_fault)
-        finally:  # an observer raising KeyboardInterrupt must not cost the record
-            rest = self.monitor.deliver_now(self, record)  # (no coroutine without a sink or with a JSON Lines one)
-            if rest is not None:
-                await rest
+        record, rest, interrupt = self._end(status, error)
+        if rest is not None:  # (no coroutine without a sink or with a JSON Lines one)
+            await rest
+        if interrupt is not None:
+            raise interrupt
         return record
 
     def close_sync(self, status: Status = "finished", error: str | None = None) -> EpisodeRecord | Awaitable[EpisodeRecord]:
@@ -899,14 +896,40 @@ class Episode:
         """
         if self.record is not None:
             return self.record
-        record = self._close(status, error)
-        rest: Awaitable[None] | None = None
+        record, rest, interrupt = self._end(status, error)
+        if rest is not None:
+            return _then(rest, record, interrupt)
+        if interrupt is not None:
+            raise interrupt
+        return record
+
+    def _end(self, status: Status, error: str | None) -> tuple[EpisodeRecord, Awaitable[None] | None, BaseException | None]:
+        """Build the record, tell the observers and hand the record to the sink.
+
+        An interrupt (KeyboardInterrupt, SystemExit) landing anywhere in this must not cost the
+        record: the step it cut short is done once more, and the interrupt is returned, for the
+        caller to raise once the record is delivered. (Cut short at the very moment a line was
+        queued, the record may be written twice; readers count an episode id once.)
+        """
+        interrupt: BaseException | None = None
+        try:
+            record = self._close(status, error)
+        except BaseException as e:
+            if self.record is None:  # interrupted while it was built: build it again (an error here propagates)
+                self._close(status, error)
+            assert self.record is not None
+            record, interrupt = self.record, e
         try:
             if self._hooks.finishing:
                 self._hooks.finish_episode(self, record, self._host_fault)
-        finally:  # an observer raising KeyboardInterrupt must not cost the record
+        except BaseException as e:  # an observer raising KeyboardInterrupt
+            interrupt = interrupt or e
+        try:
             rest = self.monitor.deliver_now(self, record)
-        return record if rest is None else _then(rest, record)
+        except BaseException as e:  # interrupted while it was handed off: hand it off again
+            interrupt = interrupt or e
+            rest = self.monitor.deliver_now(self, record)
+        return record, rest, interrupt
 
     def _close(self, status: Status, error: str | None) -> EpisodeRecord:
         if self._open:
@@ -974,9 +997,11 @@ def _action(
     )
 
 
-async def _then(delivery: Awaitable[None], record: EpisodeRecord) -> EpisodeRecord:
-    """Await a record's delivery, then give the record."""
+async def _then(delivery: Awaitable[None], record: EpisodeRecord, interrupt: BaseException | None = None) -> EpisodeRecord:
+    """Await a record's delivery, then give the record (or raise the interrupt that came while it was built)."""
     await delivery
+    if interrupt is not None:
+        raise interrupt
     return record
 
 

@@ -42,6 +42,7 @@ from prefixmon import (
     read_records,
 )
 from prefixmon.otel_setup import configure_otel
+from prefixmon.records import build_record
 from prefixmon.telemetry import Telemetry
 
 SECRET = "s3cr3t-in-an-exception-message"
@@ -592,6 +593,50 @@ class TestHooks:
                 await ep.call("remove_contact", {"person_id": "ghost"})
         assert ep.record is not None and ep.record.status == "error"
         assert ep.record.actions[0].decision is Decision.BLOCK
+
+
+class _OnceInterrupted:
+    """``func``, but the first call raises KeyboardInterrupt, as a Ctrl-C landing there would."""
+
+    def __init__(self, func: Any) -> None:
+        self.func, self.fired = func, False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+        return self.func(*args, **kwargs)
+
+
+class TestInterruptedWhileClosing:
+    """A Ctrl-C that lands while the record is built or handed to the sink still leaves the record."""
+
+    @pytest.mark.parametrize("where", ["prefixmon.episode.build_record", "prefixmon.records.record_line"])
+    async def test_jsonl_sink(self, tools: Toolset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+        path = tmp_path / "r.jsonl"
+        monitor = Monitor(tools, sink=path)
+        module, _, name = where.rpartition(".")
+        interrupted = _OnceInterrupted(getattr(sys.modules[module], name))
+        monkeypatch.setattr(where, interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            async with monitor.episode(task_id="t") as ep:
+                await ep.call("add_contact", {"name": "Ann"})
+        assert interrupted.fired
+        (record,) = read_records(path)
+        assert record.task_id == "t" and record.horizon == 1 and ep.record is not None
+
+    async def test_callable_sink(self, tools: Toolset, monkeypatch: pytest.MonkeyPatch) -> None:
+        got: list[Any] = []
+
+        async def sink(record: Any) -> None:
+            got.append(record)
+
+        monitor = Monitor(tools, sink=sink)
+        monkeypatch.setattr("prefixmon.episode.build_record", _OnceInterrupted(build_record))
+        with pytest.raises(KeyboardInterrupt):
+            async with monitor.episode(task_id="t"):
+                pass
+        assert [r.task_id for r in got] == ["t"]
 
 
 @pytest.fixture(autouse=True)

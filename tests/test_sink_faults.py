@@ -249,6 +249,22 @@ class TestFreshLines:
         assert len(records) == 2  # before the fix the new record was glued to the fragment and lost
         assert [(e.line, e.truncated) for e in errors] == [(2, False)]
 
+    def test_fragment_another_writer_leaves_while_the_sink_is_open(self, tmp_path: Path) -> None:
+        """Another process dies mid-write after this sink opened the file: this sink's next record
+        still starts on a new line (the file's last byte is checked before every batch)."""
+        path = tmp_path / "r.jsonl"
+        good = dumps_record(make([]))
+        with JsonlSink(path) as sink:
+            sink.submit(make([]))
+            assert sink.flush(5.0)
+            with path.open("a") as other:  # a writer killed mid-write, as another process
+                other.write(good[:57])
+            sink.submit(make([]))
+        errors: list[BadLine] = []
+        records = list(iter_records(path, on_error="skip", errors=errors))
+        assert len(records) == 2
+        assert [(e.line, e.truncated) for e in errors] == [(2, False)]
+
     def test_file_size_limit_then_a_new_process(self, tmp_path: Path) -> None:
         """`ulimit -f` cuts writes short: the loss is counted and logged; the next process's record starts afresh."""
         path = tmp_path / "r.jsonl"
@@ -471,3 +487,44 @@ class TestOtlpFileRotation:
         otel.shutdown()
         assert len(read_otlp_records(tmp_path / "t.otlp.jsonl.1")) == 3
         assert len(read_otlp_records(traces)) == 2
+
+
+_FORKED_MONITOR: list[Monitor] = []
+"""The monitor a forked worker process inherits from the test (module level: the fork copies it)."""
+
+
+def _forked_worker(i: int) -> None:
+    async def run() -> None:
+        async with _FORKED_MONITOR[0].episode(task_id=f"w{i}"):
+            pass
+
+    anyio.run(run)  # the record is queued as the worker returns; multiprocessing then ends it with os._exit
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+class TestForkedWorkers:
+    """A monitor made before a fork, used in multiprocessing's forked workers."""
+
+    def test_worker_records_are_written_before_the_worker_exits(self, tmp_path: Path) -> None:
+        """multiprocessing ends its children with os._exit (no atexit): the child's writer is
+        flushed by multiprocessing's own exit hook, so the last record of each worker is kept."""
+        import multiprocessing
+
+        path = tmp_path / "r.jsonl"
+        monitor = Monitor(_tools(), sink=path)
+        _FORKED_MONITOR[:] = [monitor]
+        try:
+            context = multiprocessing.get_context("fork")
+            workers = [context.Process(target=_forked_worker, args=(i,)) for i in range(4)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join(30)
+            assert [w.exitcode for w in workers] == [0, 0, 0, 0]
+            pool = context.Pool(2)
+            pool.map(_forked_worker, range(4, 12))
+            pool.close()  # (terminate(), what leaving `with Pool()` does, kills the workers with SIGTERM)
+            pool.join()
+        finally:
+            _FORKED_MONITOR.clear()
+        assert sorted(r.task_id for r in read_records(path)) == sorted(f"w{i}" for i in range(12))
