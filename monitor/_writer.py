@@ -184,6 +184,11 @@ class LineWriter:
         """A thread is writing a batch taken off the queue."""
         self._pid = os.getpid()
 
+    @property
+    def failing(self) -> bool:
+        """Whether the last attempt to open or write the file failed (until a write succeeds)."""
+        return self._failing
+
     # -- the hand-off (any thread, never blocks on I/O) ----------------------------------------
     def put(self, line: bytes) -> bool:
         """Queue one complete line (ending in a newline); ``False`` when it was dropped."""

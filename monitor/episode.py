@@ -63,6 +63,10 @@ class EpisodeHost(Protocol):
         """Whether a monitor-internal error blocks the call."""
 
     @property
+    def sink_failing(self) -> bool:
+        """Whether records cannot be kept now (fail-closed blocks calls meanwhile)."""
+
+    @property
     def intervention(self) -> Intervention:
         """Carries out the policy on calls that are not executable."""
 
@@ -496,6 +500,15 @@ class Episode:
             parsed = {}
         return Verdict(tool=name, call_id=call_id, depth=depth, executable=True, args=parsed if isinstance(parsed, dict) else {})
 
+    def _unkept(self, name: str, call_id: str | None, depth: int, observer_failed: bool) -> Verdict:
+        """Fail-closed, the verdict of a call the monitor cannot watch: an observer (an exporter)
+        failed while it was admitted, or the sink cannot keep records."""
+        why = "an observer failed while it was admitted" if observer_failed else "records cannot be kept (the sink is failing)"
+        failure = Failure(
+            cause=Cause.PRECONDITION, code="monitor_fault", reason=f"{name} was not run: {why}, and the monitor is fail-closed"
+        )
+        return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
+
     def _with_faults(self, verdict: Verdict, name: str) -> Verdict:
         """A verdict whose rules faulted: the faults reported; fail-closed blocks the call."""
         for fault in verdict.faults:
@@ -563,12 +576,16 @@ class Episode:
         token: tuple[Any, ...] | None = None
         verdict: Verdict | None = None
         try:
+            faults = self.internal_errors
             if self._hooks.any:
                 token = self._hooks.call_started(self, name, call_id, depth)
             spec = self.monitor.toolset.get(name)
-            if spec is not None and spec.probes:
+            if self.monitor.fail_closed and (self.internal_errors != faults or self.monitor.sink_failing):
+                verdict = self._unkept(name, call_id, depth, self.internal_errors != faults)
+            elif spec is not None and spec.probes:
                 return self._guarded(self._probed(spec, name, args, depth, call_id, token), name, call_id, depth, token)
-            verdict = self._judge(name, args, depth, call_id, spec)
+            else:
+                verdict = self._judge(name, args, depth, call_id, spec)
             if verdict.executable and not verdict.undetermined:  # the common case, without _decide
                 if token is None:  # and no observer: _pending inlined
                     pending = self._open[depth] = PendingCall(self, verdict, args, verdict.args, _ALLOW, None, spec)  # type: ignore[arg-type]

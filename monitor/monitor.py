@@ -65,9 +65,10 @@ class Monitor:
             ``replan_timeout`` seconds, falls back to block.
         escalate: ``async (verdict, call) -> Approve | Edit | Deny``; required when the
             policy can escalate. No answer within ``escalate_timeout`` seconds denies.
-        failure_mode: what a monitor-internal error (a precondition that raises, say) does to
-            the call: ``"fail_open"`` lets it through, ``"fail_closed"`` blocks it. Either
-            way the error is counted and logged.
+        failure_mode: what a monitor-internal error (a precondition that raises, an observer
+            or exporter failing while a call is admitted, a sink that cannot keep records) does
+            to the call: ``"fail_open"`` lets it through, ``"fail_closed"`` blocks it (while
+            the sink is failing, every call). Either way the error is counted and logged.
         sink: receives each finished :class:`EpisodeRecord`: a path (a :class:`JsonlSink`
             is made for it, whose writer thread appends every record; the episode never
             waits on the disk), a :class:`JsonlSink`, or a callable. A callable that raises
@@ -123,6 +124,8 @@ class Monitor:
         self._threads = DaemonThreads()
         """Where plain-function sinks run: a sink that never returns cannot keep the process alive."""
         self._sink_errors_seen = 0
+        self._delivery_failed = False
+        """The last record could not be handed to the sink (fail-closed blocks calls until one is)."""
         """The JSON Lines writer's error count already reported through :meth:`_fault`."""
         self.informed_texts: InformedTexts | None = InformedTexts()
         """Long texts told to its episodes (a system prompt, a policy), read once for all of them; ``None``: each reads them."""
@@ -239,6 +242,13 @@ class Monitor:
         if rest is not None:
             await rest
 
+    @property
+    def sink_failing(self) -> bool:
+        """Whether records cannot be kept now: the last one could not be delivered, or the
+        JSON Lines sink's writer cannot write. Fail-closed, calls are blocked meanwhile."""
+        sink = self.sink
+        return self._delivery_failed or (isinstance(sink, JsonlSink) and sink.failing)
+
     def deliver_now(self, episode: Episode, record: EpisodeRecord) -> Awaitable[None] | None:
         """:meth:`deliver` without an event loop where nothing needs one.
 
@@ -258,6 +268,7 @@ class Monitor:
     async def _deliver(self, ep: Episode, record: EpisodeRecord) -> None:
         sink = self.sink
         assert sink is not None
+        self._delivery_failed = True  # until the sink returns
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.sink_timeout) as scope:
             try:
                 if inspect.iscoroutinefunction(sink) or inspect.iscoroutinefunction(getattr(sink, "__call__", None)):  # noqa: B004
@@ -266,6 +277,7 @@ class Monitor:
                     result = await self._threads.run(functools.partial(sink, record))
                     if inspect.isawaitable(result):
                         await result
+                self._delivery_failed = False
             except anyio.get_cancelled_exc_class() as e:
                 if scope.cancel_called:  # our timeout: counted below
                     raise
@@ -296,8 +308,10 @@ class Monitor:
         except Exception as e:  # serialisation failed: the record cannot be written
             self.stats.sink_errors += 1
             self.stats.records_lost += 1
+            self._delivery_failed = True
             self._fault(ep, "sink", e)
             return
+        self._delivery_failed = not accepted
         errors = sink.stats.errors
         if errors != self._sink_errors_seen:
             self.stats.sink_errors += errors - self._sink_errors_seen

@@ -628,6 +628,11 @@ class JsonlSink:
         return self._writer.release(timeout)
 
     @property
+    def failing(self) -> bool:
+        """Whether the writer cannot write now (its last open or write failed, until one succeeds)."""
+        return self._writer.failing
+
+    @property
     def stats(self) -> SinkStats:
         """Records accepted, written, dropped and lost, and write errors."""
         return self._writer.stats

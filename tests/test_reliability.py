@@ -195,12 +195,11 @@ class BrokenEverywhere(Observer):
 class TestObservers:
     """Observers can fail in any hook; calls and records are unaffected."""
 
-    @pytest.mark.parametrize("failure_mode", ["fail_open", "fail_closed"])
-    async def test_every_hook_raising(self, tools: Toolset, tmp_path: Path, failure_mode: Any) -> None:
-        """Each raising hook is counted; the call runs even fail-closed (observers do not judge calls)."""
+    async def test_every_hook_raising(self, tools: Toolset, tmp_path: Path) -> None:
+        """Each raising hook is counted; fail-open, the call runs."""
         broken = BrokenEverywhere()
         path = tmp_path / "r.jsonl"
-        monitor = Monitor(tools, observers=[broken], sink=path, failure_mode=failure_mode)
+        monitor = Monitor(tools, observers=[broken], sink=path)
         async with monitor.episode(task_id="t") as ep:
             assert await ep.call("set_cellular", {"on": True}) == {"cellular": True}
         (rec,) = read_records(path)
@@ -214,6 +213,26 @@ class TestObservers:
             "episode_finished",
         ]
         assert monitor.stats.internal_errors == 5
+
+    async def test_fail_closed_blocks_a_call_whose_observer_failed(self, tools: Toolset, tmp_path: Path) -> None:
+        """An observer (an exporter) raising while a call is admitted blocks that call fail-closed; the record says so."""
+
+        class DownExporter(Observer):
+            def call_started(self, episode: Any, tool: str, call_id: str | None, depth: int) -> Any:
+                raise ConnectionError("the collector is down")
+
+        path = tmp_path / "r.jsonl"
+        for mode in ("fail_open", "fail_closed"):
+            monitor = Monitor(tools, observers=[DownExporter()], sink=path, failure_mode=mode)
+            async with monitor.episode(task_id=mode) as ep:
+                if mode == "fail_open":
+                    assert await ep.call("set_cellular", {"on": True}) == {"cellular": True}
+                else:
+                    with pytest.raises(ToolBlocked, match="an observer failed"):
+                        await ep.call("set_cellular", {"on": True})
+        opened, closed = read_records(path)
+        assert opened.actions[0].decision is Decision.ALLOW and opened.actions[0].reached_environment
+        assert closed.actions[0].decision is Decision.FAIL_CLOSED and not closed.actions[0].reached_environment
 
     async def test_a_fault_notifies_observers_and_survives_their_failure(self) -> None:
         """internal_error raising inside fault handling is itself counted, not raised."""
@@ -606,6 +625,46 @@ class _OnceInterrupted:
             self.fired = True
             raise KeyboardInterrupt
         return self.func(*args, **kwargs)
+
+
+class TestFailClosedSinks:
+    """Fail-closed, a sink that cannot keep records blocks calls until it can again."""
+
+    async def test_jsonl_sink_that_cannot_write(self, tools: Toolset, tmp_path: Path) -> None:
+        (tmp_path / "file").write_text("not a folder")
+        modes: tuple[tuple[Any, bool], ...] = (("fail_open", True), ("fail_closed", False))
+        for mode, ran in modes:
+            monitor = Monitor(tools, sink=tmp_path / "file" / "r.jsonl", failure_mode=mode)
+            async with monitor.episode(task_id="t") as ep:
+                if ran:
+                    assert await ep.call("set_cellular", {"on": True}) == {"cellular": True}
+                else:
+                    with pytest.raises(ToolBlocked, match="records cannot be kept"):
+                        await ep.call("set_cellular", {"on": True})
+            assert ep.record is not None and ep.record.actions[0].reached_environment is ran
+
+    async def test_callable_sink_failing_then_recovering(self, tools: Toolset) -> None:
+        failing = [True]
+        got: list[str] = []
+
+        async def sink(record: Any) -> None:
+            if failing[0]:
+                raise ConnectionError("the record store is down")
+            got.append(record.task_id)
+
+        monitor = Monitor(tools, sink=sink, failure_mode="fail_closed")
+        async with monitor.episode(task_id="first") as ep:  # nothing failed yet: the call runs
+            await ep.call("set_cellular", {"on": True})
+        async with monitor.episode(task_id="second") as ep:  # the last delivery failed: blocked
+            with pytest.raises(ToolBlocked):
+                await ep.call("set_cellular", {"on": True})
+        failing[0] = False  # this record is delivered, so calls run again
+        async with monitor.episode(task_id="third") as ep:
+            with pytest.raises(ToolBlocked):
+                await ep.call("set_cellular", {"on": True})
+        async with monitor.episode(task_id="fourth") as ep:
+            await ep.call("set_cellular", {"on": True})
+        assert got == ["third", "fourth"]
 
 
 class TestInterruptedWhileClosing:
