@@ -24,10 +24,12 @@ descriptor opened with ``O_APPEND`` and kept open. Policy, in the order things h
   and logged once per streak; the batch is kept and retried with backoff (10 ms doubling
   to 1 s), so nothing is lost while the disk recovers. Lines that arrive meanwhile queue up
   to the bound.
-* **Drain**: ``close`` (also run at interpreter exit and when the sink is garbage
-  collected) writes everything queued, waiting at most ``drain_timeout`` seconds; a
-  permanent error (read-only, permission, file too large) stops the drain at once. What
-  could not be written is counted as lost and logged.
+* **Drain**: ``close`` writes everything queued, waiting at most ``drain_timeout``
+  seconds; a permanent error (read-only, permission, file too large) stops the drain at
+  once. What could not be written is counted as lost and logged. Interpreter exit closes
+  every writer. A sink garbage collected without ``close`` is released at the next sink's
+  construction (or at exit): a finalizer can run anywhere, even while this writer holds its
+  lock, so it only notes the sink.
 * **Threads**: one per sink, started on the first line (and again after ``fork`` in the
   child; a multiprocessing child, which ends with ``os._exit``, flushes it in multiprocessing's
   exit hook). If a thread cannot be started (a pids limit), lines stay queued, starting is
@@ -36,6 +38,7 @@ descriptor opened with ``O_APPEND`` and kept open. Policy, in the order things h
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
@@ -76,6 +79,9 @@ _LIVE: Final[weakref.WeakValueDictionary[str, LineWriter]] = weakref.WeakValueDi
 records keep their order), readers flush a file before reading it, and a forked child resets
 what it inherited (``logging`` keeps its handlers the same way)."""
 _LIVE_LOCK = threading.Lock()
+_ABANDONED: Final[deque[LineWriter]] = deque()
+"""Writers whose sinks were garbage collected without ``close``: each entry is one user to
+release at the next safe point (a deque: appending takes no lock a finalizer could wait on)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -116,6 +122,7 @@ class LineWriter:
     ) -> LineWriter:
         """The open writer of ``path`` in this process, or a new one; counts one user."""
         key = os.path.realpath(path)
+        _release_abandoned()
         with _LIVE_LOCK:
             writer = _LIVE.get(key)
             if writer is None or writer._closing or writer._pid != os.getpid():
@@ -127,6 +134,13 @@ class LineWriter:
                 writer.drain_timeout = max(writer.drain_timeout, drain_timeout)
             writer._users += 1
             return writer
+
+    def release_later(self) -> None:
+        """One user is gone without :meth:`release` (a finalizer): released at the next safe point.
+
+        Takes no lock and never waits, so it is safe wherever a finalizer runs.
+        """
+        _ABANDONED.append(self)
 
     def release(self, timeout: float | None = None) -> bool:
         """One user is done; the last one closes the writer (see :meth:`close`). Returns :meth:`close`'s answer."""
@@ -516,6 +530,7 @@ def flush_writers(path: str, timeout: float = DRAIN_TIMEOUT) -> None:
     Gives prefixmon's readers read-your-writes: a record whose episode has ended is in the
     file when the same process reads it.
     """
+    _release_abandoned()
     if not _LIVE:
         return
     key = os.path.realpath(path)
@@ -560,5 +575,22 @@ def _flush_live() -> None:
         w.flush(w.drain_timeout)
 
 
+def _release_abandoned() -> None:
+    while _ABANDONED:
+        try:
+            writer = _ABANDONED.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        writer.release()
+
+
+def _close_at_exit() -> None:
+    """Drain and close every writer of this process (sinks still open, sinks collected without close)."""
+    _release_abandoned()
+    for w in list(_LIVE.values()):
+        w.close()
+
+
+atexit.register(_close_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -593,7 +593,8 @@ class JsonlSink:
         self._writer = LineWriter.acquire(
             os.fspath(self.path), fsync=fsync, max_queue_bytes=max_queue_bytes, drain_timeout=drain_timeout
         )
-        self._closer = weakref.finalize(self, self._writer.release)
+        self._closer = weakref.finalize(self, self._writer.release_later)
+        self._closer.atexit = False  # the writer module drains and closes every writer at exit
 
     def __call__(self, record: EpisodeRecord) -> None:
         """Queue ``record`` (see :meth:`submit`)."""

@@ -33,13 +33,13 @@ fresh core "analytics,otlp,cel,test"
 # the BFCL data, as scripts/test.sh installs it (its own step, without its dependencies)
 "$uv" pip install -q --python "$base/core/bin/python" --no-deps bfcl-eval==2026.3.23 mpmath==1.3.0
 # (the adapters' renamed classes need the adapters: checked in the next venv)
-"$base/core/bin/python" -m pytest -q -p no:cacheprovider tests --ignore=tests/integration --ignore=tests/test_openai_adapter.py \
+timeout -s ABRT -k 30 1200 "$base/core/bin/python" -m pytest -q -p no:cacheprovider tests --ignore=tests/integration --ignore=tests/test_openai_adapter.py \
   --deselect tests/test_exports.py::TestExports::test_renamed_adapter_classes_warn
 
 echo "== minimum versions: adapters (prefixmon[all,test]) =="
 fresh all "all,test"
 "$base/all/bin/python" scripts/check_floors.py pyproject.toml mcp openai pydantic-ai langchain openai-agents
-"$base/all/bin/python" -m pytest -q -p no:cacheprovider \
+timeout -s ABRT -k 30 1200 "$base/all/bin/python" -m pytest -q -p no:cacheprovider \
   tests/test_openai_adapter.py tests/integration/test_mcp.py tests/integration/test_mcp_edges.py \
   tests/integration/test_pydantic_ai.py tests/integration/test_langchain.py tests/integration/test_openai_agents.py \
   tests/test_examples.py tests/test_first_toolset.py tests/test_exports.py

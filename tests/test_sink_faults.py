@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import os
 import resource
 import subprocess
@@ -187,6 +188,37 @@ class TestOneWriter:
         done = _run(_script(f"anyio.run(run, Monitor(tools, sink={str(path)!r}), 2000)"))
         assert done.returncode == 0, done.stderr
         assert len(read_records(path)) == 2000
+
+    def test_sink_collected_while_its_writer_holds_its_lock(self, tmp_path: Path) -> None:
+        """A sink's finalizer can run anywhere (a reference dropped, a GC pass), even while its
+        writer holds its own lock: it must not wait for that lock (CI hung at exit this way)."""
+        kept = JsonlSink(tmp_path / "r.jsonl")
+        dropped = JsonlSink(tmp_path / "r.jsonl")  # the same writer: two users
+        writer = kept._writer
+        previous = OSError(errno.EIO, "an earlier failure")
+        previous.sink = dropped  # type: ignore[attr-defined]  # its last reference, freed under the writer's lock
+        writer.last_error = previous
+        del dropped, previous
+        failing = threading.Thread(target=writer._failed, args=(OSError(errno.EIO, "fails again"),), daemon=True)
+        with capture_logs():
+            failing.start()
+            failing.join(10)
+        assert not failing.is_alive(), "the writer deadlocked on its own lock"
+        assert kept.submit(make([])) and kept.close(5)
+        assert len(read_records(kept.path)) == 1
+
+    def test_collected_sinks_close_their_writer(self, tmp_path: Path) -> None:
+        """A sink dropped without close: its records are written and its writer is closed at the
+        next sink's construction (the finalizer itself only notes it)."""
+        path = tmp_path / "r.jsonl"
+        sink = JsonlSink(path)
+        writer = sink._writer
+        assert sink.submit(make([]))
+        del sink
+        gc.collect()
+        JsonlSink(tmp_path / "other.jsonl").close()
+        assert writer._closing and writer.stats.written == 1 and writer._fd is None
+        assert len(read_records(path)) == 1
 
     def test_thread_that_cannot_start_leaves_records_queued(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """When no writer thread can be started, records wait and flush() writes them from the caller."""
