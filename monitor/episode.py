@@ -246,6 +246,21 @@ benchmarks/bench_sink.py). Episode ids identify records; they are not secrets.""
 os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
 
 
+def text_labels(labels: Mapping[Any, Any], into: dict[str, str]) -> dict[str, str]:
+    """``into`` updated with ``labels`` as text (records hold text; ints are common).
+
+    Raises:
+        TypeError: ``labels`` is not a mapping.
+    """
+    try:
+        items = labels.items()
+    except AttributeError:
+        raise TypeError(f"labels must be a mapping of names to values (a dict), got {type(labels).__name__}") from None
+    for k, v in items:
+        into[k if type(k) is str else str(k)] = v if type(v) is str else str(v)
+    return into
+
+
 def _random_id() -> str:
     """A random UUID4 as 32 hex digits, as ``uuid.uuid4().hex`` but without building a ``UUID``.
 
@@ -280,10 +295,7 @@ class Episode:
         """The monitor that opened the episode."""
         self.id = str(episode_id) if episode_id is not None and episode_id != "" else _random_id()
         self.task_id = str(task_id) if task_id is not None else self.id  # records hold text (ints are common)
-        merged = dict(monitor.labels)
-        for k, v in labels.items():
-            merged[k if type(k) is str else str(k)] = v if type(v) is str else str(v)
-        self.labels: dict[str, str] = merged
+        self.labels: dict[str, str] = text_labels(labels, dict(monitor.labels))
         self.allows_no_tool = allows_no_tool
         toolset = monitor.toolset
         if exposed is None:  # shared with every episode until one changes it: no cost per tool
@@ -504,9 +516,7 @@ class Episode:
         """Fail-closed, the verdict of a call the monitor cannot watch: an observer (an exporter)
         failed while it was admitted, or the sink cannot keep records."""
         why = "an observer failed while it was admitted" if observer_failed else "records cannot be kept (the sink is failing)"
-        failure = Failure(
-            cause=Cause.PRECONDITION, code="monitor_fault", reason=f"{name} was not run: {why}, and the monitor is fail-closed"
-        )
+        failure = _fault_failure(name, f"was not run: {why}")
         return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
 
     def _with_faults(self, verdict: Verdict, name: str) -> Verdict:
@@ -1054,12 +1064,9 @@ def _in_cause_order(failures: tuple[Failure, ...], extra: Failure) -> tuple[Fail
     return (*failures[:at], extra, *failures[at:])
 
 
-def _fault_failure(name: str) -> Failure:
-    return Failure(
-        cause=Cause.PRECONDITION,
-        code="monitor_fault",
-        reason=f"{name} could not be checked because of an internal monitor error, and the monitor is fail-closed",
-    )
+def _fault_failure(name: str, what: str = "could not be checked because of an internal monitor error") -> Failure:
+    """Fail-closed, the failure of a call blocked because of the monitor itself."""
+    return Failure(cause=Cause.PRECONDITION, code="monitor_fault", reason=f"{name} {what}, and the monitor is fail-closed")
 
 
 def _plan_module() -> Any:

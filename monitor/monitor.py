@@ -18,7 +18,7 @@ import anyio
 from ._daemon_threads import DaemonThreads
 from ._dispatch import OBSERVER_ERRORS
 from ._log import get_logger
-from .episode import Episode, PlanTracker
+from .episode import Episode, PlanTracker, text_labels
 from .exceptions import SpecError
 from .grounding import InformedTexts
 from .observer import Observer
@@ -117,7 +117,7 @@ class Monitor:
         self.sink: Sink | None = JsonlSink(sink) if isinstance(sink, (str, os.PathLike)) else sink
         self.sink_timeout = sink_timeout
         self.observers: tuple[Observer, ...] = tuple(observers)
-        self.labels: dict[str, str] = {str(k): str(v) for k, v in (labels or {}).items()}
+        self.labels: dict[str, str] = text_labels(labels or {}, {})
         self.stats = MonitorStats()
         self.probe_executor = probe
         self._log = get_logger()  # structlog when the application configured it, else stdlib logging

@@ -419,3 +419,31 @@ class TestCompareSpecs:
         records = [r for r in grid() if (r.labels["dataset"], r.labels["method"]) in (("d1", "a"), ("d2", "b"))]
         with pytest.raises(ValueError, match=r"'method=a,method=b' matches no pair of cohorts"):
             build_report(records, bootstrap=0, compare=["method=a,method=b"])
+
+
+class TestUndefinedResamples:
+    """A ratio undefined in some resamples (ΔRR when a side has no failed task there): the
+    interval leaves those out, and the report says how many."""
+
+    def test_delta_rr_counts_the_resamples_it_left_out(self) -> None:
+        """a fails on one task of 20, b on five: a resample without a's failed task has no RR
+        for a, so no ΔRR; that happens with probability (19/20)^20 ≈ 0.358 per resample."""
+        a = one_method("a", {t: 1 if t == 0 else 4 for t in range(20)})
+        b = one_method("b", {t: 1 if t < 5 else 4 for t in range(20)})
+        report = build_report(a + b, bootstrap=2000, seed=7, compare=["method=a,method=b"])
+        (cmp,) = report.comparisons
+        rr = cmp.differences["rr"]
+        assert rr.value is not None and rr.ci is not None
+        expected, sd = 2000 * (19 / 20) ** 20, (2000 * 0.358 * 0.642) ** 0.5
+        assert abs(rr.undefined_resamples - expected) < 5 * sd
+        assert cmp.differences["ter"].undefined_resamples == 0
+        as_json = report.to_dict()["comparisons"][0]["differences"]
+        assert as_json["rr"]["undefined_resamples"] == rr.undefined_resamples
+        assert "undefined_resamples" not in as_json["ter"]
+        text = render(report, "markdown")
+        assert f"ΔRR was undefined in {rr.undefined_resamples} of 2000 resamples" in text
+
+    def test_no_note_when_every_resample_is_defined(self) -> None:
+        report = build_report(grid(), bootstrap=200, compare=["method=b,method=a"])
+        assert all(e.undefined_resamples == 0 for c in report.comparisons for e in c.differences.values())
+        assert "undefined in" not in render(report, "markdown")

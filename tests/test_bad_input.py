@@ -594,3 +594,22 @@ def test_verdict_for_every_bad_input_is_a_verdict() -> None:
     ep = monitor.open_episode(task_id="t")
     for raw in ["{", b"\xff", "[]", None, 3.5, object(), '{"a": NaN}', "{" * 100_000]:
         assert isinstance(ep.check("anything", raw), Verdict)  # type: ignore[arg-type]
+
+
+class TestLabels:
+    """Labels are a mapping of names to values; anything else is a TypeError that says so."""
+
+    @pytest.mark.parametrize("labels", [["dataset"], "dataset=x", 3])
+    async def test_episode_labels_that_are_not_a_mapping(self, monitor: Monitor, labels: Any) -> None:
+        with pytest.raises(TypeError, match=r"labels must be a mapping of names to values \(a dict\), got "):
+            async with monitor.episode(task_id="t", labels=labels):
+                pass
+
+    def test_monitor_labels_that_are_not_a_mapping(self) -> None:
+        with pytest.raises(TypeError, match=r"labels must be a mapping of names to values \(a dict\), got list"):
+            Monitor(build_tools(), labels=["dataset"])  # type: ignore[arg-type]
+
+    async def test_labels_become_text(self, monitor: Monitor) -> None:
+        async with monitor.episode(task_id="t", labels={"run": 3}) as ep:  # type: ignore[dict-item]
+            pass
+        assert ep.record is not None and ep.record.labels == {"run": "3"}

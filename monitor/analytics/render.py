@@ -173,6 +173,13 @@ def sections(report: Report) -> list[Section]:
                 "'paired on n shared tasks': the two cohorts ran different tasks, so both are compared on "
                 "the n they share only (their own rows above use all their tasks)."
             )
+        left_out = {cmp.differences["rr"].undefined_resamples for cmp in report.comparisons} - {0}
+        if left_out:
+            notes.append(
+                f"ΔRR was undefined in {'' if len(left_out) == 1 else 'up to '}{max(left_out)} of {report.resamples} "
+                "resamples (a side had no failed task in them): its interval leaves them out, so it holds given that "
+                "both sides failed somewhere."
+            )
         if any(not cmp.computable for cmp in report.comparisons):
             notes.append(f"'no shared task': the two cohorts ran no task in common, so there is no paired difference ({DASH}).")
         out.append(

@@ -76,10 +76,17 @@ class Estimate:
     value: float | None
     ci: Interval | None = None
     """95% (or the report's confidence) interval; ``None`` without bootstrap or when undefined."""
+    undefined_resamples: int = 0
+    """Bootstrap resamples in which the value was undefined (a difference of RRs where a side
+    has no failed episode in that resample): left out of ``ci``, which is then conditional on
+    the value being defined."""
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"value": ..., "ci": [low, high] | null}``."""
-        return {"value": self.value, "ci": None if self.ci is None else [self.ci[0], self.ci[1]]}
+        """``{"value": ..., "ci": [low, high] | null}``, plus ``undefined_resamples`` when any was."""
+        out: dict[str, Any] = {"value": self.value, "ci": None if self.ci is None else [self.ci[0], self.ci[1]]}
+        if self.undefined_resamples:
+            out["undefined_resamples"] = self.undefined_resamples
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -657,8 +664,7 @@ class _SharedTasks:
         if not self.draws:
             return {m: Estimate(value=v) for m, v in values.items()}
         # every metric's paired differences in one percentile pass
-        lows, highs = percentile_interval(np.stack([self.draws[m][i] - self.draws[m][j] for m in metrics]), self.confidence)
-        return _estimates(metrics, values, lows, highs)
+        return _estimates(metrics, values, np.stack([self.draws[m][i] - self.draws[m][j] for m in metrics]), self.confidence)
 
     def _on_tasks(self, mask: npt.NDArray[np.bool_], j: int, metrics: Sequence[str]) -> dict[str, Estimate]:
         """Both cohorts restricted to the shared tasks (``mask``): point and draws from those episodes."""
@@ -685,18 +691,24 @@ class _SharedTasks:
             self.checkpoints,
             self.auc_scale,
         )
-        lows, highs = percentile_interval(np.stack([boot[m][0] - boot[m][1] for m in metrics]), self.confidence)
-        return _estimates(metrics, values, lows, highs)
+        return _estimates(metrics, values, np.stack([boot[m][0] - boot[m][1] for m in metrics]), self.confidence)
 
 
 def _estimates(
-    metrics: Sequence[str], values: Mapping[str, float | None], lows: FloatArray, highs: FloatArray
+    metrics: Sequence[str], values: Mapping[str, float | None], draws: FloatArray, confidence: float
 ) -> dict[str, Estimate]:
+    """Every metric's paired difference: its value, percentile interval (one pass over the
+    rows of ``draws``) and the resamples in which it was undefined."""
+    lows, highs = percentile_interval(draws, confidence)
+    undefined = np.count_nonzero(np.isnan(draws), axis=-1)
     out = {}
     for row, m in enumerate(metrics):
         value = values[m]
-        ci = None if value is None or math.isnan(lows[row]) else (float(lows[row]), float(highs[row]))
-        out[m] = Estimate(value=value, ci=ci)
+        if value is None:
+            out[m] = Estimate(value=None)
+            continue
+        ci = None if math.isnan(lows[row]) else (float(lows[row]), float(highs[row]))
+        out[m] = Estimate(value=value, ci=ci, undefined_resamples=int(undefined[row]))
     return out
 
 
