@@ -196,6 +196,8 @@ class LineWriter:
         self._start_failed_at = float("-inf")
         self._busy = False
         """A thread is writing a batch taken off the queue."""
+        self._after_exit = False
+        """Closed by the interpreter's exit: later lines are written by the caller, not dropped."""
         self._pid = os.getpid()
 
     @property
@@ -209,8 +211,10 @@ class LineWriter:
         with self._lock:
             queue = self._queue
             if self._closing or (queue and self._queued_bytes + len(line) > self.max_queue_bytes):
-                self.stats.dropped += 1
-                return False
+                if not (self._closing and self._after_exit):
+                    self.stats.dropped += 1
+                    return False
+                return self._put_late(line)
             queue.append(line)
             self._queued_bytes += len(line)
             self._submitted += 1
@@ -223,6 +227,19 @@ class LineWriter:
                 thread = self._thread
                 if thread is None or not thread.is_alive():
                     self._start()
+        return True
+
+    def _put_late(self, line: bytes) -> bool:
+        """(Lock held.) A line after the interpreter's exit closed this writer (an episode whose
+        coroutine is closed during shutdown): written here and now, as no thread can start."""
+        self._queue.append(line)
+        self._submitted += 1
+        self.stats.accepted += 1
+        self._lock.release()
+        try:
+            self._drain_here(time.monotonic() + self.drain_timeout)
+        finally:
+            self._lock.acquire()
         return True
 
     def _start(self) -> None:
@@ -588,6 +605,7 @@ def _close_at_exit() -> None:
     """Drain and close every writer of this process (sinks still open, sinks collected without close)."""
     _release_abandoned()
     for w in list(_LIVE.values()):
+        w._after_exit = True
         w.close()
 
 

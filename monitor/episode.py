@@ -8,19 +8,19 @@ split the same work in two for frameworks that run the tool themselves.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import inspect
 import os
 import random
+import sys
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from types import CoroutineType, MappingProxyType
 from typing import Any, Final, NoReturn, Protocol
-
-import anyio
 
 from . import predicate
 from ._dispatch import NO_OBSERVERS, Entered, start_episode
@@ -244,6 +244,15 @@ Not ``os.urandom`` per id: that call releases the GIL, and with a JSONL sink's w
 awake the episode then waited to get it back (17 µs of a one-call episode's 28 µs,
 benchmarks/bench_sink.py). Episode ids identify records; they are not secrets."""
 os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+
+
+def cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` stops the episode from outside: a cancellation, or its coroutine closed
+    (``GeneratorExit``). Asks no event loop: there may be none left (a loop that crashed)."""
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        return True
+    trio = sys.modules.get("trio")
+    return trio is not None and isinstance(exc, trio.Cancelled)
 
 
 def text_labels(labels: Mapping[Any, Any], into: dict[str, str]) -> dict[str, str]:
@@ -731,11 +740,12 @@ class Episode:
                     result = await result
             else:
                 result = await pending.run(execute)
-        except anyio.get_cancelled_exc_class():
-            pending.abandon()
-            raise
         except Exception as e:
             pending.failed(e)
+            raise
+        except BaseException as e:
+            if cancellation(e):
+                pending.abandon()
             raise
         if not pending._closed:  # pending.done(result), one frame less
             pending._closed = True

@@ -18,7 +18,7 @@ import anyio
 from ._daemon_threads import DaemonThreads
 from ._dispatch import OBSERVER_ERRORS
 from ._log import get_logger
-from .episode import Episode, PlanTracker, text_labels
+from .episode import Episode, PlanTracker, cancellation, text_labels
 from .exceptions import SpecError
 from .grounding import InformedTexts
 from .observer import Observer
@@ -370,7 +370,7 @@ class _EpisodeBlock:
         status: Status = "finished"
         error: str | None = None
         if exc is not None:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
+            if cancellation(exc):
                 status = "cancelled"
             else:
                 status, error = "error", type(exc).__name__

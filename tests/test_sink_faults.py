@@ -17,7 +17,7 @@ import sys
 import textwrap
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -449,6 +449,68 @@ class TestFileSystem:
 class _Interrupting(Observer):
     def episode_finished(self, episode: Any, record: Any) -> None:
         raise KeyboardInterrupt
+
+
+class TestStopped:
+    """A process told to stop (SIGTERM turned into an exit, as servers do) keeps the record of
+    the episode it was in, and everything finished before."""
+
+    @pytest.mark.parametrize("backend", ["asyncio", "trio"])
+    def test_sigterm_during_a_call(self, tmp_path: Path, backend: str) -> None:
+        path = tmp_path / "r.jsonl"
+        script = textwrap.dedent(
+            f"""
+            import anyio, signal, sys
+            from prefixmon import Monitor, Toolset
+            tools = Toolset()
+
+            @tools.tool
+            async def slow(n: int) -> int:
+                await anyio.sleep(60)
+                return n
+
+            async def main():
+                monitor = Monitor(tools, sink={str(path)!r})
+                for i in range(20):
+                    async with monitor.episode(task_id=f"done{{i}}") as ep:
+                        pass
+                async with monitor.episode(task_id="running") as ep:
+                    print("ready", flush=True)
+                    await ep.call("slow", {{"n": 1}})
+
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+            anyio.run(main, backend={backend!r})
+            """
+        )
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        child.terminate()
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 143, err
+        records = read_records(path)
+        assert [r.task_id for r in records] == [*(f"done{i}" for i in range(20)), "running"], err
+        assert records[-1].status in ("cancelled", "error")
+
+    def test_coroutine_closed_outside_any_loop(self, tmp_path: Path) -> None:
+        """An agent coroutine closed without a running loop (a crashed loop, garbage collection):
+        the episode it was in still leaves its record."""
+
+        class _Suspend:
+            def __await__(self) -> Generator[None, None, None]:
+                yield
+
+        path = tmp_path / "r.jsonl"
+        monitor = Monitor(_tools(), sink=path)
+
+        async def agent() -> None:
+            async with monitor.episode(task_id="t"):
+                await _Suspend()
+
+        coro = agent()
+        coro.send(None)
+        coro.close()
+        (record,) = read_records(path)
+        assert record.task_id == "t" and record.status == "cancelled"
 
 
 class TestDelivery:
