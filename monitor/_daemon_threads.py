@@ -28,16 +28,23 @@ MAX_THREADS: Final = 8
 """Threads running blocking calls at once, per pool."""
 
 
+Outcome = tuple[bool, Any]
+"""``(True, result)`` or ``(False, exception)``."""
+
+
 class _Job:
-    __slots__ = ("abandoned", "done", "func", "outcome", "token")
+    __slots__ = ("abandoned", "done", "func", "late", "outcome", "started", "token")
 
     def __init__(self, func: Callable[[], Any], token: Any, done: anyio.Event) -> None:
         self.func = func
         self.token = token
         self.done = done
-        self.outcome: tuple[bool, Any] | None = None
+        self.outcome: Outcome | None = None
         self.abandoned = False
-        """The caller stopped waiting before the job started: skip it."""
+        """The caller stopped waiting: a job not started yet is skipped."""
+        self.started = False
+        self.late: Callable[[Outcome], object] | None = None
+        """Told the outcome of a job that finishes after its caller stopped waiting."""
 
 
 class DaemonThreads:
@@ -52,11 +59,13 @@ class DaemonThreads:
         self._threads = 0
         self._idle = 0
 
-    async def run(self, func: Callable[[], Any]) -> Any:
+    async def run(self, func: Callable[[], Any], *, late: Callable[[Outcome | None], object] | None = None) -> Any:
         """Run ``func()`` in a daemon thread and return its result (or raise its exception).
 
         Cancelling the wait leaves a started call running in its thread, which cannot keep
-        the process alive; a call that had not started yet is skipped.
+        the process alive; a call that had not started yet is skipped. ``late`` then learns
+        what became of the call, exactly once: ``None`` (skipped) from the cancelled caller,
+        or the outcome, from the call's thread when it finishes after the caller left.
 
         Raises:
             RuntimeError: no thread runs and none can be started.
@@ -79,8 +88,16 @@ class DaemonThreads:
                     raise
         try:
             await job.done.wait()
-        finally:
-            job.abandoned = True
+        except BaseException:
+            with self._lock:
+                job.abandoned = True
+                outcome = job.outcome
+                running = job.started and outcome is None
+                if running:
+                    job.late = late
+            if late is not None and not running:
+                late(outcome)
+            raise
         assert job.outcome is not None
         ok, value = job.outcome
         if ok:
@@ -101,16 +118,22 @@ class DaemonThreads:
                         return
                 continue
             with self._lock:
+                if job.abandoned:
+                    continue
                 self._idle -= 1
-            if job.abandoned:
-                with self._lock:
-                    self._idle += 1
-                continue
+                job.started = True
+            outcome: Outcome
             try:
-                job.outcome = (True, job.func())
+                outcome = (True, job.func())
             except BaseException as e:
-                job.outcome = (False, e)
+                outcome = (False, e)
             with self._lock:  # idle again before the caller wakes, so its next call reuses this thread
                 self._idle += 1
-            with contextlib.suppress(Exception):  # the event loop is gone: nobody waits any more
-                anyio.from_thread.run_sync(job.done.set, token=job.token)
+                job.outcome = outcome
+                late = job.late
+            if late is not None:  # the caller left while the job ran
+                with contextlib.suppress(Exception):
+                    late(outcome)
+            elif not job.abandoned:
+                with contextlib.suppress(Exception):  # the event loop is gone: nobody waits any more
+                    anyio.from_thread.run_sync(job.done.set, token=job.token)

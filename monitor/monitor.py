@@ -269,17 +269,22 @@ class Monitor:
         sink = self.sink
         assert sink is not None
         self._delivery_failed = True  # until the sink returns
+        in_thread = False
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.sink_timeout) as scope:
             try:
                 if inspect.iscoroutinefunction(sink) or inspect.iscoroutinefunction(getattr(sink, "__call__", None)):  # noqa: B004
                     await sink(record)  # type: ignore[misc]
                 else:  # a plain callable may still return an awaitable (see Sink)
-                    result = await self._threads.run(functools.partial(sink, record))
+                    in_thread = True
+                    result = await self._threads.run(functools.partial(sink, record), late=functools.partial(self._late, ep))
+                    in_thread = False
                     if inspect.isawaitable(result):
                         await result
                 self._delivery_failed = False
             except anyio.get_cancelled_exc_class() as e:
                 if scope.cancel_called:  # our timeout: counted below
+                    raise
+                if in_thread:  # the call goes on in its thread, or never started: _late counts it
                     raise
                 if _cancel_requested():  # a real cancellation cut the delivery short: the record is lost
                     self.stats.records_lost += 1
@@ -293,6 +298,23 @@ class Monitor:
         if scope.cancelled_caught:
             self.stats.sink_timeouts += 1
             self._fault(ep, "sink", TimeoutError(f"the sink did not finish within {self.sink_timeout:g} s"))
+
+    def _late(self, ep: Episode, outcome: tuple[bool, Any] | None) -> None:
+        """What became of a plain sink's call its episode stopped waiting for (timed out or
+        cancelled). Runs in the call's thread when the call finishes there: the observers,
+        which need not be thread-safe, are not told."""
+        if outcome is None:  # never started: every delivery thread was busy
+            self.stats.records_lost += 1
+            self._fault(
+                ep,
+                "sink",
+                RuntimeError("the record never reached the sink: no delivery thread took it before its episode stopped waiting"),
+            )
+        elif not outcome[0]:
+            self.stats.sink_errors += 1
+            self._fault(ep, "sink", outcome[1], notify=False)
+        else:
+            self._delivery_failed = False
 
     def report_fault(self, episode: Episode | None, where: str, error: BaseException, *, notify: bool = True) -> None:
         """Count and log an error the monitor caught in itself, and tell the observers (unless ``notify`` is off).

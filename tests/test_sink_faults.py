@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from structlog.testing import capture_logs
 
@@ -557,6 +558,92 @@ class TestDelivery:
         assert [(e["where"], e["error_type"]) for e in logs if e["event"] == "monitor_internal_error"] == [
             ("sink", "CancelledError")
         ]
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # a second native cancellation is asyncio's
+    @pytest.mark.parametrize("fails", [False, True], ids=["delivers", "raises"])
+    async def test_sync_sink_cut_off_by_a_second_cancellation_finishes_in_its_thread(
+        self, anyio_backend: str, fails: bool
+    ) -> None:
+        """A plain sink runs in a thread, which a cancellation does not stop: the record it then
+        writes is not counted lost, and an error it then raises is counted and logged."""
+        import asyncio
+
+        in_sink, release, finished = threading.Event(), threading.Event(), threading.Event()
+        kept: list[str] = []
+
+        def sink(record: Any) -> None:
+            in_sink.set()
+            release.wait(10)
+            try:
+                if fails:
+                    raise OSError("the sink failed after its caller stopped waiting")
+                kept.append(record.task_id)
+            finally:
+                finished.set()
+
+        monitor = Monitor(_tools(), sink=sink, sink_timeout=10)
+        body = asyncio.Event()
+
+        async def agent() -> None:
+            async with monitor.episode(task_id="t"):
+                body.set()
+                await asyncio.sleep(5)
+
+        with capture_logs() as logs:
+            task = asyncio.ensure_future(agent())
+            await body.wait()
+            task.cancel()
+            await anyio.to_thread.run_sync(in_sink.wait, 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            release.set()
+            await anyio.to_thread.run_sync(finished.wait, 10)
+            for _ in range(100):  # the thread accounts for the call right after the sink returns
+                if not fails or monitor.stats.sink_errors:
+                    break
+                await anyio.sleep(0.01)
+        assert monitor.stats.records_lost == 0
+        assert kept == ([] if fails else ["t"])
+        assert monitor.stats.sink_errors == int(fails)
+        assert [(e["where"], e["error_type"]) for e in logs if e["event"] == "monitor_internal_error"] == (
+            [("sink", "OSError")] if fails else []
+        )
+
+    @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+    async def test_sync_sink_that_never_started_is_counted_lost(self, anyio_backend: str) -> None:
+        """Every delivery thread busy and the wait cut off: the record never reached the sink."""
+        import asyncio
+
+        from prefixmon._daemon_threads import DaemonThreads
+
+        in_sink, release = threading.Event(), threading.Event()
+        calls: list[str] = []
+
+        def sink(record: Any) -> None:
+            calls.append(record.task_id)
+            in_sink.set()
+            release.wait(10)
+
+        monitor = Monitor(_tools(), sink=sink, sink_timeout=10)
+        monitor._threads = DaemonThreads(max_threads=1)
+
+        async def agent(task_id: str) -> None:
+            async with monitor.episode(task_id=task_id):
+                pass
+
+        first = asyncio.ensure_future(agent("first"))
+        await anyio.to_thread.run_sync(in_sink.wait, 10)
+        second = asyncio.ensure_future(agent("second"))
+        for _ in range(5):
+            await asyncio.sleep(0)  # the second record waits for the only thread
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        release.set()
+        await first
+        assert calls == ["first"]
+        assert monitor.stats.records_lost == 1
 
 
 def make_id(episode_id: str) -> Any:
