@@ -49,10 +49,10 @@ try:
     from openai.types.responses.response_input_item_param import FunctionCallOutput
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError('pip install "prefixmon[openai]"') from e
-import anyio
 from pydantic import BaseModel
 
 from prefixmon import Episode, EpisodeRecord, Monitor, Outcome, PendingCall, ToolBlocked, Toolset
+from prefixmon.episode import cancellation
 from prefixmon.specfile import SpecFile
 
 __all__ = [
@@ -150,14 +150,15 @@ async def _run_one(
         result = await _execute(pending, execute)
     except ToolBlocked as blocked:  # an observed call of an undeclared tool, and no execute= to run it
         return str(blocked)
-    except anyio.get_cancelled_exc_class():
-        pending.abandon()
-        raise
     except Exception as exc:
         pending.failed(exc)
         if raise_errors:
             raise
         return _error_text(exc)
+    except BaseException as exc:
+        if cancellation(exc):
+            pending.abandon()
+        raise
     pending.done(result)
     return result_text(result)
 

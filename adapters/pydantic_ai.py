@@ -39,7 +39,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import anyio
 from pydantic_core import to_jsonable_python
 
 from prefixmon import (
@@ -55,6 +54,7 @@ from prefixmon import (
     Verdict,
 )
 from prefixmon.deprecation import moved_names
+from prefixmon.episode import cancellation
 
 try:
     from pydantic_ai import (
@@ -111,7 +111,7 @@ async def _close(episode: Episode, error: BaseException | None = None) -> Episod
     """Close the run's episode; an exception that ended the run marks it cancelled or errored."""
     if error is None:
         return await episode.aclose()
-    if isinstance(error, anyio.get_cancelled_exc_class()):
+    if cancellation(error):
         return await episode.aclose("cancelled")
     return await episode.aclose("error", type(error).__name__)
 

@@ -8,7 +8,8 @@ own types, and keeps every request so the tests can read what the model was show
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx2
@@ -26,7 +27,7 @@ from openai.types.chat.chat_completion_message_function_tool_call import (
 from openai.types.responses import FunctionToolParam, Response, ResponseFunctionToolCall, ResponseOutputMessage
 from openai.types.responses.response_output_text import ResponseOutputText
 
-from prefixmon import Cause, Decision, Monitor, Outcome, SpecError, ToolCall, TrackedState, Verdict
+from prefixmon import Cause, Decision, Monitor, Outcome, SpecError, ToolCall, TrackedState, Verdict, read_records
 from prefixmon.adapters.openai import (
     feed_messages,
     result_text,
@@ -276,6 +277,33 @@ class TestRunToolCalls:
             replies = await run_tool_calls(ep, assistant(call("c1", "search_contacts", '{"name": "a"}')), execute=execute)
         assert replies[0]["content"] == "done"
         assert seen == [("search_contacts", {"name": "a"})]
+
+    def test_agent_closed_outside_any_loop_mid_call(self, tmp_path: Path) -> None:
+        """The agent's coroutine closed during a tool call with no loop running (a crashed
+        loop, garbage collection): the close goes through and the episode reads cancelled."""
+
+        class _Suspend:
+            def __await__(self) -> Generator[None, None, None]:
+                yield
+
+        async def execute(name: str, args: dict[str, Any]) -> str:
+            await _Suspend()
+            return "done"
+
+        path = tmp_path / "r.jsonl"
+        monitor = Monitor(toolset_from_openai(CHAT_TOOLS), sink=path)
+
+        async def agent() -> None:
+            async with monitor.episode(task_id="closed") as ep:
+                await run_tool_calls(ep, assistant(call("c1", "search_contacts", '{"name": "a"}')), execute=execute)
+
+        coro = agent()
+        coro.send(None)
+        coro.close()
+        (record,) = read_records(path)
+        assert record.status == "cancelled"
+        (action,) = record.actions
+        assert action.reached_environment and action.error == "cancelled before the call finished"
 
     async def test_execute_runs_a_replacement_by_another_tool(self) -> None:
         """A replan hook's call of another tool runs through the same name-aware execute=."""

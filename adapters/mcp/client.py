@@ -6,12 +6,12 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 from mcp import Client, MCPError
 from mcp.types import CallToolResult, ListToolsResult, PaginatedRequestParams, Tool
 from mcp_types import CONNECTION_CLOSED
 
 from prefixmon import Episode, Monitor, SpecError, ToolBlocked, Toolset, current_episode
+from prefixmon.episode import cancellation
 
 from ._common import (
     MAX_LIST_PAGES,
@@ -191,9 +191,6 @@ class MonitorSession:
         lost_before = self._connection_lost
         try:
             result = await self.session.call_tool(pending.call.name, pending.args, read_timeout_seconds, **kwargs)
-        except anyio.get_cancelled_exc_class():
-            pending.abandon()
-            raise
         except Exception as exc:
             if not transport_failure(exc):
                 pending.failed(exc)
@@ -201,6 +198,10 @@ class MonitorSession:
             if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
                 self._connection_lost = True  # the SDK sends nothing on a closed connection
             pending.abandon(f"no answer: {type(exc).__name__}: {exc}", started=not lost_before)
+            raise
+        except BaseException as exc:
+            if cancellation(exc):
+                pending.abandon()
             raise
         if not isinstance(result, CallToolResult):  # pragma: no cover - claimed extension results
             pending.done(result)

@@ -14,6 +14,7 @@ from mcp.types import CallToolRequestParams, CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from prefixmon import Episode, Monitor, SpecError, ToolBlocked, Toolset
+from prefixmon.episode import cancellation
 from prefixmon.logging import get_logger
 
 from ._common import (
@@ -170,11 +171,12 @@ class MonitorMiddleware:
         call = pending.call
         try:
             result = await call_next(replace(ctx, params={**params, "name": call.name, "arguments": pending.args}))
-        except anyio.get_cancelled_exc_class():
-            pending.abandon()
-            raise
         except Exception as exc:
             pending.failed(exc)
+            raise
+        except BaseException as exc:
+            if cancellation(exc):
+                pending.abandon()
             raise
         if isinstance(result, (CallToolResult, Mapping)):
             settle(pending, result)
