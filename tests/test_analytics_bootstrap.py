@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import UTC, datetime
 
 import numpy as np
@@ -442,6 +444,8 @@ class TestUndefinedResamples:
         assert "undefined_resamples" not in as_json["ter"]
         text = render(report, "markdown")
         assert f"ΔRR was undefined in {rr.undefined_resamples} of 2000 resamples" in text
+        rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
+        assert [r["rr_undefined_resamples"] for r in rows] == ["", "", str(rr.undefined_resamples)]
 
     def test_no_note_when_every_resample_is_defined(self) -> None:
         report = build_report(grid(), bootstrap=200, compare=["method=b,method=a"])

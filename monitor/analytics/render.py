@@ -338,7 +338,8 @@ def _md(text: str) -> str:
 def render_csv(report: Report) -> str:
     """One row per cohort (``row=cohort``), then one per paired difference (``row=difference``).
 
-    A difference row's ``tasks`` is the number of shared tasks it was computed on.
+    A difference row's ``tasks`` is the number of shared tasks it was computed on, and its
+    ``rr_undefined_resamples`` the resamples ΔRR's interval left out (a side had no failed task).
     """
     metrics = ("ter", "mean_fed", "auc_pec", "success", "rr", "completion")
     cps = [f"pec@{k}" for k in report.checkpoints]
@@ -356,6 +357,7 @@ def render_csv(report: Report) -> str:
         *(f"cause_{c}" for c in CAUSES),
         "decomposition_s",
         "unstable_tasks",
+        "rr_undefined_resamples",
     ]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -382,6 +384,7 @@ def render_csv(report: Report) -> str:
                 *(c.causes[name] for name in CAUSES),
                 "" if c.decomposition.s is None else c.decomposition.s,
                 len(c.unstable),
+                "",
             ]
         )
     for cmp in report.comparisons:
@@ -394,7 +397,8 @@ def render_csv(report: Report) -> str:
                 "",
                 cmp.shared_tasks,
                 *(x for e in ests for x in triple(e)),
-                *([""] * (len(header) - 3 - len(report.by) - 3 * len(ests))),
+                *([""] * (len(header) - 4 - len(report.by) - 3 * len(ests))),
+                cmp.differences["rr"].undefined_resamples,
             ]
         )
     return buf.getvalue()
