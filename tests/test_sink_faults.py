@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import gc
 import os
 import resource
@@ -17,7 +18,7 @@ import sys
 import textwrap
 import threading
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -539,21 +540,8 @@ class TestDelivery:
             await asyncio.sleep(5)
 
         monitor = Monitor(_tools(), sink=sink, sink_timeout=10)
-        body = asyncio.Event()
-
-        async def agent() -> None:
-            async with monitor.episode(task_id="t"):
-                body.set()
-                await asyncio.sleep(5)
-
         with capture_logs() as logs:
-            task = asyncio.ensure_future(agent())
-            await body.wait()
-            task.cancel()
-            await in_sink.wait()
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            await _cancelled_twice(monitor, in_sink.wait)
         assert monitor.stats.records_lost == 1
         assert [(e["where"], e["error_type"]) for e in logs if e["event"] == "monitor_internal_error"] == [
             ("sink", "CancelledError")
@@ -566,7 +554,6 @@ class TestDelivery:
     ) -> None:
         """A plain sink runs in a thread, which a cancellation does not stop: the record it then
         writes is not counted lost, and an error it then raises is counted and logged."""
-        import asyncio
 
         in_sink, release, finished = threading.Event(), threading.Event(), threading.Event()
         kept: list[str] = []
@@ -582,24 +569,11 @@ class TestDelivery:
                 finished.set()
 
         monitor = Monitor(_tools(), sink=sink, sink_timeout=10)
-        body = asyncio.Event()
-
-        async def agent() -> None:
-            async with monitor.episode(task_id="t"):
-                body.set()
-                await asyncio.sleep(5)
-
         with capture_logs() as logs:
-            task = asyncio.ensure_future(agent())
-            await body.wait()
-            task.cancel()
-            await anyio.to_thread.run_sync(in_sink.wait, 10)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            await _cancelled_twice(monitor, functools.partial(anyio.to_thread.run_sync, in_sink.wait, 10))
             release.set()
             await anyio.to_thread.run_sync(finished.wait, 10)
-            for _ in range(100):  # the thread accounts for the call right after the sink returns
+            for _ in range(500):  # the thread accounts for the call right after the sink returns
                 if not fails or monitor.stats.sink_errors:
                     break
                 await anyio.sleep(0.01)
@@ -644,6 +618,26 @@ class TestDelivery:
         await first
         assert calls == ["first"]
         assert monitor.stats.records_lost == 1
+
+
+async def _cancelled_twice(monitor: Monitor, sink_entered: Callable[[], Awaitable[object]]) -> None:
+    """Run an episode under asyncio, cancel it in its body, then again once its sink is entered."""
+    import asyncio
+
+    body = asyncio.Event()
+
+    async def agent() -> None:
+        async with monitor.episode(task_id="t"):
+            body.set()
+            await asyncio.sleep(5)
+
+    task = asyncio.ensure_future(agent())
+    await body.wait()
+    task.cancel()
+    await sink_entered()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 def make_id(episode_id: str) -> Any:
