@@ -25,6 +25,7 @@ from typing import Any, Final, Protocol
 
 from pydantic_core import from_json
 
+from ._json_depth import MAX_JSON_DEPTH, deeper_than
 from ._trusted import trusted_constructor
 from .exceptions import ArgumentError
 from .spec import Precondition, Ref, SymbolicEffect, ToolSpec, callable_name, values_at
@@ -100,11 +101,17 @@ def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, An
         return {}
     try:
         parsed = from_json(raw, allow_inf_nan=False)  # pydantic's parser: what json gives, about 2x as fast
-    except ValueError:  # not JSON, or JSON it refuses (a lone surrogate, deep nesting): json decides and says why
+    except ValueError as e:  # not JSON, or JSON it refuses (a lone surrogate, deep nesting): json decides and says why
+        why = str(e)
+        if ("recursion" in why or "escape" in why) and deeper_than(raw, MAX_JSON_DEPTH):
+            return _TOO_DEEP  # json would recurse near the interpreter's limit, or fail there
         return _parsed_by_json(raw)
     if not isinstance(parsed, dict):
         return f"arguments must be a JSON object, got {type(parsed).__name__}"
     return parsed
+
+
+_TOO_DEEP: Final = f"arguments are nested too deeply to parse (more than {MAX_JSON_DEPTH} levels)"
 
 
 def _parsed_by_json(raw: str) -> dict[str, Any] | str:
@@ -118,7 +125,7 @@ def _parsed_by_json(raw: str) -> dict[str, Any] | str:
     except ValueError as e:
         return f"arguments are not valid JSON ({e})"
     except RecursionError:
-        return "arguments are nested too deeply to parse"
+        return _TOO_DEEP
     if not isinstance(parsed, dict):
         return f"arguments must be a JSON object, got {type(parsed).__name__}"
     return parsed

@@ -6,7 +6,6 @@ of the state. Tool results are walked once, when they arrive, never per check.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from collections.abc import Hashable, Iterable, Mapping
@@ -17,6 +16,7 @@ from typing import Any, Final
 
 from pydantic_core import from_json
 
+from ._json_depth import cut_deep
 from .grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fold
 from .observed import ObservedObjects
 from .verdict import quote
@@ -294,9 +294,8 @@ class TrackedState:
         if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
             try:
                 result = from_json(result)  # pydantic's parser: what json.loads gives, about 2x as fast
-            except ValueError:  # a lone surrogate, deep nesting, or not JSON: json.loads decides
-                with contextlib.suppress(ValueError, RecursionError):
-                    result = json.loads(result)
+            except ValueError as e:  # a lone surrogate, deep nesting, or not JSON: json.loads decides
+                result = self._parse_refused(result, str(e))
             t = type(result)
         if t is str:  # plain text (an MCP server's usual answer): its leaf, no walk
             if result not in self._pool:
@@ -306,6 +305,26 @@ class TrackedState:
         self._walk(result, None, produce or _NO_PRODUCE, tool, 0, budget)
         if budget[0] <= 0:  # the rest of the result was not indexed
             self._pool_lossy = True
+
+    def _parse_refused(self, text: str | bytes, why: str) -> Any:
+        """JSON text pydantic's parser refused (``why``), parsed by ``json.loads`` (``text``
+        itself when that refuses it too). When json.loads may go deeper than pydantic did (too
+        deep for pydantic, or past an escape it refused: a lone surrogate), values nested
+        deeper than the walk goes are cut off first and the pool is incomplete: parsing them
+        would recurse to the interpreter's limit, where any finalizer that runs fails."""
+        try:
+            s = text.decode() if isinstance(text, bytes) else text
+        except UnicodeDecodeError:
+            return text
+        if "recursion" in why or "escape" in why:
+            cut = cut_deep(s, MAX_WALK_DEPTH)
+            if cut is not None:
+                self._pool_lossy = True
+                s = cut
+        try:
+            return json.loads(s)
+        except (ValueError, RecursionError):
+            return text
 
     def _walk(
         self, obj: Any, key: str | None, produce: Mapping[str, str], tool: str | None, level: int, budget: list[int]

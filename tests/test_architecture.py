@@ -33,6 +33,7 @@ BASE: Final = frozenset(
         "_readonly",
         "_daemon_threads",
         "_writer",
+        "_json_depth",
         "semconv",
         "commands",
         "grounding",

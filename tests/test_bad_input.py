@@ -24,6 +24,8 @@ from prefixmon.records import dumps_record
 from prefixmon.state import MAX_WALK_DEPTH, MAX_WALK_ITEMS
 from prefixmon.telemetry import Telemetry
 
+from .test_bounds import collections_watched
+
 MB = 1_000_000
 
 
@@ -366,6 +368,20 @@ class TestNesting:
         async with monitor.episode(task_id="t") as ep:
             v = ep.check("anything", raw)
         assert (v.cause, v.code) == (Cause.SCHEMA, "invalid_json") and "nested too deeply" in v.reason
+
+    async def test_deep_json_text_leaves_collections_room(self, monitor: Monitor) -> None:
+        """Parsing refuses what is too deep before recursing near the interpreter's limit, where a
+        garbage collection's finalizers would fail; text a little deeper than pydantic's parser
+        goes still parses."""
+        too_deep = '{"data": ' + "[" * 10_000 + "1" + "]" * 10_000 + "}"
+        deep = '{"data": ' + "[" * 300 + "1" + "]" * 300 + "}"
+        async with monitor.episode(task_id="t") as ep:
+            with collections_watched() as failures:
+                refused = ep.check("anything", too_deep)
+                parsed = ep.check("anything", deep)
+        assert failures == []
+        assert "nested too deeply to parse (more than 400 levels)" in (refused.reason or "")
+        assert parsed.executable
 
     async def test_deep_dict_argument_and_result(self, monitor: Monitor) -> None:
         """A 10,000-deep structure passes through as an untyped argument and result; indexing is depth-capped."""

@@ -10,13 +10,42 @@ seen, so the information check then passes what it does not find (undetermined i
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import tracemalloc
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import pytest
 
 from prefixmon import Cause, Grounded, Monitor, ToolBlocked, Toolset, TrackedState
 from prefixmon.state import MAX_POOL_BYTES
+
+
+@contextlib.contextmanager
+def collections_watched(frames: int = 60) -> Iterator[list[BaseException]]:
+    """Collect garbage at every allocation, each time calling Python ``frames`` deep, as a
+    finalizer may: yields the errors those calls met (no room left on the stack)."""
+
+    def nested(n: int) -> int:
+        return n if n == 0 else nested(n - 1)
+
+    failures: list[BaseException] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        try:
+            nested(frames)
+        except RecursionError as e:
+            failures.append(e)
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(callback)
+    gc.set_threshold(1, 1, 1)
+    try:
+        yield failures
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(callback)
 
 
 def _result(i: int) -> dict[str, Any]:
@@ -107,3 +136,43 @@ class TestInformationCheckOnAFullPool:
         assert not verify_plan(tools, [{"tool": "cite", "args": {"word": "invented"}}], state=state).approved
         _fill(state, 2 * MAX_POOL_BYTES // per_result)
         assert verify_plan(tools, [{"tool": "cite", "args": {"word": "invented"}}], state=state).approved
+
+
+class TestDeeplyNestedJsonText:
+    """A JSON text result nested deeper than pydantic's parser goes (about 200 levels): what is
+    within the pool's walk depth is indexed, the rest marks the pool incomplete, and nothing
+    recurses near the interpreter's limit (a finalizer running there fails: CI saw
+    ``RecursionError`` in an event loop's ``__del__``)."""
+
+    @pytest.mark.parametrize("depth", [500, 10_000])
+    @pytest.mark.parametrize("as_bytes", [False, True], ids=["str", "bytes"])
+    def test_shallow_values_are_bound_and_the_pool_is_incomplete(self, depth: int, as_bytes: bool) -> None:
+        text = '{"id": "ord-1", "note": "caf\\u00e9 ok", "data": ' + "[" * depth + "7" + "]" * depth + "}"
+        state = TrackedState()
+        state.ingest(text.encode() if as_bytes else text, produce={"id": "order"})
+        assert state.is_bound("order", "ord-1")
+        assert state.seen("café ok")
+        assert not state.pool_complete
+
+    def test_collections_meanwhile_have_room(self) -> None:
+        """A garbage collection during the parse (here: at every allocation) can still run Python."""
+        text = '{"id": "ord-1", "data": ' + "{" + '"a": {' * 5_000 + "}" * 5_001 + "}"
+        state = TrackedState()
+        with collections_watched() as failures:
+            state.ingest(text, produce={"id": "order"})
+        assert failures == []
+        assert state.is_bound("order", "ord-1") and not state.pool_complete
+
+    def test_strings_holding_brackets_are_not_nesting(self) -> None:
+        """Brackets and escaped quotes inside strings do not count as depth."""
+        text = '{"id": "ord-1", "s": "' + '[{\\"' * 300 + '", "data": ' + "[" * 300 + "]" * 300 + "}"
+        state = TrackedState()
+        state.ingest(text, produce={"id": "order"})
+        assert state.is_bound("order", "ord-1") and state.seen('[{"' * 300)
+
+    def test_a_lone_surrogate_before_deep_nesting(self) -> None:
+        """pydantic stops at the lone surrogate, json.loads would go on down: cut there too."""
+        text = '{"id": "ord-1", "s": "\\ud800", "data": ' + "[" * 10_000 + "]" * 10_000 + "}"
+        state = TrackedState()
+        state.ingest(text, produce={"id": "order"})
+        assert state.is_bound("order", "ord-1") and not state.pool_complete
