@@ -8,10 +8,13 @@ first, by its brackets outside strings, and cut or refused before ``json`` sees 
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["MAX_JSON_DEPTH", "cut_deep", "deeper_than"]
+from pydantic_core import from_json
+
+__all__ = ["MAX_JSON_DEPTH", "cut_deep", "deeper_than", "loads", "loads_refused"]
 
 MAX_JSON_DEPTH: Final = 400
 """Levels of nesting ``json`` is asked to parse: well below the recursion limit (1,000)."""
@@ -62,3 +65,32 @@ def cut_deep(text: str, depth: int) -> str | None:
         return None
     parts.append(text[last:])
     return "".join(parts)
+
+
+def loads(text: str | bytes, depth: int = MAX_JSON_DEPTH) -> Any:
+    """``text`` as ``json.loads`` parses it, values nested deeper than ``depth`` as ``None``.
+
+    Raises:
+        ValueError: not JSON.
+    """
+    try:
+        return from_json(text)  # pydantic's parser: what json.loads gives, about 2x as fast
+    except ValueError as e:
+        return loads_refused(text, str(e), depth)[0]
+
+
+def loads_refused(text: str | bytes, why: str, depth: int) -> tuple[Any, bool]:
+    """JSON text pydantic's parser refused (``why``) as ``json.loads`` parses it, and whether
+    values were cut off. Where json may go deeper than pydantic did (too deep for pydantic,
+    or past an escape it refused: a lone surrogate), what is nested deeper than ``depth`` is
+    replaced by ``None`` first.
+
+    Raises:
+        ValueError: not JSON (``json.loads`` refuses it too).
+    """
+    s = text.decode() if isinstance(text, bytes) else text
+    cut = cut_deep(s, depth) if "recursion" in why or "escape" in why else None
+    try:
+        return json.loads(s if cut is None else cut), cut is not None
+    except RecursionError:  # pydantic said something else: never reached here so far
+        raise ValueError("nested too deeply to parse") from None

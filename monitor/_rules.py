@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from ._cel import Expression, ExpressionError, NotObserved, compile_expression
+from ._json_depth import loads
 from .exceptions import SpecError
 from .spec import MISSING, Grounded, Precondition, Probe, Produce, Ref, ToolSpec, resolve_path, values_at
 from .specfile import LetRule, SpecFile, ToolRules
@@ -333,8 +334,8 @@ def _as_data(result: Any) -> Any:
     """A result as JSON data: parsed JSON text, a pydantic model's dump, MCP structured content."""
     if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
         try:
-            return json.loads(result)
-        except (ValueError, RecursionError):
+            return loads(result)
+        except ValueError:
             return result
     structured = getattr(result, "structuredContent", None)
     if isinstance(structured, Mapping):

@@ -6,7 +6,6 @@ of the state. Tool results are walked once, when they arrive, never per check.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from typing import Any, Final
 
 from pydantic_core import from_json
 
-from ._json_depth import cut_deep
+from ._json_depth import loads_refused
 from .grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fold
 from .observed import ObservedObjects
 from .verdict import quote
@@ -307,24 +306,16 @@ class TrackedState:
             self._pool_lossy = True
 
     def _parse_refused(self, text: str | bytes, why: str) -> Any:
-        """JSON text pydantic's parser refused (``why``), parsed by ``json.loads`` (``text``
-        itself when that refuses it too). When json.loads may go deeper than pydantic did (too
-        deep for pydantic, or past an escape it refused: a lone surrogate), values nested
-        deeper than the walk goes are cut off first and the pool is incomplete: parsing them
-        would recurse to the interpreter's limit, where any finalizer that runs fails."""
+        """JSON text pydantic's parser refused (``why``) as ``json.loads`` parses it (``text``
+        itself when that refuses it too). Values nested deeper than the walk goes may be cut
+        off (see :func:`~prefixmon._json_depth.loads_refused`): the pool is then incomplete."""
         try:
-            s = text.decode() if isinstance(text, bytes) else text
-        except UnicodeDecodeError:
+            value, cut = loads_refused(text, why, MAX_WALK_DEPTH)
+        except ValueError:
             return text
-        if "recursion" in why or "escape" in why:
-            cut = cut_deep(s, MAX_WALK_DEPTH)
-            if cut is not None:
-                self._pool_lossy = True
-                s = cut
-        try:
-            return json.loads(s)
-        except (ValueError, RecursionError):
-            return text
+        if cut:
+            self._pool_lossy = True
+        return value
 
     def _walk(
         self, obj: Any, key: str | None, produce: Mapping[str, str], tool: str | None, level: int, budget: list[int]

@@ -176,3 +176,21 @@ class TestDeeplyNestedJsonText:
         state = TrackedState()
         state.ingest(text, produce={"id": "order"})
         assert state.is_bound("order", "ord-1") and not state.pool_complete
+
+    def test_rules_and_plans_read_deep_results_with_room(self) -> None:
+        """What learned rules and plan placeholders read of a result: parsed the same way (as
+        json would, cut below 400 levels), with a collection meanwhile able to run."""
+        from prefixmon._json_depth import loads
+
+        deep = '{"id": "ord-1", "data": ' + "[" * 10_000 + "]" * 10_000 + "}"
+        with collections_watched() as failures:
+            value = loads(deep)
+            surrogate = loads('{"s": "\\ud800"}')
+        assert failures == []
+        assert value["id"] == "ord-1" and surrogate == {"s": "\ud800"}
+        level, node = 1, value["data"]
+        while isinstance(node, list):
+            level, node = level + 1, node[0]
+        assert (level, node) == (400, None)
+        with pytest.raises(ValueError):
+            loads("[1] trailing")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from .._json_depth import loads
 from ..exceptions import PlanError
 from ..toolset import Toolset
 from ..verdict import Location, quote
@@ -132,8 +132,8 @@ class PlanFollower:
         found: list[Any] = []
         for result in reversed(results):
             if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
-                with contextlib.suppress(ValueError, RecursionError):
-                    result = json.loads(result)
+                with contextlib.suppress(ValueError):
+                    result = loads(result)
             if not r.path:
                 found.append(result)
                 continue
