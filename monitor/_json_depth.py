@@ -92,5 +92,8 @@ def loads_refused(text: str | bytes, why: str, depth: int) -> tuple[Any, bool]:
     cut = cut_deep(s, depth) if "recursion" in why or "escape" in why else None
     try:
         return json.loads(s if cut is None else cut), cut is not None
-    except RecursionError:  # pydantic said something else: never reached here so far
-        raise ValueError("nested too deeply to parse") from None
+    except RecursionError:  # pydantic's words changed: cut now (json went to the limit once)
+        cut = None if cut is not None else cut_deep(s, depth)
+        if cut is None:
+            raise ValueError("nested too deeply to parse") from None
+    return json.loads(cut), True

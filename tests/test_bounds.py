@@ -194,3 +194,11 @@ class TestDeeplyNestedJsonText:
         assert (level, node) == (400, None)
         with pytest.raises(ValueError):
             loads("[1] trailing")
+
+    def test_deep_text_refused_in_other_words_is_still_cut(self) -> None:
+        """Were pydantic's parser to word its refusal otherwise, deep text would still be parsed (cut)."""
+        from prefixmon._json_depth import loads_refused
+
+        deep = '{"id": "ord-1", "data": ' + "[" * 10_000 + "]" * 10_000 + "}"
+        value, cut = loads_refused(deep, "some other words", 64)
+        assert value["id"] == "ord-1" and cut
