@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any, Final
 
 from pydantic_core import from_json
 
-__all__ = ["MAX_JSON_DEPTH", "cut_deep", "deeper_than", "loads", "loads_refused"]
+__all__ = ["MAX_JSON_DEPTH", "cut_deep", "deeper_than", "json_goes_deeper", "loads", "loads_refused"]
 
 MAX_JSON_DEPTH: Final = 400
 """Levels of nesting ``json`` is asked to parse: well below the recursion limit (1,000)."""
@@ -23,29 +24,17 @@ _STRUCTURE: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 """A JSON string (skipped whole: brackets inside it are text) or a bracket."""
 
 
-def deeper_than(text: str, depth: int) -> bool:
-    """Whether brackets outside strings nest deeper than ``depth`` somewhere in ``text``."""
+def json_goes_deeper(why: str) -> bool:
+    """Whether ``json`` may nest deeper than pydantic's parser did before it refused (``why``):
+    it stopped for depth, or at an escape json takes (a lone surrogate)."""
+    return "recursion" in why or "escape" in why
+
+
+def _deep_spans(text: str, depth: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each outermost value nested deeper than ``depth``, by brackets outside strings."""
     if text.count("[") + text.count("{") <= depth:
-        return False
+        return
     level = 0
-    for m in _STRUCTURE.finditer(text):
-        c = text[m.start()]
-        if c == "[" or c == "{":
-            level += 1
-            if level > depth:
-                return True
-        elif c != '"':
-            level -= 1
-    return False
-
-
-def cut_deep(text: str, depth: int) -> str | None:
-    """``text`` with every value nested deeper than ``depth`` replaced by ``null`` (``None``
-    when none is), by brackets outside strings alone: what is not JSON stays not JSON."""
-    if text.count("[") + text.count("{") <= depth:
-        return None
-    parts: list[str] = []
-    level = last = 0
     start = -1
     for m in _STRUCTURE.finditer(text):
         c = text[m.start()]
@@ -57,10 +46,27 @@ def cut_deep(text: str, depth: int) -> str | None:
                 start = m.start()
         else:
             if level == depth + 1 and start >= 0:
-                parts.append(text[last:start])
-                parts.append("null")
-                last, start = m.end(), -1
+                yield start, m.end()
+                start = -1
             level -= 1
+    if start >= 0:  # still open at the end (not JSON): deep all the same
+        yield start, len(text)
+
+
+def deeper_than(text: str, depth: int) -> bool:
+    """Whether brackets outside strings nest deeper than ``depth`` somewhere in ``text``."""
+    return next(_deep_spans(text, depth), None) is not None
+
+
+def cut_deep(text: str, depth: int) -> str | None:
+    """``text`` with every value nested deeper than ``depth`` replaced by ``null`` (``None``
+    when none is), by brackets outside strings alone: what is not JSON stays not JSON."""
+    parts: list[str] = []
+    last = 0
+    for start, end in _deep_spans(text, depth):
+        parts.append(text[last:start])
+        parts.append("null")
+        last = end
     if not parts:
         return None
     parts.append(text[last:])
@@ -89,7 +95,7 @@ def loads_refused(text: str | bytes, why: str, depth: int) -> tuple[Any, bool]:
         ValueError: not JSON (``json.loads`` refuses it too).
     """
     s = text.decode() if isinstance(text, bytes) else text
-    cut = cut_deep(s, depth) if "recursion" in why or "escape" in why else None
+    cut = cut_deep(s, depth) if json_goes_deeper(why) else None
     try:
         return json.loads(s if cut is None else cut), cut is not None
     except RecursionError:  # pydantic's words changed: cut now (json went to the limit once)

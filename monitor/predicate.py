@@ -25,7 +25,7 @@ from typing import Any, Final, Protocol
 
 from pydantic_core import from_json
 
-from ._json_depth import MAX_JSON_DEPTH, deeper_than
+from ._json_depth import MAX_JSON_DEPTH, deeper_than, json_goes_deeper
 from ._trusted import trusted_constructor
 from .exceptions import ArgumentError
 from .spec import Precondition, Ref, SymbolicEffect, ToolSpec, callable_name, values_at
@@ -102,8 +102,7 @@ def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, An
     try:
         parsed = from_json(raw, allow_inf_nan=False)  # pydantic's parser: what json gives, about 2x as fast
     except ValueError as e:  # not JSON, or JSON it refuses (a lone surrogate, deep nesting): json decides and says why
-        why = str(e)
-        if ("recursion" in why or "escape" in why) and deeper_than(raw, MAX_JSON_DEPTH):
+        if json_goes_deeper(str(e)) and deeper_than(raw, MAX_JSON_DEPTH):
             return _TOO_DEEP  # json would recurse near the interpreter's limit, or fail there
         return _parsed_by_json(raw)
     if not isinstance(parsed, dict):
