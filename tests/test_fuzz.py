@@ -108,7 +108,7 @@ def build_tools() -> Toolset:
     tools.add_schema(
         "schema_tool",
         {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0}, "text": {"type": "string"}}, "required": ["x"]},
-        func=lambda x, text="": {"x": x},
+        func=lambda x, text="", **_extra: {"x": x},  # the schema allows other properties: so does the tool
         grounded=["text"],
     )
 
