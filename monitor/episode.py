@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import importlib
 import inspect
 import os
 import random
 import sys
+import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
@@ -29,6 +31,7 @@ from .exceptions import SpecError, ToolBlocked
 from .grounding import InformedTexts
 from .policies import Intervention, Resolution
 from .records import ActionRecord, EpisodeRecord, ProbeRecord, Status, build_record, trusted_action
+from .semconv import tool_label
 from .spec import ToolSpec
 from .state import TrackedState
 from .toolset import Toolset
@@ -255,18 +258,60 @@ def cancellation(exc: BaseException) -> bool:
     return trio is not None and isinstance(exc, trio.Cancelled)
 
 
+def as_text(value: object) -> str | None:
+    """``value`` as records hold it, when its text is known: text, a number, a UUID, an enum member, ``None``.
+
+    ``None`` for anything else: its ``str()`` is usually its repr, and that may carry anything
+    (a client object's API key) into span names, attributes and logs.
+    """
+    if isinstance(value, str):
+        return str.__str__(value)  # an enum of text: its value
+    if value is None:  # a label read from an unset variable
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return int.__repr__(value)  # an enum of ints: its value
+    if isinstance(value, float):
+        return float.__repr__(value)
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, uuid.UUID):
+        return uuid.UUID.__str__(value)
+    return None
+
+
+def required_text(value: object, what: str) -> str:
+    """:func:`as_text` of ``value``.
+
+    Raises:
+        TypeError: ``value`` has no known text (the message names ``what`` and its type, never its repr).
+    """
+    text = as_text(value)
+    if text is None:
+        raise TypeError(f"{what} must be text, a number, a UUID or an enum member, got {type(value).__name__}")
+    return text
+
+
+def _call_text(value: object) -> str:
+    """A framework's odd tool name or call id as records hold it: its text, or ``<TypeName>``."""
+    text = as_text(value)
+    return f"<{type(value).__name__}>" if text is None else text
+
+
 def text_labels(labels: Mapping[Any, Any], into: dict[str, str]) -> dict[str, str]:
     """``into`` updated with ``labels`` as text (records hold text; ints are common).
 
     Raises:
-        TypeError: ``labels`` is not a mapping.
+        TypeError: ``labels`` is not a mapping, or a name or value has no known text (:func:`as_text`).
     """
     try:
         items = labels.items()
     except AttributeError:
         raise TypeError(f"labels must be a mapping of names to values (a dict), got {type(labels).__name__}") from None
     for k, v in items:
-        into[k if type(k) is str else str(k)] = v if type(v) is str else str(v)
+        key = k if type(k) is str else required_text(k, "a label name")
+        into[key] = v if type(v) is str else required_text(v, f"labels[{key!r}]")
     return into
 
 
@@ -302,8 +347,8 @@ class Episode:
     ) -> None:
         self.monitor = monitor
         """The monitor that opened the episode."""
-        self.id = str(episode_id) if episode_id is not None and episode_id != "" else _random_id()
-        self.task_id = str(task_id) if task_id is not None else self.id  # records hold text (ints are common)
+        self.id = required_text(episode_id, "episode_id") if episode_id is not None and episode_id != "" else _random_id()
+        self.task_id = required_text(task_id, "task_id") if task_id is not None else self.id  # ints are common
         self.labels: dict[str, str] = text_labels(labels, dict(monitor.labels))
         self.allows_no_tool = allows_no_tool
         toolset = monitor.toolset
@@ -512,7 +557,7 @@ class Episode:
         self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None, error: Exception
     ) -> Verdict:
         """The verdict of a call whose check raised: fail-closed blocks it, fail-open lets it run."""
-        self._fault(f"checking {name}", error)
+        self._fault(f"checking {tool_label(name, self.monitor.toolset)}", error)
         if self.monitor.fail_closed:
             return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(_fault_failure(name),))
         try:
@@ -559,6 +604,20 @@ class Episode:
         admitted = self._admit(name, args, call_id)
         return admitted if type(admitted) is PendingCall else await admitted  # type: ignore[misc]
 
+    async def begin_unchecked(
+        self, name: str, args: Mapping[str, Any] | str | bytes | None = None, *, call_id: str | None = None, error: Exception
+    ) -> PendingCall:
+        """Emit a call the monitor cannot check, as :meth:`begin` does: ``error`` says why (the
+        tools' declarations could not be read, say). It counts as a monitor fault: fail-open runs
+        the call unchecked, fail-closed refuses it. ``name`` need not be declared; telemetry and
+        logs label it as a name the model made up.
+
+        Raises:
+            ToolBlocked: the call is not run (fail-closed, or the policy's hooks refused it).
+        """
+        admitted = self._admit(name, args, call_id, error)
+        return admitted if type(admitted) is PendingCall else await admitted  # type: ignore[misc]
+
     def admit(
         self, name: str, args: Mapping[str, Any] | str | bytes | None = None, *, call_id: str | None = None
     ) -> PendingCall | Awaitable[PendingCall]:
@@ -578,14 +637,14 @@ class Episode:
         return self._admit(name, args, call_id)
 
     def _admit(
-        self, name: str, args: Mapping[str, Any] | str | bytes | None, call_id: str | None
+        self, name: str, args: Mapping[str, Any] | str | bytes | None, call_id: str | None, unchecked: Exception | None = None
     ) -> PendingCall | Awaitable[PendingCall]:
         if self._closed:
             raise SpecError(f"episode {self.id!r} is closed")
         if type(name) is not str:  # a framework's odd value: records hold text
-            name = str(name)
+            name = _call_text(name)
         if call_id is not None and type(call_id) is not str:
-            call_id = str(call_id)
+            call_id = _call_text(call_id)
         state = self.state
         state.depth += 1
         depth = state.depth
@@ -601,6 +660,8 @@ class Episode:
             spec = self.monitor.toolset.get(name)
             if self.monitor.fail_closed and (self.internal_errors != faults or self.monitor.sink_failing):
                 verdict = self._unkept(name, call_id, depth, self.internal_errors != faults)
+            elif unchecked is not None:
+                verdict = self._check_failed(name, args, depth, call_id, unchecked)
             elif spec is not None and spec.probes:
                 return self._guarded(self._probed(spec, name, args, depth, call_id, token), name, call_id, depth, token)
             else:

@@ -180,7 +180,10 @@ class Monitor:
 
         Args:
             task_id: the task (several rollouts of one task share it); default: the episode id.
-            labels: e.g. ``{"dataset": ..., "model": ..., "method": ...}``.
+            labels: e.g. ``{"dataset": ..., "model": ..., "method": ...}``. Values are text;
+                numbers, bools, ``None``, UUIDs and enum members are written as text. Anything
+                else is a ``TypeError``: an object's ``str()`` is usually its repr, which could
+                carry a secret into spans and logs. The same holds for ``task_id`` and ``episode_id``.
             episode_id: default: a random hex id.
             env: a live environment object preconditions may read as ``state.env``.
             exposed: tools available at the start (default: every tool declared exposed).

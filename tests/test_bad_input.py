@@ -8,8 +8,10 @@ memory measured by tracemalloc.
 
 from __future__ import annotations
 
+import enum
 import json
 import tracemalloc
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -612,6 +614,24 @@ def test_verdict_for_every_bad_input_is_a_verdict() -> None:
         assert isinstance(ep.check("anything", raw), Verdict)  # type: ignore[arg-type]
 
 
+class _Mode(enum.Enum):
+    FAST = object()
+
+
+class _Kind(enum.StrEnum):
+    A = "a"
+
+
+class _Client:
+    """An object a user might pass as a label by mistake: its repr carries a credential."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"_Client(api_key={self.key!r})"
+
+
 class TestLabels:
     """Labels are a mapping of names to values; anything else is a TypeError that says so."""
 
@@ -626,6 +646,70 @@ class TestLabels:
             Monitor(build_tools(), labels=["dataset"])  # type: ignore[arg-type]
 
     async def test_labels_become_text(self, monitor: Monitor) -> None:
-        async with monitor.episode(task_id="t", labels={"run": 3}) as ep:  # type: ignore[dict-item]
+        """Numbers, bools, None, enum members and UUIDs are written as text; an enum of text as its value."""
+        labels = {
+            "run": 3,
+            "temp": 0.5,
+            "cached": True,
+            "mode": _Mode.FAST,
+            "kind": _Kind.A,
+            "id": uuid.UUID(int=1),
+            7: "x",
+            "unset": None,
+        }
+        async with monitor.episode(task_id=_Kind.A, labels=labels) as ep:  # type: ignore[arg-type]
             pass
-        assert ep.record is not None and ep.record.labels == {"run": "3"}
+        assert ep.record is not None and ep.record.task_id == "a"
+        assert ep.record.labels == {
+            "run": "3",
+            "temp": "0.5",
+            "cached": "True",
+            "mode": "_Mode.FAST",
+            "kind": "a",
+            "id": "00000000-0000-0000-0000-000000000001",
+            "7": "x",
+            "unset": "None",
+        }
+
+    @pytest.mark.parametrize("where", ["label", "label name", "monitor label", "task_id", "episode_id"])
+    async def test_objects_are_refused_not_written_as_their_repr(self, monitor: Monitor, where: str) -> None:
+        """A user object given as a label, task id or episode id is a TypeError naming where and its type:
+        its str() is usually its repr, and that could carry anything (a client's API key) into spans and logs."""
+        leaky = _Client("sk-live-SECRET")
+        by_where: dict[str, dict[str, Any]] = {
+            "label": {"labels": {"agent": leaky}},
+            "label name": {"labels": {leaky: "x"}},
+            "task_id": {"task_id": leaky},
+            "episode_id": {"episode_id": leaky},
+        }
+        options = by_where.get(where, {})
+        with pytest.raises(TypeError) as raised:
+            if where == "monitor label":
+                Monitor(build_tools(), labels={"agent": leaky})  # type: ignore[dict-item]
+            else:
+                async with monitor.episode(**{"task_id": "t", **options}):
+                    pass
+        message = str(raised.value)
+        assert "_Client" in message and "SECRET" not in message
+        assert {"label": "labels['agent']", "label name": "a label name", "monitor label": "labels['agent']"}.get(
+            where, where
+        ) in message
+
+    async def test_odd_tool_names_and_call_ids_are_named_by_type(self) -> None:
+        """A framework's odd tool name or call id is recorded as <TypeName>, never as its repr; numbers stay."""
+        spans = InMemorySpanExporter()
+        tp = TracerProvider()
+        tp.add_span_processor(SimpleSpanProcessor(spans))
+        monitor = Monitor(build_tools(), observers=[Telemetry(tracer_provider=tp)])
+        async with monitor.episode(task_id="t") as ep:
+            await ep.call("echo", {"text": "a"}, call_id=_Client("sk-live-SECRET"))  # type: ignore[arg-type]
+            await ep.call("echo", {"text": "a"}, call_id=12)  # type: ignore[arg-type]
+            with pytest.raises(ToolBlocked):
+                await ep.call(_Client("sk-live-SECRET"), {})  # type: ignore[arg-type]
+        tp.shutdown()
+        assert ep.record is not None
+        assert [(a.tool, a.call_id) for a in ep.record.actions] == [("echo", "<_Client>"), ("echo", "12"), ("<_Client>", None)]
+        exported = repr(
+            [(s.name, dict(s.attributes or {}), [dict(e.attributes or {}) for e in s.events]) for s in spans.get_finished_spans()]
+        )
+        assert "<_Client>" in exported and "SECRET" not in exported

@@ -538,3 +538,30 @@ class TestEpisodeIds:
         os.waitpid(pid, 0)
         parent = [_random_id() for _ in range(3)]
         assert len(child) == 3 and not set(child) & set(parent)
+
+
+class TestBeginUnchecked:
+    """A call the caller cannot describe to the monitor (its tool list failed) is a monitor fault."""
+
+    @pytest.mark.parametrize("failure_mode", ["fail_open", "fail_closed"])
+    async def test_the_failure_mode_decides_and_the_name_stays_undeclared(self, failure_mode: Any) -> None:
+        """fail-open: runs, recorded executable; fail-closed: refused, decision fail_closed. Counted either way."""
+        tools = build_tools()
+        monitor = Monitor(tools, policy="block", failure_mode=failure_mode)
+        async with monitor.episode(task_id="t") as ep:
+            why = RuntimeError("the tool list failed")
+            if failure_mode == "fail_open":
+                pending = await ep.begin_unchecked("listed_later", {"q": 1}, call_id="c1", error=why)
+                assert pending.args == {"q": 1}
+                pending.done("ok")
+            else:
+                with pytest.raises(ToolBlocked, match="could not be checked"):
+                    await ep.begin_unchecked("listed_later", {"q": 1}, call_id="c1", error=why)
+            await ep.call("search", {"name": "a"})  # the next call is checked as usual
+        assert "listed_later" not in tools and monitor.stats.internal_errors == 1
+        assert ep.record is not None
+        first, second = ep.record.actions
+        assert (first.tool, first.call_id, first.executable) == ("listed_later", "c1", failure_mode == "fail_open")
+        assert first.decision == (Decision.ALLOW if failure_mode == "fail_open" else Decision.FAIL_CLOSED)
+        assert first.reached_environment is (failure_mode == "fail_open")
+        assert second.executable and second.decision == Decision.ALLOW

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeAlias, get_args
 
 import anyio
@@ -124,13 +124,12 @@ def declare(
     toolset: Toolset,
     tools: Iterable[Tool | Mapping[str, Any]],
     rules: Mapping[str, Mapping[str, Any]] | None,
-    force: Collection[str] = (),
     *,
     coercion: CoercionChoice,
     server_info: Any = None,
     spec: SpecFile | None = None,
 ) -> list[str]:
-    """:func:`declare_tools`; names in ``force`` are re-declared even when they look unchanged."""
+    """:func:`declare_tools`: the names of the tools declared or re-declared (an unchanged one is left as it is)."""
     rules = rules or {}
     changed: list[str] = []
     for i, tool in enumerate(tools):
@@ -147,12 +146,7 @@ def declare(
         if schema is not None and not isinstance(schema, Mapping):
             raise SpecError(f"tools[{i}] ({name}): inputSchema must be a JSON Schema object")
         old = toolset.get(name)
-        if (
-            old is not None
-            and name not in force
-            and dict(old.parameters) == dict(schema or {})
-            and old.description == description
-        ):
+        if old is not None and dict(old.parameters) == dict(schema or {}) and old.description == description:
             continue
         mode = coercion_for(schema, server_info) if coercion == "auto" else coercion
         options = {"coercion": mode, **dict(rules.get(name, {}))}

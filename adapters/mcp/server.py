@@ -104,8 +104,6 @@ class MonitorMiddleware:
         """Every name this middleware declared (tools the user declared otherwise are never hidden)."""
         self._gone: set[str] = set()
         """Declared names the last complete listing lacked: hidden in every episode."""
-        self._unchecked: set[str] = set()
-        """Names declared as stand-ins while the listing failed: replaced by the real listing."""
         self._relisted: dict[str, float] = {}
         self._episodes: dict[Hashable, Episode] = {}
         self._lock = anyio.Lock()
@@ -156,14 +154,16 @@ class MonitorMiddleware:
         arguments = params.get("arguments")
         malformed = arguments is not None and not isinstance(arguments, Mapping)
         listing_error = await self._ensure_listed(ctx, call_next, name)
-        if listing_error is not None and name not in self.toolset:
-            self._stand_in(name, listing_error)
+        unchecked = None if listing_error is None or name in self.toolset else _listing_failed(listing_error)
         ep = self._episode_for(ctx)
         if name not in self._gone:
             expose(ep, name)
         raw = json.dumps(arguments, default=str) if malformed else arguments  # the wire text: "not an object"
         try:
-            pending = await ep.begin(name, raw, call_id=str(ctx.request_id))
+            if unchecked is None:
+                pending = await ep.begin(name, raw, call_id=str(ctx.request_id))
+            else:  # the name stays undeclared: it may be anything a client made up
+                pending = await ep.begin_unchecked(name, raw, call_id=str(ctx.request_id), error=unchecked)
         except ToolBlocked as blocked:
             if malformed:  # answer as the SDK does without the monitor: invalid params
                 CallToolRequestParams.model_validate(params, by_name=False)
@@ -242,8 +242,7 @@ class MonitorMiddleware:
         if tools is None:
             return
         listed = names_of(tools)
-        changed = declare(self.toolset, tools, self.rules, force=self._unchecked & listed, coercion=self.coercion, spec=self.spec)
-        self._unchecked -= listed
+        changed = declare(self.toolset, tools, self.rules, coercion=self.coercion, spec=self.spec)
         self._declared |= listed
         back = self._gone & listed
         gone = self._declared - listed if complete else self._gone - listed
@@ -256,27 +255,6 @@ class MonitorMiddleware:
         if complete:
             self._listed = True
             self._generation += 1
-
-    def _stand_in(self, name: str, error: BaseException) -> None:
-        """Declare ``name`` while the tool list cannot be read: every check of it is a monitor fault.
-
-        The core then applies its failure mode: fail-open records the call as executable and
-        runs it (the fault is counted and logged); fail-closed refuses it (``fail_closed``).
-        """
-        why = f"the server's tool listing failed ({type(error).__name__}: {error})"
-
-        def tool_listing(state: Any, args: Mapping[str, Any]) -> bool:
-            raise RuntimeError(why)
-
-        self.toolset.add_schema(
-            name,
-            {"type": "object", "additionalProperties": True},
-            replace=True,
-            requires=[tool_listing],
-            metadata={"source": "mcp", "unchecked": why},
-        )
-        self._unchecked.add(name)
-        self._declared.add(name)
 
     def _log_listing_error(self, e: BaseException) -> None:
         get_logger().error("mcp_tool_listing_failed", error_type=type(e).__name__, failure_mode=self.monitor.failure_mode)
@@ -311,6 +289,11 @@ class MonitorMiddleware:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _listing_failed(error: BaseException) -> RuntimeError:
+    """Why a call to a name the listing could not confirm is not checked (its type and message, no traceback)."""
+    return RuntimeError(f"the server's tool listing failed ({type(error).__name__}: {error})")
 
 
 def _tools_of(result: Any) -> list[Any] | None:

@@ -22,9 +22,14 @@ pytest.importorskip("mcp")
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.server import Server
 from mcp.types import CallToolRequestParams, CallToolResult, ListToolsResult, PaginatedRequestParams, TextContent, Tool
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from structlog.testing import capture_logs
 
-from prefixmon import Cause, Decision, EpisodeRecord, Outcome, SpecError, Toolset, read_records
+from prefixmon import Cause, Decision, EpisodeRecord, Outcome, SpecError, Telemetry, Toolset, read_records
 from prefixmon.adapters.mcp import MonitorMiddleware, MonitorSession, declare_tools, result_value
+from prefixmon.logging import LiveLog
 
 pytestmark = pytest.mark.integration
 
@@ -307,3 +312,54 @@ class TestServerListingFailure:
             result = await client.call_tool("echo", {"text": "hi"})
         assert ran == ran_expected
         assert bool(result.is_error) is (mode == "fail_closed")
+
+    @pytest.mark.parametrize("mode", ["fail_open", "fail_closed"])
+    async def test_names_called_during_an_outage_stay_made_up(self, mode: str) -> None:
+        """While tools/list fails, a name a client makes up is not declared: telemetry and logs label it as
+        a made-up name (a long one is <unknown tool>), the toolset does not grow, and the failure mode decides."""
+        made_up = "lookup_" + "a" * 100 + "_sk-live-SECRET"
+        ran: list[str] = []
+        listing_works = False
+
+        async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+            if not listing_works:
+                raise RuntimeError("tool registry unavailable")
+            return ListToolsResult(tools=[Tool(name="echo", input_schema={"type": "object"})])
+
+        async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+            ran.append(params.name)
+            return CallToolResult(content=[TextContent(type="text", text="unknown tool")], is_error=True)
+
+        spans = InMemorySpanExporter()
+        tp = TracerProvider()
+        tp.add_span_processor(SimpleSpanProcessor(spans))
+        records: list[EpisodeRecord] = []
+        guard = MonitorMiddleware(
+            failure_mode=mode,
+            sink=records.append,
+            observers=[Telemetry(tracer_provider=tp, tool_spans="own"), LiveLog(log_calls=True)],
+        )
+        server: Server[Any] = Server("s", on_list_tools=list_tools, on_call_tool=call_tool)
+        server.middleware.append(guard)
+        with capture_logs() as events:
+            async with guard, Client(server, mode="legacy") as client:
+                for name in (made_up, "short_made_up", made_up):
+                    await client.call_tool(name, {})
+                assert made_up not in guard.toolset and "short_made_up" not in guard.toolset
+                listing_works = True
+                await client.call_tool("echo", {})
+        tp.shutdown()
+        assert guard.toolset.names == ["echo"]
+        assert ran == ([made_up, "short_made_up", made_up, "echo"] if mode == "fail_open" else ["echo"])
+        [record] = records
+        assert [a.tool for a in record.actions] == [made_up, "short_made_up", made_up, "echo"]
+        expected = Decision.ALLOW if mode == "fail_open" else Decision.FAIL_CLOSED
+        assert [a.decision for a in record.actions[:3]] == [expected] * 3
+        assert guard.monitor.stats.internal_errors == 3
+        finished = spans.get_finished_spans()
+        exported = repr(
+            [(s.name, dict(s.attributes or {}), [(e.name, dict(e.attributes or {})) for e in s.events]) for s in finished]
+        )
+        assert "SECRET" not in exported and "SECRET" not in repr(events)
+        assert "short_made_up" in exported  # a short made-up name is kept, as for any undeclared tool
+        assert not any("short_made_up" in s.name for s in finished)  # but never in a span name
