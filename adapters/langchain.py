@@ -74,6 +74,7 @@ from prefixmon import (
 )
 from prefixmon.commands import run_async
 from prefixmon.deprecation import moved_names
+from prefixmon.semconv import tool_label
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ToolCallRequest
@@ -437,7 +438,8 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
                 name=call["name"],
                 status="error",
             )
-        warnings.warn(f"{call['name']!r} runs unchecked: {why}", RuntimeWarning, stacklevel=2)
+        label = tool_label(str(call["name"]), self.monitor.toolset)  # logs may carry it: a made-up name may be anything
+        warnings.warn(f"{label!r} runs unchecked: {why}", RuntimeWarning, stacklevel=2)
         return None
 
     async def abefore_agent(self, state: MonitorState, runtime: Runtime[Any]) -> dict[str, Any] | None:

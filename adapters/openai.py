@@ -180,7 +180,7 @@ def _chat_calls(message: ChatCompletionMessage | Mapping[str, Any]) -> list[tupl
             custom = _get(call, "custom")
             name, arguments = _get(custom, "name"), json.dumps({"input": _get(custom, "input")})
         else:  # recorded as a call of an unknown tool: a schema failure the model can read
-            name, arguments = f"<{kind} call>", None
+            name, arguments = (f"<{kind} call>" if isinstance(kind, str) else "<call of an unknown type>"), None
         if not isinstance(name, str):
             name = ""  # no function name: an unknown tool, answered like any other refusal
         calls.append((name, _get(call, "id"), arguments if isinstance(arguments, str) else json.dumps(arguments)))

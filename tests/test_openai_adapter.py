@@ -251,6 +251,7 @@ class TestRunToolCalls:
                     "tool_calls": [
                         {"id": "a", "type": "function", "function": {"arguments": "{}"}},
                         {"id": "b", "type": "browser", "browser": {}},
+                        {"id": "d", "type": {"token": "sk-live-SECRET"}},
                         {
                             "id": "c",
                             "type": "function",
@@ -259,10 +260,11 @@ class TestRunToolCalls:
                     ],
                 },
             )
-        assert [r["tool_call_id"] for r in replies] == ["a", "b", "c"]
-        assert "no tool named" in str(replies[0]["content"]) and "no tool named" in str(replies[1]["content"])
+        assert [r["tool_call_id"] for r in replies] == ["a", "b", "d", "c"]
+        assert all("no tool named" in str(r["content"]) for r in replies[:3])
         assert ep.record is not None
-        assert [a.cause for a in ep.record.actions] == [Cause.SCHEMA, Cause.SCHEMA, None]
+        assert [a.cause for a in ep.record.actions] == [Cause.SCHEMA, Cause.SCHEMA, Cause.SCHEMA, None]
+        assert [a.tool for a in ep.record.actions[1:3]] == ["<browser call>", "<call of an unknown type>"]  # never a value's repr
 
     async def test_execute_runs_tools_without_functions(self) -> None:
         """execute= runs calls of tools declared without a function."""

@@ -530,7 +530,7 @@ class TestEpisodeLifetime:
         assert (record.status, record.horizon) == ("finished", 1) and app.middleware.open_episodes == []
 
     @staticmethod
-    def retried_app(**monitor: Any) -> tuple[Contacts, Any]:
+    def retried_app(second: str = "remove_contact", **monitor: Any) -> tuple[Contacts, Any]:
         """A retrying middleware placed before MonitorMiddleware: the error passes through it first."""
         crashed: list[bool] = []
 
@@ -541,7 +541,7 @@ class TestEpisodeLifetime:
             if not crashed:
                 crashed.append(True)
                 raise ConnectionError("model backend down")
-            return call("remove_contact", {"person_id": "p-17"}, "r1") if n == 1 else AIMessage("done")
+            return call(second, {"person_id": "p-17"}, "r1") if n == 1 else AIMessage("done")
 
         app = Contacts(script, **monitor)
         retry = ModelRetryMiddleware(max_retries=1, initial_delay=0.0, jitter=False)
@@ -564,6 +564,15 @@ class TestEpisodeLifetime:
             await agent.ainvoke({"messages": [HumanMessage("remove Fredrik")]})
         assert app.book == {}
         assert [(r.status, r.horizon) for r in app.records] == [("error", 1)]
+
+    async def test_made_up_name_running_unchecked_is_not_repeated_in_the_warning(self) -> None:
+        """The warning labels a long name the model made up as telemetry does: <unknown tool>."""
+        made_up = "remove_" + "x" * 80 + "_sk-live-SECRET"
+        app, agent = self.retried_app(made_up)
+        with pytest.warns(RuntimeWarning, match="'<unknown tool>' runs unchecked") as warned:
+            await agent.ainvoke({"messages": [HumanMessage("remove Fredrik")]})
+        assert not any("SECRET" in str(w.message) for w in warned)
+        assert "p-17" in app.book
 
 
 class TestParseAnswer:
