@@ -18,6 +18,8 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
+from ._json_depth import MAX_JSON_DEPTH, deeper_than
+
 __all__ = ("LAX_FORMATS", "MAX_DEPTH", "coerce", "json_type", "object_nodes", "pre_parse", "schema_at")
 
 MAX_DEPTH: Final = 64
@@ -297,6 +299,8 @@ def pre_parse(value: str, node: Any, root: Mapping[str, Any]) -> Any:
         return value
     allowed, _ = _types(node, root)
     if allowed is None or allowed == {"string"}:
+        return value
+    if deeper_than(value, MAX_JSON_DEPTH):  # json.loads would recurse near the interpreter's limit
         return value
     try:
         decoded = json.loads(value)

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from ._json_depth import MAX_JSON_DEPTH, deeper_than
 from ._trusted import trusted_constructor
 from ._writer import DRAIN_TIMEOUT, MAX_QUEUE_BYTES, LineWriter, SinkStats, flush_writers
 from .exceptions import RecordError
@@ -440,6 +441,8 @@ def _json_values(line: str | bytes) -> list[str] | None:
     except UnicodeDecodeError:
         return None
     text = text.removeprefix("\ufeff")
+    if deeper_than(text, MAX_JSON_DEPTH):  # json's decoder would recurse near the interpreter's limit
+        return None
     decode = _SPLITTER.raw_decode
     values: list[str] = []
     at, end = _past_space(text, 0), len(text)

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from prefixmon import Monitor, Telemetry, Toolset
+from prefixmon import semconv as sc
 from prefixmon._cli import main
 from prefixmon.learn import (
     Call,
@@ -24,11 +25,14 @@ from prefixmon.learn import (
     read_transcripts,
 )
 from prefixmon.learn.evaluate import check_spec, compare_rules
+from prefixmon.learn.otlp import transcript_from_spans
 from prefixmon.learn.output import diff_spec, dump_spec, merge_spec, render_spec, write_spec
 from prefixmon.otel_setup import configure_otel
+from prefixmon.otlp import OtlpSpan
 from prefixmon.specfile import SpecFile, load_spec, parse_spec
 
 from .learn_shop import CATALOGUE_TOOLS, TOOLS, as_messages, shop_episode
+from .test_bounds import collections_watched
 
 
 def shop_tools(*, catalogue: bool = False) -> Toolset:
@@ -544,6 +548,24 @@ class TestReaders:
 
 class TestBadInput:
     """A malformed line is reported with file and line and skipped; an empty corpus is an error that says so."""
+
+    def test_captured_arguments_nested_too_deeply(self) -> None:
+        """Captured arguments nested 5,000 deep are a call without usable arguments, not a RecursionError."""
+        root = OtlpSpan(trace_id="t", span_id="r", name="invoke_agent", attributes={sc.PREFIXMON_EPISODE_ID: "e-1"})
+        deep = '{"a": ' + "[" * 5_000 + "]" * 5_000 + "}"
+        call = OtlpSpan(
+            trace_id="t",
+            span_id="c",
+            parent_span_id="r",
+            name="execute_tool f",
+            attributes={sc.GEN_AI_TOOL_NAME: "f", sc.GEN_AI_TOOL_CALL_ARGUMENTS: deep, sc.PREFIXMON_DEPTH: 1},
+        )
+        with collections_watched() as failures:
+            transcript = transcript_from_spans(root, [call])
+        assert failures == []
+        assert not isinstance(transcript, str)
+        (event,) = transcript.events
+        assert isinstance(event, Call) and event.tool == "f"
 
     def test_malformed_jsonl_lines(self, tmp_path: Path) -> None:
         """Not JSON, not UTF-8 and not a conversation: each named by line; the good lines are read."""

@@ -24,6 +24,8 @@ from prefixmon.analytics.inputs import _read_records, _texts_again
 from prefixmon.records import BOM, ActionRecord, BadLine, EpisodeRecord, build_record, iter_records, record_line
 from prefixmon.vocabulary import Cause, Outcome
 
+from .test_bounds import collections_watched
+
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -290,6 +292,20 @@ class TestMergedBadPiece:
             errors: list[BadLine] = []
             assert read_skip(path, errors) == ["e-0", "e-1"]
             assert [e.line for e in errors] == [2] and "not valid JSON" in errors[0].message
+
+    @pytest.mark.parametrize("piece", [b"[" * 5_000 + b"]" * 5_000, b'{"a": ' * 5_000 + b"1" + b"}" * 5_000])
+    def test_a_deeply_nested_piece_leaves_collections_room(self, tmp_path: Path, piece: bytes) -> None:
+        """A merged line with a piece nested 5,000 deep is one bad line, and the splitter never
+        recurses near the interpreter's limit (a finalizer running there would fail)."""
+        rs = records(2)
+        path = tmp_path / "r.jsonl"
+        path.write_bytes(record_line(rs[0]) + line(rs[1]) + piece + b"\n")
+        for read_skip in (validated_ids, column_ids):
+            errors: list[BadLine] = []
+            with collections_watched() as failures:
+                assert read_skip(path, errors) == ["e-0"]
+            assert failures == []
+            assert [e.line for e in errors] == [2]
 
     def test_the_bound_is_a_thousand_values(self, tmp_path: Path) -> None:
         """1,000 values are split (and judged piece by piece); 1,001 are not."""

@@ -23,6 +23,8 @@ from prefixmon._trusted import trusted_constructor
 from prefixmon._validation import MAX_PROBLEMS, JsonSchemaValidator, schema_validator
 from prefixmon.exceptions import ArgumentError
 
+from .test_bounds import collections_watched
+
 INT = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 10}}, "required": ["n"]}
 
 
@@ -256,6 +258,16 @@ class TestCoercion:
         assert problems(v, {"files": '["a", "b"]'}) == []
         assert problems(v, {"files": "[]"}) == [("value", ("files",))]  # parsed, then too short
         assert problems(v, {"nested": {"ids": "[1]"}}) == [("value", ("nested", "ids"))]
+
+    def test_lax_json_text_nested_too_deeply_is_left_a_string(self) -> None:
+        """Text nested past 400 levels is not parsed (json.loads would recurse near the interpreter's
+        limit, where a finalizer fails); the string then does not fit the array it stands for."""
+        v = schema_validator("t", {"type": "object", "properties": {"data": {"type": "array"}}})
+        with collections_watched() as failures:
+            found = problems(v, {"data": "[" * 5_000 + "]" * 5_000})
+        assert failures == []
+        assert found == [("value", ("data",))]
+        assert problems(v, {"data": "[" * 300 + "]" * 300}) == []
 
     def test_lax_does_not_turn_numbers_into_strings(self) -> None:
         """pydantic's str refuses 3, so lax does too."""

@@ -7,11 +7,12 @@ call is O(the call's size) whatever the corpus.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Final
+
+from .._json_depth import loads
 
 __all__ = (
     "ARG_LEAVES",
@@ -139,8 +140,8 @@ def as_data(result: Any) -> Any:
         stripped = result.lstrip()
         if stripped[:1] in ("{", "["):
             try:
-                return json.loads(stripped)
-            except (ValueError, RecursionError):
+                return loads(stripped)
+            except ValueError:
                 return result
         return result
     if hasattr(result, "model_dump"):

@@ -15,12 +15,12 @@ children), so memory grows with the episodes open at once, not with the file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
 from .. import semconv as sc
+from .._json_depth import loads
 from ..otlp import OtlpSpan, iter_otlp_spans
 from ..records import BadLine
 from .transcript import Call, Problem, Transcript
@@ -41,7 +41,7 @@ def transcript_from_spans(root: OtlpSpan, calls: list[OtlpSpan]) -> Transcript |
             return "recorded without content (Telemetry(capture_content=True) records arguments and results)"
         arguments: Any
         try:
-            arguments = json.loads(raw) if isinstance(raw, str) else raw
+            arguments = loads(raw) if isinstance(raw, str) else raw  # depth-safe: values past 400 levels are None
         except ValueError:
             arguments = str(raw)  # cut at max_content_chars, or not JSON: a call without usable arguments
         if not isinstance(arguments, dict):
