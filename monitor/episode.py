@@ -31,7 +31,6 @@ from .exceptions import SpecError, ToolBlocked
 from .grounding import InformedTexts
 from .policies import Intervention, Resolution
 from .records import ActionRecord, EpisodeRecord, ProbeRecord, Status, build_record, trusted_action
-from .semconv import tool_label
 from .spec import ToolSpec
 from .state import TrackedState
 from .toolset import Toolset
@@ -258,7 +257,7 @@ def cancellation(exc: BaseException) -> bool:
     return trio is not None and isinstance(exc, trio.Cancelled)
 
 
-def as_text(value: object) -> str | None:
+def _as_text(value: object) -> str | None:
     """``value`` as records hold it, when its text is known: text, a number, a UUID, an enum member, ``None``.
 
     ``None`` for anything else: its ``str()`` is usually its repr, and that may carry anything
@@ -281,13 +280,13 @@ def as_text(value: object) -> str | None:
     return None
 
 
-def required_text(value: object, what: str) -> str:
-    """:func:`as_text` of ``value``.
+def _required_text(value: object, what: str) -> str:
+    """:func:`_as_text` of ``value``.
 
     Raises:
         TypeError: ``value`` has no known text (the message names ``what`` and its type, never its repr).
     """
-    text = as_text(value)
+    text = _as_text(value)
     if text is None:
         raise TypeError(f"{what} must be text, a number, a UUID or an enum member, got {type(value).__name__}")
     return text
@@ -295,7 +294,7 @@ def required_text(value: object, what: str) -> str:
 
 def _call_text(value: object) -> str:
     """A framework's odd tool name or call id as records hold it: its text, or ``<TypeName>``."""
-    text = as_text(value)
+    text = _as_text(value)
     return f"<{type(value).__name__}>" if text is None else text
 
 
@@ -303,15 +302,15 @@ def text_labels(labels: Mapping[Any, Any], into: dict[str, str]) -> dict[str, st
     """``into`` updated with ``labels`` as text (records hold text; ints are common).
 
     Raises:
-        TypeError: ``labels`` is not a mapping, or a name or value has no known text (:func:`as_text`).
+        TypeError: ``labels`` is not a mapping, or a name or value has no known text (:func:`_as_text`).
     """
     try:
         items = labels.items()
     except AttributeError:
         raise TypeError(f"labels must be a mapping of names to values (a dict), got {type(labels).__name__}") from None
     for k, v in items:
-        key = k if type(k) is str else required_text(k, "a label name")
-        into[key] = v if type(v) is str else required_text(v, f"labels[{key!r}]")
+        key = k if type(k) is str else _required_text(k, "a label name")
+        into[key] = v if type(v) is str else _required_text(v, f"labels[{key!r}]")
     return into
 
 
@@ -347,8 +346,8 @@ class Episode:
     ) -> None:
         self.monitor = monitor
         """The monitor that opened the episode."""
-        self.id = required_text(episode_id, "episode_id") if episode_id is not None and episode_id != "" else _random_id()
-        self.task_id = required_text(task_id, "task_id") if task_id is not None else self.id  # ints are common
+        self.id = _required_text(episode_id, "episode_id") if episode_id is not None and episode_id != "" else _random_id()
+        self.task_id = _required_text(task_id, "task_id") if task_id is not None else self.id  # ints are common
         self.labels: dict[str, str] = text_labels(labels, dict(monitor.labels))
         self.allows_no_tool = allows_no_tool
         toolset = monitor.toolset
@@ -557,7 +556,8 @@ class Episode:
         self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None, error: Exception
     ) -> Verdict:
         """The verdict of a call whose check raised: fail-closed blocks it, fail-open lets it run."""
-        self._fault(f"checking {tool_label(name, self.monitor.toolset)}", error)
+        # a name the toolset lacks may be anything a client made up: never in a metric attribute
+        self._fault(f"checking {name}" if name in self.monitor.toolset else "checking an undeclared tool", error)
         if self.monitor.fail_closed:
             return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(_fault_failure(name),))
         try:

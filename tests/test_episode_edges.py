@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from prefixmon import (
     Decision,
@@ -548,6 +549,19 @@ class TestBeginUnchecked:
         """fail-open: runs, recorded executable; fail-closed: refused, decision fail_closed. Counted either way."""
         tools = build_tools()
         monitor = Monitor(tools, policy="block", failure_mode=failure_mode)
+        with capture_logs() as events:
+            ep = await self._run(monitor, failure_mode)
+        assert [e["where"] for e in events if e["event"] == "monitor_internal_error"] == ["checking an undeclared tool"]
+        assert "listed_later" not in tools and monitor.stats.internal_errors == 1
+        assert ep.record is not None
+        first, second = ep.record.actions
+        assert (first.tool, first.call_id, first.executable) == ("listed_later", "c1", failure_mode == "fail_open")
+        assert first.decision == (Decision.ALLOW if failure_mode == "fail_open" else Decision.FAIL_CLOSED)
+        assert first.reached_environment is (failure_mode == "fail_open")
+        assert second.executable and second.decision == Decision.ALLOW
+
+    @staticmethod
+    async def _run(monitor: Monitor, failure_mode: str) -> Episode:
         async with monitor.episode(task_id="t") as ep:
             why = RuntimeError("the tool list failed")
             if failure_mode == "fail_open":
@@ -558,10 +572,4 @@ class TestBeginUnchecked:
                 with pytest.raises(ToolBlocked, match="could not be checked"):
                     await ep.begin_unchecked("listed_later", {"q": 1}, call_id="c1", error=why)
             await ep.call("search", {"name": "a"})  # the next call is checked as usual
-        assert "listed_later" not in tools and monitor.stats.internal_errors == 1
-        assert ep.record is not None
-        first, second = ep.record.actions
-        assert (first.tool, first.call_id, first.executable) == ("listed_later", "c1", failure_mode == "fail_open")
-        assert first.decision == (Decision.ALLOW if failure_mode == "fail_open" else Decision.FAIL_CLOSED)
-        assert first.reached_environment is (failure_mode == "fail_open")
-        assert second.executable and second.decision == Decision.ALLOW
+        return ep
