@@ -209,6 +209,8 @@ def _conversation(file: Path, line_no: int, line: str) -> tuple[Problem | None, 
         data = json.loads(line)
     except json.JSONDecodeError as e:
         return bad(f"not JSON ({e.msg} at column {e.colno})")
+    except ValueError:  # Python's limit on the digits of an integer (4,300 by default)
+        return bad("not JSON (an integer too long to convert)")
     except RecursionError:
         return bad("nested too deeply to decode")
     if isinstance(data, list):

@@ -505,7 +505,11 @@ def _load_text(text: str, source: str, json_only: bool) -> tuple[Any, dict[tuple
         except (yaml.YAMLError, _BadNode, RecursionError):
             return loaded, {}
         return loaded, _lines(root)
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as e:  # a character YAML cannot hold (NUL, most control characters)
+        line = text.count("\n", 0, e.position) + 1 if isinstance(text, str) else 1
+        raise SpecError(f"{source}:{line}: not YAML (unacceptable character #x{e.character:04x})") from None
     try:
         root = loader.get_single_node()
         loaded = loader.construct_document(root) if root is not None else None

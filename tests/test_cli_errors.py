@@ -71,6 +71,15 @@ class TestReportInputs:
         code, err = run(["report", str(path)], capsys)
         assert code == 1 and f"{path} {says}" in err
 
+    async def test_records_after_a_long_blank_head_are_read(
+        self, records: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """5,000 blank lines (more than the 4 KiB sniffed) before the records: not 'holds only blank lines'."""
+        path = tmp_path / "padded.jsonl"
+        path.write_text("\n" * 5_000 + records.read_text())
+        code, err = run(["report", str(path), "--bootstrap", "0"], capsys)
+        assert code == 0, err
+
     def test_only_bad_lines_skipped_names_the_file(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """--on-error skip with nothing valid left: the file and how many lines were skipped."""
         path = tmp_path / "junk.jsonl"

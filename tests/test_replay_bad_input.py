@@ -131,6 +131,18 @@ class TestDeeplyNestedInput:
         assert f"{path}:2: nested too deeply" in err
         assert [r.task_id for r in read_records(out)] == ["ok", "ok"]
 
+    def test_jsonl_integer_too_long_skipped_others_kept(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A 5,000-digit integer (past Python's conversion limit) is one bad line with file and line, not the end of the run."""
+        good = {"task_id": "ok", "messages": [{"role": "user", "content": "hi"}]}
+        path, tools = _transcript(tmp_path, [good, good])
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join([lines[0], '{"task_id": "t", "n": ' + "9" * 5_000 + "}", lines[1]]) + "\n")
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", str(path), "--tools", str(tools), "--out", str(out)], capsys)
+        assert rc == 1
+        assert f"{path}:2: not JSON (an integer too long to convert" in err
+        assert [r.task_id for r in read_records(out)] == ["ok", "ok"]
+
     def test_tau_json_deep_document(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A τ-bench results file nested too deeply is an error naming the file, not a traceback."""
         path = tmp_path / "results.json"

@@ -86,6 +86,7 @@ class TestLoading:
 
 BAD: list[tuple[str, str, str]] = [
     ("schema: prefixmon.spec/1\ntools:\n  a: [unclosed\n", "rules.yaml:4", "not YAML"),
+    ("schema: prefixmon.spec/1\ntools:\n  a\0: {}\n", "rules.yaml:3", "not YAML (unacceptable character #x0000"),
     ("- just\n- a list\n", "rules.yaml:1", "a spec file is an object"),
     ("schema: prefixmon.spec/2\n", "rules.yaml:1", "schema: Input should be 'prefixmon.spec/1'"),
     ("tools: {}\n", "rules.yaml:1", "missing required field 'schema'"),

@@ -62,7 +62,7 @@ def check_input(
             head = fh.read(SNIFF_BYTES)
     except OSError as e:
         raise InputProblem(f"{where}: cannot be read: {e.strerror or e}") from e
-    if not head.strip():
+    if not head.strip() and not (len(head) == SNIFF_BYTES and has_content(file)):  # blank past the sniffed head too
         raise InputProblem(f"{where} is empty" if not head else f"{where} holds only blank lines")
     if jsonl:
         _check_json_lines(where, head)
