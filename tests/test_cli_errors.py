@@ -80,6 +80,18 @@ class TestReportInputs:
         code, err = run(["report", str(path), "--bootstrap", "0"], capsys)
         assert code == 0, err
 
+    async def test_export_checks_its_output_before_reading(
+        self, records: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """export names --out as given (not a temporary file) when its folder is missing or it is a folder."""
+        missing = tmp_path / "nowhere" / "o.parquet"
+        code, err = run(["export", str(records), "-o", str(missing)], capsys)
+        assert code == 1 and f"--out {missing}: the folder {missing.parent} does not exist" in err and ".tmp-" not in err
+        code, err = run(["export", str(records), "-o", str(tmp_path)], capsys)
+        assert code == 1 and f"--out {tmp_path} is a folder" in err and ".tmp-" not in err
+        code, err = run(["export", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "o.parquet")], capsys)
+        assert code == 1 and "none.jsonl: no such file" in err
+
     def test_only_bad_lines_skipped_names_the_file(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """--on-error skip with nothing valid left: the file and how many lines were skipped."""
         path = tmp_path / "junk.jsonl"

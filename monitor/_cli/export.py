@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .paths import check_inputs, check_output
+
 
 class ExportCommand:
     """``prefixmon export RECORDS... --out FILE.parquet``."""
@@ -33,6 +35,8 @@ class ExportCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         """Export and say how many episodes were written."""
+        check_inputs(args.records, jsonl=True)  # before any work, and naming --out, not a temporary file
+        check_output(args.out, option="--out")
         from ..parquet import export_records
         from ..records import BadLine
 
