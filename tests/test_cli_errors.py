@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixmon import Monitor, Toolset
+from prefixmon import JsonlSink, Monitor, Toolset
 from prefixmon._cli import main
 
 
@@ -32,6 +32,8 @@ async def records(tmp_path: Path) -> Path:
         async with monitor.episode(task_id=f"t{i}") as ep:
             await ep.call("ping", {"n": i})
             ep.finish("success")
+    assert isinstance(monitor.sink, JsonlSink)
+    monitor.sink.close()  # the lines are in the file for tests that read it as bytes, not through a reader
     return path
 
 
