@@ -28,9 +28,11 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 from . import semconv as sc
+from ._json_depth import MAX_JSON_DEPTH, deeper_than
+from ._quoting import brief, quoted
 from .exceptions import RecordError
 from .records import MAX_HORIZON, ActionRecord, BadLine, EpisodeRecord, build_record
 from .vocabulary import Cause, Decision, Outcome
@@ -38,6 +40,7 @@ from .vocabulary import Cause, Decision, Outcome
 __all__ = [
     "OtlpEvent",
     "OtlpSpan",
+    "is_trace_line",
     "iter_otlp_spans",
     "read_otlp_records",
     "records_from_spans",
@@ -46,6 +49,7 @@ __all__ = [
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TRACE_KEYS: Final = frozenset({"resourceSpans", "resource_spans"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,30 +114,30 @@ def _hex_id(value: Any, what: str) -> str:
     try:
         return base64.b64decode(value, validate=True).hex()
     except (binascii.Error, ValueError):
-        raise ValueError(f"{what} {value!r} is neither hex nor base64") from None
+        raise ValueError(f"{what} {quoted(value)} is neither hex nor base64") from None
 
 
 def _int(value: Any, what: str) -> int:
     if value is None or value == "":
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"{what} must be an integer or a decimal string, got {value!r}")
+        raise ValueError(f"{what} must be an integer or a decimal string, got {quoted(value)}")
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{what} must be an integer or a decimal string, got {value!r}") from None
+        raise ValueError(f"{what} must be an integer or a decimal string, got {quoted(value)}") from None
 
 
 def _any_value(value: Any, key: str) -> Any:
     """Decode an OTLP ``AnyValue`` object into a plain Python value."""
     if not isinstance(value, Mapping):
-        raise ValueError(f"attribute {key!r}: value must be an object, got {value!r}")
+        raise ValueError(f"attribute {quoted(key)}: value must be an object, got {quoted(value)}")
     if (v := _get(value, "stringValue", "string_value")) is not None:
         return v
     if (v := _get(value, "boolValue", "bool_value")) is not None:
         return bool(v)
     if (v := _get(value, "intValue", "int_value")) is not None:
-        return _int(v, f"attribute {key!r}")
+        return _int(v, f"attribute {quoted(key)}")
     if (v := _get(value, "doubleValue", "double_value")) is not None:
         return float(v)
     if (v := _get(value, "arrayValue", "array_value")) is not None:
@@ -154,7 +158,7 @@ def _attributes(items: Any, where: str) -> dict[str, Any]:
     for kv in items:
         key = kv.get("key")
         if not isinstance(key, str):
-            raise ValueError(f"{where}: attribute without a string key: {kv!r}")
+            raise ValueError(f"{where}: attribute without a string key: {quoted(kv)}")
         out[key] = _any_value(kv.get("value") or {}, key)
     return out
 
@@ -164,7 +168,7 @@ def _enum(value: Any, table: Mapping[str, int], what: str) -> int:
         return 0
     if isinstance(value, str) and not value.isdigit():
         if value not in table:
-            raise ValueError(f"unknown {what} {value!r}")
+            raise ValueError(f"unknown {what} {quoted(value)}")
         return table[value]
     return _int(value, what)
 
@@ -177,13 +181,13 @@ def span_from_json(obj: Mapping[str, Any], *, resource: Mapping[str, Any] | None
     """
     name = obj.get("name")
     if not isinstance(name, str):
-        raise ValueError(f"span without a name: {str(obj)[:120]}")
+        raise ValueError(f"span without a name: {quoted(obj)}")
     status = obj.get("status") or {}
     events = tuple(
         OtlpEvent(
             name=str(e.get("name", "")),
             time_unix_nano=_int(_get(e, "timeUnixNano", "time_unix_nano"), "event time"),
-            attributes=_attributes(e.get("attributes"), f"span {name!r} event {e.get('name')!r}"),
+            attributes=_attributes(e.get("attributes"), f"span {quoted(name)} event {quoted(e.get('name'))}"),
         )
         for e in obj.get("events") or ()
     )
@@ -196,7 +200,7 @@ def span_from_json(obj: Mapping[str, Any], *, resource: Mapping[str, Any] | None
         kind=_enum(obj.get("kind"), _KINDS, "span kind"),
         start_time_unix_nano=_int(_get(obj, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano"),
         end_time_unix_nano=_int(_get(obj, "endTimeUnixNano", "end_time_unix_nano"), "endTimeUnixNano"),
-        attributes=_attributes(obj.get("attributes"), f"span {name!r}"),
+        attributes=_attributes(obj.get("attributes"), f"span {quoted(name)}"),
         events=events,
         status_code=_enum(status.get("code"), _STATUS, "status code"),
         status_message=str(status.get("message") or ""),
@@ -236,6 +240,30 @@ def spans_from_json(obj: Mapping[str, Any]) -> list[OtlpSpan]:
     return out
 
 
+def _loads(raw: bytes) -> Any:
+    """A line's JSON; past :data:`MAX_JSON_DEPTH` levels it is refused before json recurses
+    near the interpreter's limit (where a garbage collection's finalizers find no room)."""
+    text = raw.decode("utf-8").removeprefix("\ufeff")
+    if deeper_than(text, MAX_JSON_DEPTH):
+        raise ValueError(f"nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+    return json.loads(text)
+
+
+def is_trace_line(line: bytes) -> bool:
+    """Whether a file whose first non-blank line is ``line`` holds OTLP JSON traces.
+
+    It does when ``resourceSpans`` is a key at the top of the line's object, and ``schema``
+    is not (a record may have a label, a tool or a value of that name). A line that is not
+    JSON (cut short, damaged) is judged by how it starts.
+    """
+    try:
+        obj = _loads(line)
+    except (ValueError, RecursionError):
+        start = line.removeprefix(b"\xef\xbb\xbf").lstrip()[:20]
+        return start.startswith((b'{"resourceSpans"', b'{"resource_spans"'))
+    return isinstance(obj, dict) and not obj.keys().isdisjoint(_TRACE_KEYS) and "schema" not in obj
+
+
 def iter_otlp_spans(
     path: str | os.PathLike[str],
     *,
@@ -262,9 +290,9 @@ def iter_otlp_spans(
                 continue
             truncated = not raw.endswith(b"\n")
             try:
-                spans = spans_from_json(json.loads(raw))
+                spans = spans_from_json(_loads(raw))
             except (ValueError, TypeError, AttributeError, RecursionError) as e:
-                problem = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+                problem = "nested too deeply" if isinstance(e, RecursionError) else brief(str(e))
                 msg = "truncated last line" if truncated else f"not OTLP JSON trace data: {problem}"
                 if on_error == "raise":
                     raise RecordError(msg, path=name, line=line_no) from None
@@ -275,9 +303,13 @@ def iter_otlp_spans(
                 yield dataclasses.replace(span, path=name, line=line_no)
 
 
-def _datetime(ns: int) -> datetime:
-    # Round to the microsecond: some backends pass timestamps through a float.
-    return _EPOCH + timedelta(microseconds=(ns + 500) // 1000)
+def _datetime(ns: int, what: str) -> datetime:
+    """Nanoseconds since the epoch (``what`` names the field), rounded to the microsecond:
+    some backends pass timestamps through a float."""
+    try:
+        return _EPOCH + timedelta(microseconds=(ns + 500) // 1000)
+    except OverflowError:
+        raise ValueError(f"{what} {quoted(ns)} is out of range (not a time a date can hold)") from None
 
 
 def _opt_str(attrs: Mapping[str, Any], key: str) -> str | None:
@@ -310,6 +342,7 @@ def _action(span: OtlpSpan) -> ActionRecord:
 def _episode(root: OtlpSpan, calls: list[OtlpSpan]) -> EpisodeRecord:
     a = root.attributes
     episode_id = str(a[sc.PREFIXMON_EPISODE_ID])
+    episode = f"episode {quoted(episode_id)}"
     labels = {k[len(sc.PREFIXMON_LABEL_PREFIX) :]: str(v) for k, v in a.items() if k.startswith(sc.PREFIXMON_LABEL_PREFIX)}
     by_depth: dict[int, ActionRecord] = {}
     for span in calls:
@@ -318,28 +351,30 @@ def _episode(root: OtlpSpan, calls: list[OtlpSpan]) -> EpisodeRecord:
     actions = [by_depth[d] for d in sorted(by_depth)]
     horizon = int(a[sc.PREFIXMON_HORIZON])
     if horizon > MAX_HORIZON and len(actions) != horizon:
-        raise ValueError(f"episode {episode_id!r}: a horizon above {MAX_HORIZON:,} ({horizon}) must come with its call spans")
+        raise ValueError(f"{episode}: a horizon above {MAX_HORIZON:,} ({horizon}) must come with its call spans")
     allows_no_tool = bool(a.get(sc.PREFIXMON_ALLOWS_NO_TOOL, False))
     if actions and (len(actions) != horizon or actions[-1].depth != horizon or actions[0].depth != 1):
         missing = sorted(set(range(1, min(horizon, MAX_HORIZON) + 1)) - set(by_depth))[:20]
         raise ValueError(
-            f"episode {episode_id!r}: horizon {horizon} but call spans for depths "
-            f"{sorted(by_depth)} (missing {missing}: dropped or sampled out)"
+            f"{episode}: horizon {horizon} but call spans for depths "
+            f"{quoted(sorted(by_depth))} (missing {quoted(missing)}: dropped or sampled out)"
         )
     outcome = a.get(sc.PREFIXMON_OUTCOME)
+    started = sc.PREFIXMON_STARTED_AT if sc.PREFIXMON_STARTED_AT in a else "startTimeUnixNano"
+    ended = sc.PREFIXMON_ENDED_AT if sc.PREFIXMON_ENDED_AT in a else "endTimeUnixNano"
     start_ns = int(a.get(sc.PREFIXMON_STARTED_AT, root.start_time_unix_nano))
     end_ns = int(a.get(sc.PREFIXMON_ENDED_AT, root.end_time_unix_nano))
     status = str(a.get(sc.PREFIXMON_STATUS, "finished"))
     if status not in ("finished", "error", "cancelled"):
-        raise ValueError(f"episode {episode_id!r}: unknown status {status!r}")
+        raise ValueError(f"{episode}: unknown status {quoted(status)}")
     record = build_record(
         episode_id=episode_id,
         task_id=str(a.get(sc.PREFIXMON_TASK_ID, "")),
         labels=labels,
         actions=actions,
         outcome=None if outcome is None else Outcome(outcome),
-        started_at=_datetime(start_ns),
-        ended_at=_datetime(end_ns),
+        started_at=_datetime(start_ns, started),
+        ended_at=_datetime(end_ns, ended),
         status=cast(Literal["finished", "error", "cancelled"], status),
         error=_opt_str(a, sc.PREFIXMON_EPISODE_ERROR),
         allows_no_tool=allows_no_tool,
@@ -347,7 +382,7 @@ def _episode(root: OtlpSpan, calls: list[OtlpSpan]) -> EpisodeRecord:
     fed = a.get(sc.PREFIXMON_FED)
     if record.horizon != horizon or (fed is not None and record.fed != int(fed)):
         raise ValueError(
-            f"episode {episode_id!r}: the episode span says horizon {horizon}, fed {fed}, but its "
+            f"{episode}: the episode span says horizon {horizon}, fed {fed}, but its "
             f"call spans give horizon {record.horizon}, fed {record.fed}"
         )
     return record
@@ -388,8 +423,8 @@ def records_from_spans(
         try:
             out.append(_episode(root, calls.get(episode_id, [])))
         except (ValueError, KeyError, TypeError, OverflowError) as e:
-            text = f"missing attribute {e}" if isinstance(e, KeyError) else str(e)
-            msg = text if text.startswith("episode ") else f"episode {episode_id!r}: {text}"
+            text = brief(f"missing attribute {e}" if isinstance(e, KeyError) else str(e))
+            msg = text if text.startswith("episode ") else f"episode {quoted(episode_id)}: {text}"
             if on_error == "raise":
                 raise RecordError(f"cannot rebuild the record: {msg}", path=root.path, line=root.line) from None
             if errors is not None:
@@ -398,7 +433,7 @@ def records_from_spans(
                 bad.append(BadLine(path=root.path or "", line=root.line or 0, message=msg))
     orphans = sorted(set(calls) - set(roots))
     for orphan in orphans:
-        msg = f"episode {orphan!r}: call spans but no episode span (not finished or not exported)"
+        msg = f"episode {quoted(orphan)}: call spans but no episode span (not finished or not exported)"
         if errors is not None:
             errors.append(msg)
         if bad is not None:

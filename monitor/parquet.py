@@ -49,7 +49,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import ValidationError
 
+from ._writer import flush_writers
 from .exceptions import RecordError
+from .otlp import is_trace_line, iter_otlp_spans, records_from_spans
 from .records import RECORD_ADAPTER, SCHEMA, BadLine, EpisodeRecord, iter_records
 
 if TYPE_CHECKING:
@@ -62,6 +64,7 @@ __all__ = (
     "check_parquet",
     "export_records",
     "is_parquet",
+    "iter_file_records",
     "iter_parquet_records",
     "read_parquet_records",
     "records_to_table",
@@ -232,33 +235,14 @@ def export_records(
         RecordError: a bad line, naming file and line (with ``on_error="raise"``; nothing is
             written then).
     """
-
-    def records() -> Iterator[EpisodeRecord]:
-        for p in paths:
-            if not _regular(p):  # a pipe or FIFO: read once, as it comes
-                yield from _stream_records(os.fspath(p), on_error, errors)
-                continue
-            with open(p, "rb") as f:
-                head = f.read(4096)
-            if head[:4] == MAGIC:
-                yield from iter_parquet_records(p)
-            elif _is_otlp(head):
-                yield from _otlp_records(os.fspath(p), on_error, errors)
-            else:
-                yield from iter_records(p, on_error=on_error, errors=errors)
-
     tmp = f"{os.fspath(out)}.tmp-{os.getpid()}"
     try:
-        n = write_parquet(tmp, records(), **kw)
+        n = write_parquet(tmp, iter_file_records(paths, on_error=on_error, errors=errors), **kw)
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return n
-
-
-def _is_otlp(head: bytes) -> bool:
-    return b'"resourceSpans"' in head or b'"resource_spans"' in head
 
 
 def _regular(path: str | os.PathLike[str]) -> bool:
@@ -269,30 +253,46 @@ def _regular(path: str | os.PathLike[str]) -> bool:
         return True  # let the reader's open say what is wrong
 
 
-def _stream_records(name: str, on_error: Literal["raise", "skip"], errors: list[BadLine] | None) -> Iterator[EpisodeRecord]:
-    """The records of a pipe or FIFO, opened once: OTLP traces or record JSON Lines, told by the first non-blank line."""
-    with open(name, "rb") as f:
-        consumed: list[bytes] = []
-        for line in f:
-            consumed.append(line)
-            if line.strip():
-                break
-        head = consumed[-1] if consumed else b""
-        if head[:4] == MAGIC:
-            raise RecordError("a Parquet file must be read from a file, not a pipe", path=name, line=0)
-        lines = itertools.chain(consumed, f)
-        if _is_otlp(head):
-            yield from _otlp_records(name, on_error, errors, lines)
-        else:
-            yield from iter_records(name, on_error=on_error, errors=errors, lines=lines)
+def iter_file_records(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    on_error: Literal["raise", "skip"] = "raise",
+    errors: list[BadLine] | None = None,
+) -> Iterator[EpisodeRecord]:
+    """Every record of ``paths``, validated: record JSON Lines, Parquet or OTLP JSON traces.
+
+    Parquet is told by its magic bytes; OTLP by the first non-blank line (see
+    :func:`prefixmon.otlp.is_trace_line`). A pipe or FIFO is read once, as it comes.
+
+    Raises:
+        RecordError: a bad line, naming file and line (with ``on_error="raise"``).
+    """
+    for path in paths:
+        name = os.fspath(path)
+        if is_parquet(name):
+            yield from iter_parquet_records(name)
+            continue
+        flush_writers(name)  # records this process queued for the file are in it
+        with open(name, "rb") as f:
+            consumed: list[bytes] = []
+            for line in f:
+                consumed.append(line)
+                if line.strip():
+                    break
+            head = consumed[-1] if consumed else b""
+            if head[:4] == MAGIC:  # only a pipe gets here with Parquet
+                raise RecordError("a Parquet file must be read from a file, not a pipe", path=name, line=0)
+            lines = itertools.chain(consumed, f)
+            if is_trace_line(head):
+                yield from _otlp_records(name, on_error, errors, lines)
+            else:
+                yield from iter_records(name, on_error=on_error, errors=errors, lines=lines)
 
 
 def _otlp_records(
     name: str, on_error: Literal["raise", "skip"], errors: list[BadLine] | None, lines: Iterable[bytes] | None = None
 ) -> list[EpisodeRecord]:
     """The episodes of OTLP traces; under ``skip``, bad lines and incomplete episodes go to ``errors``."""
-    from .otlp import iter_otlp_spans, records_from_spans
-
     spans = list(iter_otlp_spans(name, on_error=on_error, errors=errors, lines=lines))
     bad: list[BadLine] = []
     records = records_from_spans(spans, on_error=on_error, bad=bad)

@@ -163,6 +163,26 @@ class TestFastLoader:
         path.write_text("\n".join(good))
         assert len(load_columns(path)) == 3
 
+    @pytest.mark.parametrize("read", [load_columns, read_records])
+    def test_line_numbers_after_a_blank_line_longer_than_the_head_limit(self, tmp_path: Path, read: Any) -> None:
+        """A 3 MiB blank first line is one line: the bad line after it is line 3 (the fast loader said 6)."""
+        path = tmp_path / "r.jsonl"
+        good = [dumps_record(r) for r in records(2)]
+        path.write_text(" " * (3 << 20) + f"\n{good[0]}\n{{oops\n{good[1]}\n")
+        errors: list[BadLine] = []
+        assert len(read(path, on_error="skip", errors=errors)) == 2
+        assert [e.line for e in errors] == [3]
+
+    @pytest.mark.parametrize("read", [load_columns, read_records])
+    def test_a_record_after_3_mib_of_spaces_on_its_line(self, tmp_path: Path, read: Any) -> None:
+        """Spaces before a record on the same line are part of that line: line 1 (the fast loader said 4)."""
+        path = tmp_path / "r.jsonl"
+        good = [dumps_record(r) for r in records(2)]
+        path.write_text(" " * (3 << 20) + f"{good[0]}\n{{oops\n{good[1]}\n")
+        errors: list[BadLine] = []
+        assert len(read(path, on_error="skip", errors=errors)) == 2
+        assert [e.line for e in errors] == [2]
+
     def test_missing_file(self, tmp_path: Path) -> None:
         """A missing file raises FileNotFoundError."""
         with pytest.raises(FileNotFoundError):

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from prefixmon import (
     EpisodeRecord,
+    JsonlSink,
     Monitor,
     RecordError,
     Replan,
@@ -344,3 +345,118 @@ class TestReader:
             pass
         exporter.shutdown()
         assert exporter.export([s]) is SpanExportResult.FAILURE  # type: ignore[list-item]
+
+
+def _first_span(line: dict[str, Any]) -> dict[str, Any]:
+    span: dict[str, Any] = line["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    return span
+
+
+class TestBadValues:
+    """Values no exporter writes: each is one bad line or episode, said briefly and by field."""
+
+    @pytest.mark.parametrize(
+        ("field", "value", "named"),
+        [
+            ("traceId", "z!" * 500_000, "traceId"),
+            ("startTimeUnixNano", "9" * 5_000, "startTimeUnixNano"),
+            ("kind", "K" * 1_000_000, "span kind"),
+            ("attributes", [{"key": "k" * 1_000_000, "value": "v" * 1_000_000}], "value must be an object"),
+            ("attributes", [{"key": 7, "value": {"stringValue": "v" * 1_000_000}}], "attribute without a string key"),
+        ],
+    )
+    def test_messages_quote_a_huge_value_cut(self, tmp_path: Path, field: str, value: Any, named: str) -> None:
+        """A megabyte-long value is quoted in at most a few hundred characters (it was quoted whole)."""
+        line = _line()
+        _first_span(line)[field] = value
+        with pytest.raises(ValueError, match=named) as caught:
+            spans_from_json(line)
+        assert len(str(caught.value)) < 300, len(str(caught.value))
+        path = tmp_path / "t.jsonl"
+        path.write_text(json.dumps(line) + "\n")
+        errors: list[BadLine] = []
+        assert list(iter_otlp_spans(path, on_error="skip", errors=errors)) == []
+        assert [e.line for e in errors] == [1] and len(errors[0].message) < 300
+
+    def test_a_huge_episode_id_is_cut(self) -> None:
+        """An episode that cannot be rebuilt is named by its id, cut."""
+        line = _line()
+        for span in line["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+            for kv in span["attributes"]:
+                if kv["key"] == sc.PREFIXMON_EPISODE_ID:
+                    kv["value"] = {"stringValue": "e" * 1_000_000}
+        del line["resourceSpans"][0]["scopeSpans"][0]["spans"][1]  # a call span missing
+        errors: list[str] = []
+        assert records_from_spans(spans_from_json(line), on_error="skip", errors=errors) == []
+        assert len(errors) == 1 and "missing" in errors[0] and len(errors[0]) < 300
+
+    @pytest.mark.parametrize("value", ["9" * 30, "-" + "9" * 30])
+    def test_out_of_range_timestamp_names_the_field(self, tmp_path: Path, value: str) -> None:
+        """A timestamp no date can hold names the field (it said 'Python int too large to convert to C int')."""
+        line = _line()
+        _first_span(line)["startTimeUnixNano"] = value
+        path = tmp_path / "t.jsonl"
+        path.write_text(json.dumps(line) + "\n")
+        with pytest.raises(RecordError, match=r"t\.jsonl:1: .*episode 'ep-1': startTimeUnixNano .* is out of range"):
+            read_otlp_records(path)
+
+    def test_a_deeply_nested_line_leaves_collections_room(self, tmp_path: Path) -> None:
+        """A 5,000-deep attribute is one bad line, read without json recursing near the interpreter's limit."""
+        from .test_bounds import collections_watched
+
+        deep = _line()
+        _first_span(deep)["attributes"].append({"key": "deep", "value": "DEEP"})
+        nested = '{"arrayValue": {"values": [' * 1_700 + '{"stringValue": "x"}' + "]}}" * 1_700  # 5,100 levels
+        path = tmp_path / "t.jsonl"
+        path.write_text(json.dumps(_line()) + "\n" + json.dumps(deep).replace('"DEEP"', nested) + "\n")
+        errors: list[BadLine] = []
+        with collections_watched() as failures:
+            spans = list(iter_otlp_spans(path, on_error="skip", errors=errors))
+        assert failures == []
+        assert len(spans) == 4 and [e.line for e in errors] == [2], errors
+
+
+class TestFormatsToldApart:
+    """The verbs that read several formats tell OTLP traces from records the same way."""
+
+    def test_report_validate_reads_traces(self, tmp_path: Path) -> None:
+        """``report --validate`` rebuilds the episodes of a trace file as ``report`` does (it read every line as a bad record)."""
+        from prefixmon._cli import main
+
+        path = tmp_path / "t.jsonl"
+        path.write_text(json.dumps(_line()) + "\n")
+        reports = []
+        for extra in ([], ["--validate"]):
+            out = tmp_path / f"report{len(extra)}.json"
+            assert main(["report", str(path), "--bootstrap", "0", "--format", "json", "--output", str(out), *extra]) == 0
+            reports.append(json.loads(out.read_text()))
+        assert reports[0]["episodes"] == 1 and reports[1] == reports[0]
+
+    @pytest.mark.parametrize("through_a_pipe", [False, True])
+    async def test_export_reads_records_naming_resource_spans(self, tools: Toolset, tmp_path: Path, through_a_pipe: bool) -> None:
+        """A record whose label is called ``resourceSpans`` is a record (export read the file as traces and lost it)."""
+        pytest.importorskip("pyarrow")
+        from prefixmon.parquet import export_records, iter_parquet_records
+
+        path = tmp_path / "episodes.jsonl"
+        monitor = Monitor(tools, sink=path, labels={"resourceSpans": "x"})
+        for i in range(2):
+            async with monitor.episode(task_id=f"t{i}") as ep:
+                await ep.call("search_contacts", {"name": "Amara"})
+                ep.finish("success")
+        assert isinstance(monitor.sink, JsonlSink)
+        monitor.sink.close()
+        source: Any = path
+        if through_a_pipe:
+            read_fd, write_fd = os.pipe()
+            os.write(write_fd, path.read_bytes())
+            os.close(write_fd)
+            source = f"/dev/fd/{read_fd}"
+        errors: list[BadLine] = []
+        try:
+            written = export_records([source], tmp_path / "out.parquet", on_error="skip", errors=errors)
+        finally:
+            if through_a_pipe:
+                os.close(read_fd)
+        assert (written, errors) == (2, [])
+        assert list(iter_parquet_records(tmp_path / "out.parquet")) == read_records(path)

@@ -194,16 +194,11 @@ def run_report(args: argparse.Namespace) -> int:
     from ..analytics.columns import columns_from_records, distinct_episodes
     from ..analytics.metrics import group
     from ..analytics.report import DEFAULT_CHECKPOINTS
-    from ..parquet import is_parquet, iter_parquet_records
-    from ..records import read_records
+    from ..parquet import iter_file_records
 
     skipped: list[BadLine] = []
     if args.validate:
-        columns = columns_from_records(
-            r
-            for p in args.records
-            for r in (iter_parquet_records(p) if is_parquet(p) else read_records(p, on_error=args.on_error, errors=skipped))
-        )
+        columns = columns_from_records(iter_file_records(args.records, on_error=args.on_error, errors=skipped))
     else:
         columns = load_columns(*args.records, on_error=args.on_error, errors=skipped)
     for bad in skipped[:5]:

@@ -21,7 +21,6 @@ traces (the OpenTelemetry file exporter's JSON Lines) are registered here and re
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import IO, Any, Final, Literal
 
 from .._writer import flush_writers
 from ..exceptions import RecordError
+from ..otlp import is_trace_line
 from ..records import MAX_HORIZON, SCHEMA, BadLine, EpisodeRecord, bad_line, loads_record, merged_records
 from ..vocabulary import Cause, Decision, Outcome
 from ._parallel import read_in_parallel, workers_for
@@ -91,11 +91,15 @@ class Source:
         if self._used:
             raise RuntimeError(f"{self.path} was read already")
         self._used = True
-        consumed = self._consumed
-        yield from consumed[:-1]
-        if consumed:
-            last = consumed[-1]
-            yield last if last.endswith(b"\n") else last + self.file.readline()
+        line: list[bytes] = []  # the sniff read a long line in pieces: each line is yielded whole
+        for piece in self._consumed:
+            line.append(piece)
+            if piece.endswith(b"\n"):
+                yield b"".join(line)
+                line = []
+        if line:
+            line.append(self.file.readline())
+            yield b"".join(line)
         yield from self.file
 
 
@@ -492,26 +496,7 @@ def _texts_again(path: str, end: int, skipped: Sequence[int], keys: Any) -> Text
     return tuple(ids), tuple(tools), tuple(reasons)
 
 
-def _top_level_keys(head: bytes) -> set[str] | None:
-    """The keys of the first line's JSON object, or None when it is not one."""
-    try:
-        obj = json.loads(head)
-    except (ValueError, RecursionError):
-        return None
-    return set(obj) if isinstance(obj, dict) else None
-
-
 _RECORDS: Final = Reader(name="records", sniff=lambda path, head: True, read=read_record_columns)
-_OTLP_KEYS: Final = frozenset({"resourceSpans", "resource_spans"})
-
-
-def _sniff_otlp(path: str, head: bytes) -> bool:
-    """OTLP when the first line's object has ``resourceSpans`` at the top (a label of that name does not count)."""
-    keys = _top_level_keys(head)
-    if keys is not None:
-        return bool(keys & _OTLP_KEYS) and "schema" not in keys
-    start = head.lstrip()[:20]  # a damaged first line: judge by how it starts
-    return start.startswith((b'{"resourceSpans"', b'{"resource_spans"'))
 
 
 def read_otlp_columns(source: Source, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
@@ -530,7 +515,7 @@ def read_otlp_columns(source: Source, on_error: OnError = "raise", errors: list[
     return columns_from_records(records)
 
 
-register_reader("otlp", sniff=_sniff_otlp, read=read_otlp_columns)
+register_reader("otlp", sniff=lambda path, head: is_trace_line(head), read=read_otlp_columns)
 
 
 def _read_parquet_columns(source: Source, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
