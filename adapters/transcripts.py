@@ -36,6 +36,7 @@ from pydantic_core import from_json
 
 from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, Toolset
 from prefixmon.commands import ReplayRequest, run_async
+from prefixmon.jsonlines import JsonLine, iter_json_lines, ordinal
 from prefixmon.learn import SNIFF_BYTES, Call, Message, Transcript
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.records import write_records
@@ -177,48 +178,31 @@ def read_conversations(path: str | os.PathLike[str], problems: list[Problem] | N
             too deeply or not a conversation, with its number.
     """
     file = Path(path)
-    with file.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            problem = None
-            try:
-                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                problem = Problem(
-                    path=str(file), line=line_no, task_id=None, message=f"not UTF-8 text (byte {e.start + 1} of the line)"
-                )
-            else:
-                problem, conversation = _conversation(file, line_no, line)
-                if conversation is not None:
-                    yield conversation
-            if problem is not None:
-                if problems is None:
-                    raise ReplayInputError(str(problem))
-                problems.append(problem)
+    for item in iter_json_lines(file):
+        problem, conversation = _conversation(file, item)
+        if conversation is not None:
+            yield conversation
+        if problem is not None:
+            if problems is None:
+                raise ReplayInputError(str(problem))
+            problems.append(problem)
 
 
-def _conversation(file: Path, line_no: int, line: str) -> tuple[Problem | None, Conversation | None]:
-    """Decode one JSON Lines line: a problem, or a conversation."""
+def _conversation(file: Path, item: JsonLine) -> tuple[Problem | None, Conversation | None]:
+    """A problem, or the conversation of one JSON value of a JSON Lines file."""
 
     def bad(message: str, task_id: Any = None) -> tuple[Problem, None]:
         task = None if task_id is None or isinstance(task_id, dict | list) else str(task_id)
-        return Problem(path=str(file), line=line_no, task_id=task, message=message), None
+        return Problem(path=str(file), line=item.line, task_id=task, message=message), None
 
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as e:
-        return bad(f"not JSON ({e.msg} at column {e.colno})")
-    except ValueError:  # Python's limit on the digits of an integer (4,300 by default)
-        return bad("not JSON (an integer too long to convert)")
-    except RecursionError:
-        return bad("nested too deeply to decode")
-    if isinstance(data, list):
-        data = {"messages": data}
+    if item.problem is not None:
+        return bad(item.problem)
+    data = {"messages": item.value} if isinstance(item.value, list) else item.value
     try:
         return None, Conversation.model_validate(data)
     except ValidationError as e:
-        return bad(f"not a conversation: {first_error(e)}", data.get("task_id") if isinstance(data, dict) else None)
+        which = f"the {ordinal(item.part)} of {item.parts} JSON values on this line is " if item.part else ""
+        return bad(f"{which}not a conversation: {first_error(e)}", data.get("task_id") if isinstance(data, dict) else None)
 
 
 def first_error(e: ValidationError) -> str:
@@ -538,30 +522,23 @@ class OpenAITranscriptReader:
     def read(self, path: Path, problems: list[LearnProblem]) -> Iterator[Transcript]:
         """Every conversation; a malformed line is reported with its number and skipped."""
         name = str(path)
-        with path.open("rb") as fh:
-            for line_no, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-                except UnicodeDecodeError as e:
-                    problems.append(
-                        LearnProblem(path=name, line=line_no, message=f"not UTF-8 text (byte {e.start + 1} of the line)")
-                    )
-                    continue
-                problem, conversation = _conversation(path, line_no, line)
-                if problem is not None or conversation is None:
-                    if problem is not None:
-                        problems.append(LearnProblem(path=name, line=line_no, message=problem.message, episode=problem.task_id))
-                    continue
-                episode = str(conversation.task_id) if conversation.task_id is not None else f"{path.stem}:{line_no}"
+        for item in iter_json_lines(path):
+            problem, conversation = _conversation(path, item)
+            if problem is not None:
+                problems.append(LearnProblem(path=name, line=item.line, message=problem.message, episode=problem.task_id))
+            if conversation is not None:
+                episode = (
+                    str(conversation.task_id)
+                    if conversation.task_id is not None
+                    else f"{path.stem}:{item.line}" + (f".{item.part}" if item.part else "")
+                )
                 yield transcript_from_messages(
                     conversation.messages,
                     episode_id=episode,
                     outcome=_outcome(conversation.reward, conversation.outcome)
                     if conversation.reward is not None or conversation.outcome is not None
                     else None,
-                    source=f"{name}:{line_no}",
+                    source=f"{name}:{item.line}",
                     labels=conversation.labels,
                 )
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,10 +20,10 @@ from typing import Any, Final, Literal
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from ._json_depth import MAX_JSON_DEPTH, deeper_than
 from ._trusted import trusted_constructor
 from ._writer import DRAIN_TIMEOUT, MAX_QUEUE_BYTES, LineWriter, SinkStats, flush_writers
 from .exceptions import RecordError
+from .jsonlines import MAX_LINE_VALUES, ordinal, split_json_values
 from .vocabulary import Cause, Decision, Outcome
 
 __all__ = (
@@ -388,20 +387,6 @@ def loads_record(line: str | bytes, *, path: str | None = None, line_no: int | N
 _NOT_JSON: Final = "not valid JSON"
 _NOT_RECORD: Final = "not a valid record"
 
-MAX_LINE_VALUES: Final = 1_000
-"""The most JSON values one line is split into (records merged by lost newlines); a line of
-more stays one bad line."""
-_BETWEEN: Final = re.compile(r"[ \t\n\r]*(?:\ufeff[ \t\n\r]*)?")
-"""JSON whitespace, with at most one byte order mark in it (``cat`` of a file saved with one)."""
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_SPLITTER: Final = json.JSONDecoder(parse_constant=_no_constant)
-"""Finds where a JSON value ends (``NaN`` and ``Infinity``, which pydantic refuses, end nothing)."""
-
 
 def merged_records(line: str | bytes, error: RecordError) -> list[EpisodeRecord]:
     """The records of a line :func:`loads_record` refused with ``error``, when the line is two
@@ -419,7 +404,7 @@ def merged_records(line: str | bytes, error: RecordError) -> list[EpisodeRecord]
     message = str(error)
     if error.path is not None and error.line is not None:
         message = message.removeprefix(f"{error.path}:{error.line}: ")
-    values = _json_values(line) if message.startswith(_NOT_JSON) else None
+    values = split_json_values(line) if message.startswith(_NOT_JSON) else None
     if values is None:
         raise error
     records = []
@@ -429,44 +414,9 @@ def merged_records(line: str | bytes, error: RecordError) -> list[EpisodeRecord]
         except RecordError as e:
             why = str(e).removeprefix(f"{_NOT_RECORD}: ")
             raise RecordError(
-                f"{len(values)} JSON values on one line (a lost newline?); the {_ordinal(k)} is not a record: {why}"
+                f"{len(values)} JSON values on one line (a lost newline?); the {ordinal(k)} is not a record: {why}"
             ) from None
     return records
-
-
-def _json_values(line: str | bytes) -> list[str] | None:
-    """The texts of the JSON values of a line that holds two or more back to back, or None."""
-    try:
-        text = line.decode() if isinstance(line, bytes) else line
-    except UnicodeDecodeError:
-        return None
-    text = text.removeprefix("\ufeff")
-    if deeper_than(text, MAX_JSON_DEPTH):  # json's decoder would recurse near the interpreter's limit
-        return None
-    decode = _SPLITTER.raw_decode
-    values: list[str] = []
-    at, end = _past_space(text, 0), len(text)
-    while at < end:
-        if len(values) == MAX_LINE_VALUES:
-            return None
-        try:
-            _, stop = decode(text, at)
-        except (ValueError, RecursionError):
-            return None
-        values.append(text[at:stop])
-        at = _past_space(text, stop)
-    return values if len(values) > 1 else None
-
-
-def _past_space(text: str, at: int) -> int:
-    """Where the whitespace (and byte order mark) that starts at ``at`` ends."""
-    space = _BETWEEN.match(text, at)
-    return at if space is None else space.end()
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 BOM: Final = b"\xef\xbb\xbf"

@@ -34,6 +34,8 @@ BASE: Final = frozenset(
         "_daemon_threads",
         "_writer",
         "_json_depth",
+        "_quoting",
+        "jsonlines",
         "semconv",
         "commands",
         "grounding",

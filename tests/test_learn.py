@@ -578,6 +578,51 @@ class TestBadInput:
         assert [(p.line, p.path) for p in problems] == [(2, str(file)), (3, str(file)), (4, str(file))]
         assert "not JSON" in problems[0].message and "UTF-8" in problems[1].message
 
+    def test_where_a_truncated_line_breaks(self, tmp_path: Path) -> None:
+        """A line cut short is reported at the column where it ends (it said column 1)."""
+        file = tmp_path / "runs.jsonl"
+        good = json.dumps({"messages": as_messages(shop_episode(1))})
+        cut = good[: good.index(', "', 20) + 1]  # ends with a comma: the next key is missing
+        file.write_text(f"{good}\n{cut}\n{good}")
+        problems: list[Problem] = []
+        assert len(list(read_transcripts([file], format="openai-jsonl", problems=problems))) == 2
+        (problem,) = problems
+        assert problem.line == 2 and f"at column {len(cut) + 1})" in problem.message, problem.message
+
+    def test_concatenated_files(self, tmp_path: Path) -> None:
+        """``cat`` of files saved with a byte order mark, one without its last newline: every conversation is read."""
+        file = tmp_path / "runs.jsonl"
+        one, two, three = (json.dumps({"messages": as_messages(shop_episode(seed))}) for seed in (1, 2, 3))
+        file.write_text(f"\ufeff{one}\n\ufeff{two}{three}\n", encoding="utf-8")
+        problems: list[Problem] = []
+        got = list(read_transcripts([file], format="openai-jsonl", problems=problems))
+        assert problems == []
+        assert [t.episode_id for t in got] == ["runs:1", "runs:2.1", "runs:2.2"]
+        assert [t.events for t in got] == [t.events for t in read_transcripts([_one_per_line(tmp_path, one, two, three)])]
+
+    def test_a_deeply_nested_line_leaves_collections_room(self, tmp_path: Path) -> None:
+        """A 5,000-deep line is one bad line, read without json recursing near the interpreter's limit."""
+        file = tmp_path / "runs.jsonl"
+        good = json.dumps({"messages": as_messages(shop_episode(1))})
+        file.write_text(f"{good}\n" + '{"messages": [' + "[" * 5_000 + "]" * 5_000 + f"]}}\n{good}\n")
+        problems: list[Problem] = []
+        with collections_watched() as failures:
+            got = list(read_transcripts([file], format="openai-jsonl", problems=problems))
+        assert failures == []
+        assert len(got) == 2 and [(p.line, "nested too deeply" in p.message) for p in problems] == [(2, True)]
+
+    def test_a_folder_is_named_as_one(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A folder given as a file: 'is a folder', not 'no such file'."""
+        from prefixmon._cli import main
+
+        with pytest.raises(IsADirectoryError, match="a folder"):
+            list(read_transcripts([tmp_path]))
+        tools = tmp_path / "tools.json"
+        tools.write_text(json.dumps(TOOLS))
+        assert main(["learn", str(tmp_path), "--tools", str(tools), "--out", str(tmp_path / "s.yaml")]) == 1
+        err = capsys.readouterr().err
+        assert f"{tmp_path} is a folder" in err and "no such file" not in err
+
     def test_malformed_tau_rollout(self, tmp_path: Path) -> None:
         """A rollout that is not one is reported with its line; a truncated file stops where it breaks."""
         from prefixmon.adapters.taubench.replay import gold_rollouts
@@ -700,3 +745,9 @@ class TestEvaluate:
         report = await check_spec(held_out, shop_tools().apply_spec(shop_spec))
         assert report.accepted > 100 and report.refused == [] and report.false_errors == []
         assert report.caught >= 30  # every get_order of a deleted order
+
+
+def _one_per_line(folder: Path, *lines: str) -> Path:
+    file = folder / "plain.jsonl"
+    file.write_text("".join(f"{line}\n" for line in lines))
+    return file

@@ -56,6 +56,29 @@ class TestTranscriptReplayBadInput:
         assert rc == 1
         assert f"{path}:1" in err and "passed" in err
 
+    def test_concatenated_conversations_are_all_replayed(self, tmp_path: Path) -> None:
+        """A byte order mark mid-file and two conversations on one line (``cat`` of files): all four replayed, in order."""
+        from prefixmon.adapters.transcripts import read_conversations
+
+        lines = [json.dumps({"task_id": f"t{i}", "messages": [{"role": "user", "content": f"hi {i}"}]}) for i in range(4)]
+        path, tools = _transcript(tmp_path, [])
+        path.write_text(f"{lines[0]}\n\ufeff{lines[1]}\n{lines[2]} {lines[3]}\n", encoding="utf-8")
+        assert [c.task_id for c in read_conversations(path)] == ["t0", "t1", "t2", "t3"]
+        out = tmp_path / "out.jsonl"
+        assert main(["replay", str(path), "--out", str(out), "--tools", str(tools)]) == 0
+        assert [r.task_id for r in read_records(out)] == ["t0", "t1", "t2", "t3"]
+
+    def test_one_bad_conversation_of_a_merged_line(self, tmp_path: Path) -> None:
+        """Of two values on one line, the one that is not a conversation is named; the other is kept."""
+        from prefixmon.adapters.transcripts import Problem, read_conversations
+
+        path, _ = _transcript(tmp_path, [])
+        path.write_text(json.dumps({"task_id": "t0", "messages": []}) + '{"messages": 3}\n', encoding="utf-8")
+        problems: list[Problem] = []
+        assert [c.task_id for c in read_conversations(path, problems)] == ["t0"]
+        (problem,) = problems
+        assert problem.line == 1 and "the 2nd of 2 JSON values on this line" in problem.message, problem.message
+
     def test_tau_rollout_malformed_tool_call(self, tmp_path: Path) -> None:
         """A τ-bench rollout with a non-object tool call is rejected at read time, naming the rollout."""
         path = tmp_path / "results.json"
@@ -152,8 +175,8 @@ class TestDeeplyNestedInput:
         assert f"{path}: nested too deeply" in err
 
     def test_deep_but_decodable_content_replays(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        """Content and arguments just under the decoder's limit are replayed without a RecursionError."""
-        nested = "[" * 900 + "]" * 900
+        """Content and arguments just under MAX_JSON_DEPTH (400 levels) are replayed without a RecursionError."""
+        nested = "[" * 390 + "]" * 390
         line = (
             '{"task_id": "d", "messages": [{"role": "user", "content": {"a": ' + nested + "}}, "
             '{"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"x": ' + nested + "}}}]}, "

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .paths import InputProblem, not_regular
+from .paths import check_inputs
 
 if TYPE_CHECKING:
     from ..toolset import Toolset
@@ -75,9 +75,7 @@ class LearnCommand:
             return 2
         if args.out is not None:
             format_of(args.out)  # a bad extension fails before any work
-        for file in map(Path, args.files):  # formats are detected from a first read, then read again
-            if file.exists() and not file.is_file() and not file.is_dir():
-                raise InputProblem(not_regular(str(file)))
+        check_inputs(args.files, streams=False)  # formats are detected from a first read, then read again
         thresholds = Thresholds(**{field: getattr(args, field) for field, *_ in _THRESHOLDS})
         tools = _tools(Path(args.tools))
         base_path = args.merge or (args.out if args.diff and args.out and Path(args.out).is_file() else None)

@@ -204,6 +204,8 @@ def read_transcripts(
     sink: list[Problem] = problems if problems is not None else []
     for path in paths:
         file = Path(path)
+        if file.is_dir():
+            raise IsADirectoryError(21, "a folder; give the files in it", str(file))
         if not file.is_file():
             raise FileNotFoundError(2, "no such file", str(file))
         reader = transcript_reader(detect_format(file) if format == "auto" else format)
