@@ -58,6 +58,12 @@ def deeper_than(text: str, depth: int) -> bool:
     return next(_deep_spans(text, depth), None) is not None
 
 
+def deep_line(text: str, depth: int = MAX_JSON_DEPTH) -> int | None:
+    """The line (from 1) where brackets outside strings first nest deeper than ``depth``, or None."""
+    span = next(_deep_spans(text, depth), None)
+    return None if span is None else text.count("\n", 0, span[0]) + 1
+
+
 def cut_deep(text: str, depth: int) -> str | None:
     """``text`` with every value nested deeper than ``depth`` replaced by ``null`` (``None``
     when none is), by brackets outside strings alone: what is not JSON stays not JSON."""

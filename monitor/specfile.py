@@ -40,6 +40,7 @@ from typing import Any, Final, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from ._json_depth import MAX_JSON_DEPTH, deep_line
 from .exceptions import SpecError
 
 __all__ = (
@@ -493,6 +494,9 @@ def _json_duplicate_line(text: str, key: str) -> int | None:
 
 def _load_text(text: str, source: str, json_only: bool) -> tuple[Any, dict[tuple[str | int, ...], int]]:
     """The loaded value of a spec's text and the lines of its locations (see :func:`_lines`)."""
+    deep = deep_line(text) if isinstance(text, str) else None
+    if deep is not None:  # json and PyYAML would recurse near the interpreter's limit
+        raise SpecError(f"{source}:{deep}: nested too deeply (more than {MAX_JSON_DEPTH} levels)")
     if json_only:
         try:
             loaded = _decode_json(text, source)

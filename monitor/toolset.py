@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 from pydantic import BaseModel, ConfigDict, create_model
 
 from . import _rules
+from ._json_depth import MAX_JSON_DEPTH, deeper_than
 from ._validation import Coercion, UnknownArguments, model_validator, schema_validator
 from .exceptions import SpecError
 from .grounding import MATCHES, GroundingMatch
@@ -442,6 +443,8 @@ class Toolset:
         The other options are as for :meth:`tool`.
         """
         if isinstance(json_schema, str):
+            if deeper_than(json_schema, MAX_JSON_DEPTH):
+                raise SpecError(f"tool {name!r}: its schema is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
             try:
                 json_schema = json.loads(json_schema)
             except json.JSONDecodeError as e:

@@ -24,6 +24,7 @@ from typing import Any, Final, overload
 import numpy as np
 import numpy.typing as npt
 
+from .._json_depth import MAX_JSON_DEPTH, deeper_than
 from ..exceptions import RecordError
 from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, task_units, unique_pairs
 
@@ -278,7 +279,10 @@ def read_annotations(path: str | os.PathLike[str]) -> list[Annotation]:
             for i, data in enumerate(fb, 1):
                 if data.strip():
                     try:
-                        row = json.loads(data.decode("utf-8"))
+                        text = data.decode("utf-8")
+                        if deeper_than(text, MAX_JSON_DEPTH):  # json would recurse near the interpreter's limit
+                            raise RecordError("not valid JSON: nested too deeply", path=name, line=i)
+                        row = json.loads(text)
                     except UnicodeDecodeError as e:
                         raise RecordError(f"not UTF-8 text: {e.reason} at byte {e.start}", path=name, line=i) from None
                     except json.JSONDecodeError as e:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
+from .._json_depth import MAX_JSON_DEPTH, deeper_than
 from ..exceptions import PlanError
 from ..predicate import quote
 from ..verdict import ArgumentProblem, Location
@@ -230,6 +231,8 @@ def _load_json(text: str | bytes) -> Any:
     if stripped.startswith("```"):
         stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
         stripped = stripped.rsplit("```", 1)[0]
+    if deeper_than(stripped, MAX_JSON_DEPTH):  # json would recurse near the interpreter's limit
+        raise PlanError(f"the plan is nested too deeply to parse (more than {MAX_JSON_DEPTH} levels)")
     try:
         return json.loads(stripped)
     except json.JSONDecodeError as e:
@@ -263,7 +266,12 @@ def _parse_step(index: int, raw: Any) -> PlanStep:
         args = {}
     if isinstance(args, (str, bytes)):
         try:
-            args = json.loads(args) if args.strip() else {}
+            text = args.decode("utf-8") if isinstance(args, bytes) else args
+            if deeper_than(text, MAX_JSON_DEPTH):
+                raise PlanError(
+                    f"{where}: field '{field_name}' is nested too deeply to parse (more than {MAX_JSON_DEPTH} levels)"
+                )
+            args = json.loads(text) if text.strip() else {}
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             raise PlanError(f"{where}: field '{field_name}' is not valid JSON ({e})") from None
     if not isinstance(args, Mapping):

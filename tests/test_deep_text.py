@@ -1,0 +1,91 @@
+"""Every core parser of untrusted text refuses JSON nested past 400 levels before ``json``
+recurses near the interpreter's limit, where a garbage collection's finalizers find no room
+(CI saw a ``RecursionError`` in an event loop's ``__del__``). Each case parses 5,000-deep
+text while garbage is collected at every allocation, 60 frames deep."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prefixmon import PlanError, SpecError, Toolset
+from prefixmon.analytics.completion import read_annotations
+from prefixmon.exceptions import RecordError
+from prefixmon.plan import parse_plan
+from prefixmon.specfile import load_spec
+from prefixmon.telemetry import redact_keys
+
+from .test_bounds import collections_watched
+
+DEEP = "[" * 5_000 + "]" * 5_000
+
+
+def _plan_text(tmp_path: Path) -> Any:
+    return parse_plan(DEEP)
+
+
+def _plan_step_arguments(tmp_path: Path) -> Any:
+    return parse_plan([{"tool": "f", "args": '{"a": ' + DEEP + "}"}])
+
+
+def _redacted_result(tmp_path: Path) -> Any:
+    assert redact_keys("token")("result", '{"token": "s", "x": ' + DEEP + "}") == "[REDACTED]"
+
+
+def _annotations(tmp_path: Path) -> Any:
+    path = tmp_path / "annotations.jsonl"
+    path.write_text('{"episode_id": "e", "x": ' + DEEP + "}\n")
+    return read_annotations(path)
+
+
+def _json_spec(tmp_path: Path) -> Any:
+    path = tmp_path / "rules.json"
+    path.write_text('{"schema": "prefixmon.spec/1", "tools": ' + DEEP + "}")
+    return load_spec(path)
+
+
+def _yaml_spec(tmp_path: Path) -> Any:
+    path = tmp_path / "rules.yaml"
+    path.write_text("schema: prefixmon.spec/1\ntools: " + DEEP + "\n")
+    return load_spec(path)
+
+
+def _schema_text(tmp_path: Path) -> Any:
+    return Toolset().add_schema("f", '{"type": "object", "properties": {"a": ' + DEEP + "}}")
+
+
+CASES: dict[str, tuple[Callable[[Path], Any], type[Exception] | None, str]] = {
+    "plan text": (_plan_text, PlanError, "nested too deeply"),
+    "plan step arguments": (_plan_step_arguments, PlanError, "nested too deeply"),
+    "a captured result to redact": (_redacted_result, None, ""),
+    "annotations": (_annotations, RecordError, r"annotations\.jsonl:1: .*nested too deeply"),
+    "a JSON spec": (_json_spec, SpecError, r"rules\.json:1: nested too deeply"),
+    "a YAML spec": (_yaml_spec, SpecError, r"rules\.yaml:2: nested too deeply"),
+    "a tool's JSON Schema as text": (_schema_text, SpecError, "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_deep_text_is_refused_with_room_left(case: str, tmp_path: Path) -> None:
+    """The text is refused (or masked) with a message; no collection met a full stack."""
+    parse, error, message = CASES[case]
+    with collections_watched() as failures:
+        if error is None:
+            parse(tmp_path)
+        else:
+            with pytest.raises(error, match=message):
+                parse(tmp_path)
+    assert failures == [], f"{len(failures)} collections found no room"
+
+
+def test_shallow_text_is_still_read(tmp_path: Path) -> None:
+    """Just under the bound, everything parses as before."""
+    nested = "[" * 390 + "]" * 390
+    assert len(parse_plan([{"tool": "f", "args": '{"a": ' + nested + "}"}])) == 1
+    path = tmp_path / "annotations.jsonl"
+    path.write_text(json.dumps({"episode_id": "e", "label": "wrong_tool"})[:-1] + ', "x": ' + nested + "}\n")
+    read_annotations(path)
