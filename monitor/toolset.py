@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 from pydantic import BaseModel, ConfigDict, create_model
 
 from . import _rules
-from ._json_depth import MAX_JSON_DEPTH, deeper_than
+from ._json_depth import MAX_JSON_DEPTH, deep_line, deeper_than
 from ._validation import Coercion, UnknownArguments, model_validator, schema_validator
 from .exceptions import SpecError
 from .grounding import MATCHES, GroundingMatch
@@ -494,6 +494,8 @@ def _read_tools_file(path: str) -> list[Any]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    if (deep := deep_line(text)) is not None:  # json would recurse near the interpreter's limit
+        raise SpecError(f"{path}:{deep}: nested too deeply to decode (more than {MAX_JSON_DEPTH} levels)")
     try:
         definitions = _decode_json(text, path)
     except json.JSONDecodeError as e:

@@ -58,6 +58,12 @@ def _schema_text(tmp_path: Path) -> Any:
     return Toolset().add_schema("f", '{"type": "object", "properties": {"a": ' + DEEP + "}}")
 
 
+def _tools_file(tmp_path: Path) -> Any:
+    path = tmp_path / "tools.json"
+    path.write_text('[{"type": "function",\n "function": ' + DEEP + "}]")
+    return Toolset.from_openai(path)
+
+
 CASES: dict[str, tuple[Callable[[Path], Any], type[Exception] | None, str]] = {
     "plan text": (_plan_text, PlanError, "nested too deeply"),
     "plan step arguments": (_plan_step_arguments, PlanError, "nested too deeply"),
@@ -66,6 +72,7 @@ CASES: dict[str, tuple[Callable[[Path], Any], type[Exception] | None, str]] = {
     "a JSON spec": (_json_spec, SpecError, r"rules\.json:1: nested too deeply"),
     "a YAML spec": (_yaml_spec, SpecError, r"rules\.yaml:2: nested too deeply"),
     "a tool's JSON Schema as text": (_schema_text, SpecError, "nested too deeply"),
+    "a tools file": (_tools_file, SpecError, r"tools\.json:2: nested too deeply"),
 }
 
 
