@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import json
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -75,6 +74,8 @@ from prefixmon import (
 from prefixmon.commands import run_async
 from prefixmon.deprecation import moved_names
 from prefixmon.semconv import tool_label
+
+from ._json import json_or_text
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ToolCallRequest
@@ -307,10 +308,7 @@ def _tool_message_for(result: ToolMessage | Command[Any], call_id: str) -> ToolM
 def _result_value(message: ToolMessage) -> Any:
     content = message.content
     if isinstance(content, str) and content[:1] in ("{", "["):
-        try:
-            return json.loads(content)
-        except ValueError:
-            return content
+        return json_or_text(content)
     return _text(content) if not isinstance(content, str) else content
 
 

@@ -48,6 +48,8 @@ from pydantic_core import to_jsonable_python
 from prefixmon import Episode, Monitor, Outcome, ToolBlocked
 from prefixmon.deprecation import moved_names
 
+from ._json import json_or_text
+
 try:
     from agents import (
         Agent,
@@ -169,10 +171,7 @@ def _user_texts(value: Any) -> list[str]:
 
 def _result_value(result: Any) -> Any:
     if isinstance(result, str) and result[:1] in ("{", "["):
-        try:
-            return json.loads(result)
-        except ValueError:
-            return result
+        return json_or_text(result)
     return result
 
 

@@ -36,7 +36,7 @@ from pydantic_core import from_json
 
 from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, Toolset
 from prefixmon.commands import ReplayRequest, run_async
-from prefixmon.jsonlines import JsonLine, iter_json_lines, ordinal
+from prefixmon.jsonlines import JsonLine, iter_json_lines, ordinal, too_deep
 from prefixmon.learn import SNIFF_BYTES, Call, Message, Transcript
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.records import write_records
@@ -109,12 +109,12 @@ def load_json(file: Path) -> Any:
     text = _decode(file, file.read_bytes())
     with contextlib.suppress(ValueError):
         return from_json(text)  # pydantic's parser: what json.loads gives, about 2x as fast
-    try:  # not JSON, or JSON it refuses (a lone surrogate, deep nesting): json decides and says where
+    if too_deep(text):  # json would recurse near the interpreter's limit (or fail there)
+        raise ReplayInputError(f"{file}: nested too deeply to decode")
+    try:  # not JSON, or JSON it refuses (a lone surrogate): json decides and says where
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ReplayInputError(f"{file}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
-    except RecursionError:
-        raise ReplayInputError(f"{file}: nested too deeply to decode") from None
 
 
 def check_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -482,8 +482,8 @@ def transcript_from_messages(
                 elif raw is None or (isinstance(raw, str) and not raw.strip()):
                     arguments = {}
                 else:
-                    try:
-                        parsed = json.loads(raw) if isinstance(raw, str) else raw
+                    try:  # text nested too deeply stays text (json would recurse near the interpreter's limit)
+                        parsed = json.loads(raw) if isinstance(raw, str) and not too_deep(raw) else raw
                     except (ValueError, RecursionError):
                         parsed = raw
                     arguments = parsed if isinstance(parsed, Mapping) else str(raw)
@@ -506,10 +506,11 @@ class OpenAITranscriptReader:
     help = "OpenAI-messages JSON Lines: one conversation per line (a message list or {messages, task_id, ...})"
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        """The first non-empty line is an object with ``messages``, or a list of messages."""
+        """The first non-empty line is an object with ``messages``, or a list of messages (told by
+        its start when it goes past the head, or nests too deeply to parse)."""
         text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
         first, newline, _ = text.partition(b"\n")
-        if newline or len(head) < SNIFF_BYTES:
+        if (newline or len(head) < SNIFF_BYTES) and not too_deep(first):
             try:
                 data = json.loads(first)
             except (ValueError, RecursionError):

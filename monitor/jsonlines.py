@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from ._json_depth import MAX_JSON_DEPTH, deeper_than
 
-__all__ = ["MAX_LINE_VALUES", "JsonLine", "iter_json_lines", "ordinal", "split_json_values"]
+__all__ = ["MAX_LINE_VALUES", "JsonLine", "iter_json_lines", "ordinal", "split_json_values", "too_deep"]
 
 MAX_LINE_VALUES: Final = 1_000
 """The most JSON values one line is split into (records merged by lost newlines); a line of
@@ -114,6 +114,17 @@ def split_json_values(line: str | bytes) -> list[str] | None:
         values.append(text[at:stop])
         at = _past_space(text, stop)
     return values if len(values) > 1 else None
+
+
+def too_deep(text: str | bytes) -> bool:
+    """Whether JSON text nests deeper than :data:`~prefixmon._json_depth.MAX_JSON_DEPTH` levels
+    (by its brackets outside strings, without parsing it): ``json`` must not be given it, as
+    it would recurse near the interpreter's limit. Bytes are read as UTF-8, bad bytes replaced."""
+    if isinstance(text, bytes):
+        if text.count(b"[") + text.count(b"{") <= MAX_JSON_DEPTH:  # (no decoded copy of shallow text)
+            return False
+        text = text.decode("utf-8", errors="replace")
+    return deeper_than(text, MAX_JSON_DEPTH)
 
 
 def _past_space(text: str, at: int) -> int:

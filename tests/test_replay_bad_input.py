@@ -13,6 +13,8 @@ from prefixmon._cli import main
 from prefixmon.adapters.taubench import replay as tau_replay
 from prefixmon.adapters.transcripts import ReplayInputError
 
+from .test_bounds import collections_watched
+
 TOOLS = [
     {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}
 ]
@@ -141,6 +143,22 @@ class TestDeeplyNestedInput:
         assert f"{path}:2: nested too deeply" in err
         assert [r.task_id for r in read_records(out)] == ["multi_turn_base_0", "multi_turn_base_0"]
 
+    def test_bfcl_integer_too_long_skipped_others_kept(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A 5,000-digit integer in a BFCL result line is one bad line (it ended the replay with a ValueError)."""
+        pytest.importorskip("bfcl_eval")
+        from prefixmon.adapters.bfcl import task_index
+
+        gt = task_index()["multi_turn_base_0"].ground_truth
+        good = json.dumps({"id": "multi_turn_base_0", "result": [[list(turn)] for turn in gt]})
+        path = tmp_path / "result" / "m" / "multi_turn" / "BFCL_v4_multi_turn_base_result.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(good + "\n" + '{"id": "multi_turn_base_1", "n": ' + "7" * 5_000 + "}\n" + good + "\n")
+        out = tmp_path / "records.jsonl"
+        rc, err = _cli(["replay", "--bfcl", str(path), "--out", str(out)], capsys)
+        assert rc == 1
+        assert f"{path}:2: not JSON (an integer too long to convert)" in err
+        assert [r.task_id for r in read_records(out)] == ["multi_turn_base_0", "multi_turn_base_0"]
+
     def test_jsonl_deep_line_skipped_others_kept(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A deep transcript line is reported with file and line and skipped; the other lines are written."""
         good = {"task_id": "ok", "messages": [{"role": "user", "content": "hi"}]}
@@ -173,6 +191,87 @@ class TestDeeplyNestedInput:
         rc, err = _cli(["replay", str(path), "--domain", "tau-airline", "--out", str(tmp_path / "o.jsonl")], capsys)
         assert rc == 1
         assert f"{path}: nested too deeply" in err
+
+    @pytest.mark.parametrize("fmt", ["auto", "tau"])
+    def test_tau_json_deep_document_leaves_collections_room(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+    ) -> None:
+        """Detected or named, a τ-bench results file nested too deeply is refused before json recurses near the limit."""
+        path = tmp_path / "results.json"
+        path.write_text("[\n" + DEEP + "\n]\n")
+        out = tmp_path / "o.jsonl"
+        with collections_watched() as failures:
+            rc, err = _cli(["replay", str(path), "--domain", "tau-airline", "--format", fmt, "--out", str(out)], capsys)
+        assert failures == []
+        assert rc == 1 and f"{path}: nested too deeply" in err
+
+    def test_bfcl_deep_entry_and_deep_arguments_leave_collections_room(self, tmp_path: Path) -> None:
+        """A deep entry is one bad line; arguments given as deep JSON text are kept as text (a schema
+        failure for the monitor, as arguments that do not parse are); json never recurses near the limit."""
+        pytest.importorskip("bfcl_eval")
+        from prefixmon.adapters.bfcl.replay import read_results
+
+        arguments = '{"folder": ' + DEEP + "}"
+        path = tmp_path / "result" / "m" / "multi_turn" / "BFCL_v4_multi_turn_base_result.json"
+        path.parent.mkdir(parents=True)
+        deep_entry = '{"id": "multi_turn_base_1", "result": ' + DEEP + "}"
+        path.write_text(deep_entry + "\n" + json.dumps({"id": "multi_turn_base_0", "result": [[[{"cd": arguments}]]]}) + "\n")
+        problems: list[Any] = []
+        with collections_watched() as failures:
+            entries = list(read_results(path, problems))
+        assert failures == []
+        assert [(p.line, p.skipped, "nested too deeply" in p.message) for p in problems] == [(1, True, True)]
+        (entry,) = entries
+        ((call,),) = entry.turns[:1]
+        assert (call.name, call.args) == ("cd", arguments)
+
+    def test_deep_call_arguments_of_a_transcript_for_learn(self, tmp_path: Path) -> None:
+        """Call arguments given as JSON text nested too deeply are a call with arguments it cannot use, read with room left."""
+        from prefixmon.learn import Call, read_transcripts
+
+        arguments = '{"x": ' + DEEP + "}"
+        call = {"id": "c1", "function": {"name": "f", "arguments": arguments}}
+        messages = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [call]}]
+        path, _ = _transcript(tmp_path, [{"messages": messages}])
+        with collections_watched() as failures:
+            (transcript,) = read_transcripts([path], format="openai-jsonl")
+        assert failures == []
+        (event,) = [e for e in transcript.events if isinstance(e, Call)]
+        assert (event.tool, event.arguments) == ("f", arguments)
+
+    def test_a_deep_first_line_is_still_known_as_a_transcript(self, tmp_path: Path) -> None:
+        """A first line nested too deeply is told OpenAI-messages JSON Lines by its start (not refused as an
+        unknown format after json recursed to the limit), and is one bad line."""
+        from prefixmon.learn import Problem as LearnProblem
+        from prefixmon.learn import read_transcripts
+
+        path, _ = _transcript(tmp_path, [{"messages": [{"role": "user", "content": "hi"}]}])
+        nested = "[" * 5_000 + "]" * 5_000  # the whole line within the head the formats are told by
+        path.write_text('{"messages": [' + nested + "]}\n" + path.read_text())
+        problems: list[LearnProblem] = []
+        with collections_watched() as failures:
+            got = list(read_transcripts([path], problems=problems))
+        assert failures == []
+        assert len(got) == 1 and [(p.line, "nested too deeply" in p.message) for p in problems] == [(1, True)]
+
+    def test_a_deep_tau_rollout_for_learn(self, tmp_path: Path) -> None:
+        """Of a τ-bench results file, the rollouts before one nested too deeply are read, and the deep one is
+        named by its line, without json recursing near the limit; a rollout 400 levels deep is read."""
+        from prefixmon.learn import Problem as LearnProblem
+        from prefixmon.learn import read_transcripts
+
+        traj = [{"role": "user", "content": "hi"}]
+        at_limit = {"task_id": 1, "traj": traj, "info": {"x": json.loads("[" * 398 + "]" * 398)}}  # 400 levels in all
+        path = tmp_path / "tau.json"
+        rollouts = [json.dumps({"task_id": 0, "traj": traj}), json.dumps(at_limit), '{"task_id": 2, "traj": ' + DEEP + "}"]
+        path.write_text("[\n" + ",\n".join(rollouts) + "\n]\n")
+        problems: list[LearnProblem] = []
+        with collections_watched() as failures:
+            got = list(read_transcripts([path], format="tau", problems=problems))
+        assert failures == []
+        assert len(got) == 2
+        (problem,) = problems
+        assert problem.line == 4 and "nested too deeply" in problem.message and "rest of the file" in problem.message
 
     def test_deep_but_decodable_content_replays(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """Content and arguments just under MAX_JSON_DEPTH (400 levels) are replayed without a RecursionError."""

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from prefixmon import Cause, EpisodeRecord, read_records
+from prefixmon import Cause, EpisodeRecord, Monitor, read_records
 from prefixmon._cli import main
 from prefixmon.adapters.taubench import DataNotFoundError, Sandbox, data_dir, load_tables, load_tasks, reward
 from prefixmon.adapters.taubench._table import Table
@@ -18,6 +18,8 @@ from prefixmon.adapters.taubench.data import ENV_VAR, PACKAGED, Domain
 from prefixmon.adapters.taubench.gold import monitor_gold, sandbox_failures, ter
 from prefixmon.adapters.taubench.replay import TauRollout, read_tau_trajectories, replay_tau
 from prefixmon.adapters.taubench.toolsets import toolset
+
+from .test_bounds import collections_watched
 
 USER = "mia_li_3668"  # airline user with two certificates and two credit cards
 RETAIL_USER = "noah_brown_6181"
@@ -467,3 +469,25 @@ class TestCalculator:
         from prefixmon.adapters.taubench._calculator import calculate
 
         assert calculate(expression) == answer
+
+
+class TestDeeplyNestedResults:
+    """A recorded result nested too deeply to parse binds nothing, and never recurses near the limit."""
+
+    def test_a_deep_product_types_result_leaves_collections_room(self) -> None:
+        """list_all_product_types' effect (binding the product ids) reads a 5,000-deep result as no mapping:
+        no fault, and no collection meets a full stack; a shallow result still binds its ids."""
+        monitor = Monitor(toolset("retail"), policy="observe")
+        deep = '{"T-shirt": ' + "[" * 5_000 + "]" * 5_000 + "}"
+
+        async def replay(result: str) -> bool:
+            async with monitor.episode(env=Sandbox("retail", replica=True)) as ep:
+                pending = await ep.begin("list_all_product_types", {})
+                pending.done(result)
+                return ep.state.is_bound("product_id", "9523456873")
+
+        with collections_watched() as failures:
+            bound = anyio.run(replay, deep)
+        assert failures == []
+        assert not bound and monitor.stats.internal_errors == 0
+        assert anyio.run(replay, '{"T-shirt": "9523456873"}')

@@ -20,6 +20,7 @@ from functools import cache
 from typing import Any, Final, Union, get_args, get_origin, get_type_hints
 
 from prefixmon import SpecError
+from prefixmon.jsonlines import too_deep
 
 from .._json import copy_json
 from .data import BfclTask, function_classes
@@ -171,8 +172,9 @@ def parse_call(text: str, *, where: str = "call") -> BfclCall:
 def calls_from_object(obj: Mapping[str, Any], *, where: str = "call") -> list[BfclCall]:
     """Calls from BFCL's function-calling encoding ``{name: arguments, ...}`` (one per key).
 
-    ``arguments`` is a JSON object or JSON text of one. JSON text that does not parse is
-    kept as it is, so the monitor judges it (malformed arguments are a schema failure).
+    ``arguments`` is a JSON object or JSON text of one. JSON text that does not parse (or
+    nests too deeply to parse) is kept as it is, so the monitor judges it (malformed arguments
+    are a schema failure).
 
     Raises:
         CallParseError: arguments that are neither an object nor text.
@@ -180,6 +182,9 @@ def calls_from_object(obj: Mapping[str, Any], *, where: str = "call") -> list[Bf
     calls = []
     for name, raw in obj.items():
         if isinstance(raw, str):
+            if too_deep(raw):  # kept as text, as what does not parse (json would recurse near the interpreter's limit)
+                calls.append(BfclCall(name=str(name), args=raw))
+                continue
             try:
                 parsed = json.loads(raw) if raw.strip() else {}
             except json.JSONDecodeError:

@@ -28,6 +28,7 @@ from typing import Any, Final, cast
 
 from prefixmon import EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest, run_async
+from prefixmon.jsonlines import too_deep
 from prefixmon.learn import Call, Message, Transcript
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.records import write_records
@@ -140,13 +141,16 @@ def read_results(path: str | Path, problems: list[Problem]) -> Iterator[ResultEn
             except UnicodeDecodeError as e:
                 bad(f"not UTF-8 text (byte {e.start + 1} of the line)")
                 continue
+            if too_deep(raw):  # json would recurse near the interpreter's limit (or fail there)
+                bad("nested too deeply to decode")
+                continue
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as e:
                 bad(f"not JSON ({e.msg} at column {e.colno})")
                 continue
-            except RecursionError:
-                bad("nested too deeply to decode")
+            except ValueError:  # Python's limit on the digits of an integer (4,300 by default)
+                bad("not JSON (an integer too long to convert)")
                 continue
             if not isinstance(obj, dict):
                 bad(f"an entry must be a JSON object, got {type(obj).__name__}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeAlias, get_args
@@ -18,6 +17,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from prefixmon import Episode, PendingCall, SpecError, ToolBlocked, Toolset
 from prefixmon.specfile import SpecFile, load_spec, parse_spec
+
+from .._json import json_or_text
 
 __all__ = [
     "MAX_LIST_PAGES",
@@ -200,7 +201,7 @@ def result_value(result: CallToolResult | Mapping[str, Any]) -> Any:
     """What a tool result means, for the information pool and reference bindings.
 
     ``structuredContent`` when present; otherwise the text blocks, each parsed as JSON when
-    it is JSON.
+    it is JSON (text nested too deeply to parse stays text).
     """
     content: Iterable[Any]
     if isinstance(result, CallToolResult):
@@ -209,12 +210,7 @@ def result_value(result: CallToolResult | Mapping[str, Any]) -> Any:
         structured, content = result.get("structuredContent"), result.get("content") or ()
     if structured is not None:
         return structured
-    values: list[Any] = []
-    for text in _texts(content):
-        try:
-            values.append(json.loads(text))
-        except ValueError:
-            values.append(text)
+    values = [json_or_text(text) for text in _texts(content)]
     return values[0] if len(values) == 1 else values
 
 

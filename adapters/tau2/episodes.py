@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from prefixmon import Episode, EpisodeRecord, Monitor, ToolBlocked, TrackedState
+from prefixmon.jsonlines import too_deep
 
 from ..taubench.gold import read_user_records
 from .env import Domain, Outcome, Requestor, Tau2Env
@@ -75,8 +76,8 @@ async def step(
     side = requestor if requestor is not None else env.requestor(name)
     args = arguments
     if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
+        try:  # text nested too deeply is no arguments, as text that does not parse (the monitor says why)
+            args = None if too_deep(args) else json.loads(args) if args.strip() else {}
         except json.JSONDecodeError:
             args = None
     if side == "user" and user_actions == "exclude":

@@ -32,6 +32,7 @@ from pydantic_core import from_json
 from prefixmon import EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.deprecation import moved_names
+from prefixmon.jsonlines import too_deep
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.learn import Transcript
 
@@ -156,12 +157,12 @@ def _detect(path: Path) -> tuple[str, Any]:
     with contextlib.suppress(ValueError):
         data = from_json(text)  # pydantic's parser, about 2x as fast; what it refuses, json decides below
         return "tau", data if strict else _UNREAD
+    if too_deep(text):  # json would recurse near the interpreter's limit: go by the name, and let the reader say where
+        return ("tau" if path.suffix == ".json" else "openai-jsonl"), _UNREAD
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
         return "openai-jsonl", _UNREAD
-    except RecursionError:  # undecodable either way: go by the name, and let the reader say where
-        return ("tau" if path.suffix == ".json" else "openai-jsonl"), _UNREAD
     return "tau", data if strict else _UNREAD
 
 
@@ -231,14 +232,16 @@ def _array_items(text: str) -> Iterator[tuple[int, Any]]:
     """``(line, element)`` of a JSON array document, decoded one element at a time.
 
     Raises:
-        ValueError: the text is not a JSON array (the message names the line).
-        RecursionError: an element is nested too deeply.
+        ValueError: the text is not a JSON array, or an element nests too deeply to decode
+            (the message names the line).
     """
     decoder = json.JSONDecoder()
     i = len(text) - len(text.lstrip())
     if text[i : i + 1] != "[":
         raise ValueError(f"line {text.count(chr(10), 0, i) + 1}: expected a JSON list of rollouts")
     i += 1
+    deep = _too_deep_at(text, i)
+    head = text if deep is None else text[:deep]  # json decodes no element past the point it nests too deeply
     first = True
     while True:
         while i < len(text) and text[i] in " \t\r\n":
@@ -254,10 +257,31 @@ def _array_items(text: str) -> Iterator[tuple[int, Any]]:
         first = False
         line = text.count("\n", 0, i) + 1
         try:
-            value, i = decoder.raw_decode(text, i)
+            value, i = decoder.raw_decode(head, i)
         except json.JSONDecodeError as e:
+            if deep is not None and e.pos == len(head):  # the element goes on past the cut: it nests too deeply
+                raise ValueError(f"line {line}: nested too deeply to decode") from None
             raise ValueError(f"line {e.lineno}: not JSON ({e.msg}, column {e.colno})") from None
         yield line, value
+
+
+def _too_deep_at(text: str, start: int) -> int | None:
+    """Where (the bracket) the first element of the array whose elements start at ``start`` nests
+    too deeply to decode, or ``None`` when none does. Only a text that nests too deeply costs more
+    than one pass over its brackets (it is searched by halves)."""
+    if not too_deep(text):  # (with the array's own level: no element is that deep)
+        return None
+    elements = text[start:]
+    if not too_deep(elements):
+        return None
+    low, high = 0, len(elements)  # too_deep(elements[:high]) holds; a cut string is closed so its brackets stay text
+    while low < high:
+        mid = (low + high) // 2
+        if too_deep(elements[:mid] + '""'):
+            high = mid
+        else:
+            low = mid + 1
+    return start + low - 1
 
 
 def tau_transcript(rollout: TauRollout, *, episode_id: str, source: str | None = None) -> Transcript:
@@ -307,8 +331,8 @@ class TauTranscriptReader:
                 yield tau_transcript(
                     rollout, episode_id=f"{path.stem}-{index:05d}-task{rollout.task_id}-trial{trial}", source=f"{name}:{line}"
                 )
-        except (ValueError, RecursionError) as e:
-            message = "nested too deeply to decode" if isinstance(e, RecursionError) else str(e)
+        except ValueError as e:
+            message = str(e)
             where, _, rest = message.partition(": ")
             number = int(where.removeprefix("line ")) if where.startswith("line ") and rest else 1
             problems.append(LearnProblem(path=name, line=number, message=(rest or message) + "; the rest of the file is skipped"))

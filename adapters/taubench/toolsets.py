@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixmon import Grounded, Precondition, Ref, Toolset, ToolSpec, TrackedState
+from prefixmon.jsonlines import too_deep
 
 from . import _airline, _retail
 from ._calculator import CALCULATOR_CHARS, evaluate
@@ -499,6 +500,8 @@ def _bind_text_result(kind: str) -> Effect:
 
 
 def _bind_product_ids(state: TrackedState, args: Mapping[str, Any], result: Any) -> None:
+    if isinstance(result, str) and too_deep(result):  # no mapping json could read without recursing near the limit
+        return
     mapping = json.loads(result) if isinstance(result, str) else result
     if isinstance(mapping, Mapping):
         for product_id in mapping.values():

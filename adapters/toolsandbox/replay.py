@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from prefixmon import Episode, EpisodeRecord, Monitor, PendingCall, ToolBlocked
 from prefixmon.commands import ReplayRequest, run_async
+from prefixmon.jsonlines import too_deep
 from prefixmon.records import write_records
 
 from ..transcripts import ReplayInputError, load_json
@@ -132,10 +133,12 @@ async def _messages(ep: Episode, env: SandboxEnv, messages: Sequence[Mapping[str
                 pending = None
             args = pending.args if pending is not None else None
             if not isinstance(args, Mapping):
-                try:
-                    args = json.loads(arguments) if isinstance(arguments, str) else arguments
-                except json.JSONDecodeError:
-                    args = None
+                args = arguments
+                if isinstance(arguments, str):
+                    try:  # text nested too deeply is no arguments, as text that does not parse (the monitor says why)
+                        args = None if too_deep(arguments) else json.loads(arguments)
+                    except json.JSONDecodeError:
+                        args = None
             outcome = env.run(name, args if isinstance(args, Mapping) else {})
             if pending is None:
                 continue

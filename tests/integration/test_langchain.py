@@ -22,6 +22,8 @@ from pydantic import Field
 from prefixmon import Cause, Decision, Deny, EpisodeRecord, Monitor, Outcome, Policy, Toolset, TrackedState
 from prefixmon.adapters.langchain import MonitorMiddleware, interrupt_escalation, parse_answer
 
+from ..test_bounds import collections_watched
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 Script = Callable[[list[BaseMessage]], AIMessage]
@@ -584,3 +586,41 @@ class TestParseAnswer:
         assert parse_answer({"decision": "edit", "args": {"a": 1}}).args == {"a": 1}  # type: ignore[union-attr]
         assert parse_answer(False) == Deny()
         assert "unrecognised" in parse_answer(42).reason  # type: ignore[union-attr]
+
+
+DEEP = "[" * 5_000 + "]" * 5_000
+"""A tool result nested far past MAX_JSON_DEPTH (400 levels)."""
+
+
+class TestDeeplyNestedResults:
+    """Tool results nested too deeply to parse are information as text, never a RecursionError."""
+
+    async def test_deep_results_leave_the_agent_and_collections_room(self) -> None:
+        """A deep result in the conversation and one a tool returns: the run goes on, no collection meets a full stack."""
+
+        def script(messages: list[BaseMessage]) -> AIMessage:
+            return call("fetch", {"key": "k"}, "d2") if answers(messages) == 1 else AIMessage("done")
+
+        @tool
+        def fetch(key: str) -> str:
+            """Fetch a document."""
+            return '{"id": "doc-1", "body": ' + DEEP + "}"
+
+        records: list[EpisodeRecord] = []
+        monitor = Monitor(Toolset(), policy="block", sink=records.append)
+        agent = create_agent(ScriptedChatModel(script=script), tools=[fetch], middleware=[MonitorMiddleware(monitor)])
+        with collections_watched() as failures:
+            result = await agent.ainvoke(
+                {
+                    "messages": [
+                        HumanMessage("fetch k"),
+                        call("fetch", {"key": "j"}, "d1"),
+                        ToolMessage(DEEP, tool_call_id="d1", name="fetch"),  # a deep result already in the conversation
+                    ]
+                }
+            )
+        assert failures == []
+        assert result["messages"][-1].content == "done"
+        (record,) = records
+        assert [(a.call_id, a.decision, a.reached_environment) for a in record.actions] == [("d2", Decision.ALLOW, True)]
+        assert record.status != "error"

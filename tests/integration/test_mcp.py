@@ -31,6 +31,8 @@ from prefixmon import Cause, Decision, EpisodeRecord, Outcome, SpecError, Teleme
 from prefixmon.adapters.mcp import MonitorMiddleware, MonitorSession, declare_tools, result_value
 from prefixmon.logging import LiveLog
 
+from ..test_bounds import collections_watched
+
 pytestmark = pytest.mark.integration
 
 SERVER = Path(__file__).resolve().parents[2] / "examples" / "mcp_server.py"
@@ -363,3 +365,37 @@ class TestServerListingFailure:
         assert "SECRET" not in exported and "SECRET" not in repr(events)
         assert "short_made_up" in exported  # a short made-up name is kept, as for any undeclared tool
         assert not any("short_made_up" in s.name for s in finished)  # but never in a span name
+
+
+class TestDeeplyNestedResults:
+    """A text block nested too deeply to parse is information as text, never a RecursionError."""
+
+    async def test_a_deep_text_result_leaves_both_sides_and_collections_room(self) -> None:
+        """A server returns JSON text 5,000 levels deep; its guard and a guarded client both record the call
+        as run, and no collection meets a full stack."""
+        deep = '{"id": "doc-1", "body": ' + "[" * 5_000 + "]" * 5_000 + "}"
+
+        async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+            return ListToolsResult(tools=[Tool(name="fetch", input_schema={"type": "object"})])
+
+        async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+            return CallToolResult(content=[TextContent(type="text", text=deep)])
+
+        served: list[EpisodeRecord] = []
+        guard = MonitorMiddleware(sink=served.append, task_id="deep")
+        server: Server[Any] = Server("deep", on_list_tools=list_tools, on_call_tool=call_tool)
+        server.middleware.append(guard)
+        seen: list[EpisodeRecord] = []
+        with collections_watched() as failures:
+            async with (
+                guard,
+                Client(server, mode="legacy") as client,
+                MonitorSession(client, sink=seen.append) as guarded,
+                guarded.episode(task_id="deep"),
+            ):
+                result = await guarded.call_tool("fetch", {}, call_id="d1")
+        assert failures == []
+        assert not result.is_error and text(result) == deep
+        for records in (served, seen):
+            [record] = records
+            assert [(a.decision, a.reached_environment, a.error) for a in record.actions] == [(Decision.ALLOW, True, None)]

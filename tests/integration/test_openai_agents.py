@@ -19,6 +19,8 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 from prefixmon import Cause, Decision, Edit, EpisodeRecord, Monitor, Outcome, Toolset
 from prefixmon.adapters.openai_agents import MonitorGuardrail
 
+from ..test_bounds import collections_watched
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 Responder = Callable[[ModelCall], list[TResponseOutputItem]]
@@ -267,3 +269,34 @@ class TestTypedArguments:
         (action,) = record.actions
         assert action.decision is Decision.EDIT and action.replacement == "book" and action.error is None
         assert not action.executable and not action.reached_environment  # the emitted call did not run; its edit did
+
+
+class TestDeeplyNestedResults:
+    """A tool result nested too deeply to parse is information as text, never a RecursionError."""
+
+    async def test_a_deep_result_leaves_the_run_and_collections_room(self) -> None:
+        """The tool returns JSON 5,000 levels deep: the run goes on, no collection meets a full stack."""
+        records: list[EpisodeRecord] = []
+        shown: list[str] = []
+        guard = MonitorGuardrail(Monitor(Toolset(), policy="block", sink=records.append))
+
+        @function_tool
+        def fetch(key: str) -> str:
+            """Fetch a document."""
+            return '{"id": "doc-1", "body": ' + "[" * 5_000 + "]" * 5_000 + "}"
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [function_call("fetch", {"key": "k"}, call_id="d1")]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call))
+            return [assistant_message("done")]
+
+        agent = guard.protect(Agent(name="fetch", model=scripted(first, last), tools=[fetch]))
+        with collections_watched() as failures:
+            result = await guard.run(agent, "fetch k")
+        assert failures == []
+        assert result.final_output == "done" and shown[0].startswith('{"id": "doc-1"')
+        (record,) = records
+        (action,) = record.actions
+        assert action.executable and action.reached_environment and action.error is None

