@@ -164,24 +164,19 @@ class TestFastLoader:
         assert len(load_columns(path)) == 3
 
     @pytest.mark.parametrize("read", [load_columns, read_records])
-    def test_line_numbers_after_a_blank_line_longer_than_the_head_limit(self, tmp_path: Path, read: Any) -> None:
-        """A 3 MiB blank first line is one line: the bad line after it is line 3 (the fast loader said 6)."""
+    @pytest.mark.parametrize(
+        ("after_spaces", "bad_line"),
+        [("\n", 3), ("", 2)],  # a 3 MiB blank line; 3 MiB of spaces before the first record, on its line
+        ids=["blank line", "spaces before a record"],
+    )
+    def test_line_numbers_after_3_mib_of_spaces(self, tmp_path: Path, read: Any, after_spaces: str, bad_line: int) -> None:
+        """Spaces longer than the 1 MiB sniffed are one line, not one per MiB (the fast loader said 6 and 5)."""
         path = tmp_path / "r.jsonl"
         good = [dumps_record(r) for r in records(2)]
-        path.write_text(" " * (3 << 20) + f"\n{good[0]}\n{{oops\n{good[1]}\n")
+        path.write_text(" " * (3 << 20) + f"{after_spaces}{good[0]}\n{{oops\n{good[1]}\n")
         errors: list[BadLine] = []
         assert len(read(path, on_error="skip", errors=errors)) == 2
-        assert [e.line for e in errors] == [3]
-
-    @pytest.mark.parametrize("read", [load_columns, read_records])
-    def test_a_record_after_3_mib_of_spaces_on_its_line(self, tmp_path: Path, read: Any) -> None:
-        """Spaces before a record on the same line are part of that line: line 1 (the fast loader said 4)."""
-        path = tmp_path / "r.jsonl"
-        good = [dumps_record(r) for r in records(2)]
-        path.write_text(" " * (3 << 20) + f"{good[0]}\n{{oops\n{good[1]}\n")
-        errors: list[BadLine] = []
-        assert len(read(path, on_error="skip", errors=errors)) == 2
-        assert [e.line for e in errors] == [2]
+        assert [e.line for e in errors] == [bad_line]
 
     def test_missing_file(self, tmp_path: Path) -> None:
         """A missing file raises FileNotFoundError."""

@@ -147,6 +147,21 @@ class TestRoundTrip:
 
 # A hand-written line in the OpenTelemetry file exporter's format (spec example style), with one
 # prefixmon episode of two calls, plus an unrelated span; ints as strings, as protobuf JSON writes them.
+def _export(path: Path, out: Path, errors: list[BadLine], through_a_pipe: bool) -> int:
+    """``export_records`` of ``path`` under ``on_error="skip"``, from the file or from a pipe of its bytes."""
+    from prefixmon.parquet import export_records
+
+    if not through_a_pipe:
+        return export_records([path], out, on_error="skip", errors=errors)
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, path.read_bytes())
+    os.close(write_fd)
+    try:
+        return export_records([f"/dev/fd/{read_fd}"], out, on_error="skip", errors=errors)
+    finally:
+        os.close(read_fd)
+
+
 def _kv(key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"key": key, "value": {"boolValue": value}}
@@ -298,26 +313,14 @@ class TestReader:
     def test_export_reports_what_it_skipped(self, tmp_path: Path, through_a_pipe: bool) -> None:
         """``export --on-error skip`` of OTLP traces names every line and episode it left out, from a file or a pipe."""
         pytest.importorskip("pyarrow")
-        from prefixmon.parquet import export_records
-
         incomplete = _line()
         del incomplete["resourceSpans"][0]["scopeSpans"][0]["spans"][1]  # a call span dropped
         other = json.dumps(incomplete).replace("ep-1", "ep-2").replace("eee1eee1", "eee2eee2")  # another episode
         text = json.dumps(_line()) + "\nnot json\n" + other + "\n"
         path = tmp_path / "t.jsonl"
         path.write_text(text)
-        source: Any = path
-        if through_a_pipe:
-            read_fd, write_fd = os.pipe()
-            os.write(write_fd, text.encode())
-            os.close(write_fd)
-            source = f"/dev/fd/{read_fd}"
         errors: list[BadLine] = []
-        try:
-            written = export_records([source], tmp_path / "out.parquet", on_error="skip", errors=errors)
-        finally:
-            if through_a_pipe:
-                os.close(read_fd)
+        written = _export(path, tmp_path / "out.parquet", errors, through_a_pipe)
         assert written == 1
         assert [e.line for e in errors][:1] == [2] and len(errors) == 2, errors
         assert "ep-2" in errors[1].message and "missing" in errors[1].message
@@ -436,7 +439,7 @@ class TestFormatsToldApart:
     async def test_export_reads_records_naming_resource_spans(self, tools: Toolset, tmp_path: Path, through_a_pipe: bool) -> None:
         """A record whose label is called ``resourceSpans`` is a record (export read the file as traces and lost it)."""
         pytest.importorskip("pyarrow")
-        from prefixmon.parquet import export_records, iter_parquet_records
+        from prefixmon.parquet import iter_parquet_records
 
         path = tmp_path / "episodes.jsonl"
         monitor = Monitor(tools, sink=path, labels={"resourceSpans": "x"})
@@ -446,17 +449,7 @@ class TestFormatsToldApart:
                 ep.finish("success")
         assert isinstance(monitor.sink, JsonlSink)
         monitor.sink.close()
-        source: Any = path
-        if through_a_pipe:
-            read_fd, write_fd = os.pipe()
-            os.write(write_fd, path.read_bytes())
-            os.close(write_fd)
-            source = f"/dev/fd/{read_fd}"
         errors: list[BadLine] = []
-        try:
-            written = export_records([source], tmp_path / "out.parquet", on_error="skip", errors=errors)
-        finally:
-            if through_a_pipe:
-                os.close(read_fd)
+        written = _export(path, tmp_path / "out.parquet", errors, through_a_pipe)
         assert (written, errors) == (2, [])
         assert list(iter_parquet_records(tmp_path / "out.parquet")) == read_records(path)

@@ -127,8 +127,19 @@ DEEP = "[" * 100_000 + "]" * 100_000
 class TestDeeplyNestedInput:
     """Inputs nested far deeper than the JSON decoder can recurse."""
 
-    def test_bfcl_deep_entry_skipped_others_kept(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        """The deep entry is skipped with file and line; the entries around it are replayed and written."""
+    @pytest.mark.parametrize(
+        ("entry", "says"),
+        [
+            ('{"id": "multi_turn_base_1", "result": ' + DEEP + "}", "nested too deeply"),
+            # it ended the replay with a ValueError
+            ('{"id": "multi_turn_base_1", "n": ' + "7" * 5_000 + "}", "not JSON (an integer too long to convert)"),
+        ],
+        ids=["deep", "integer too long"],
+    )
+    def test_bfcl_bad_entry_skipped_others_kept(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str, says: str
+    ) -> None:
+        """The bad entry is skipped with file and line; the entries around it are replayed and written."""
         pytest.importorskip("bfcl_eval")
         from prefixmon.adapters.bfcl import task_index
 
@@ -136,27 +147,11 @@ class TestDeeplyNestedInput:
         good = json.dumps({"id": "multi_turn_base_0", "result": [[list(turn)] for turn in gt]})
         path = tmp_path / "result" / "m" / "multi_turn" / "BFCL_v4_multi_turn_base_result.json"
         path.parent.mkdir(parents=True)
-        path.write_text(good + "\n" + '{"id": "multi_turn_base_1", "result": ' + DEEP + "}\n" + good + "\n")
+        path.write_text(good + "\n" + entry + "\n" + good + "\n")
         out = tmp_path / "records.jsonl"
         rc, err = _cli(["replay", "--bfcl", str(path), "--out", str(out)], capsys)
         assert rc == 1
-        assert f"{path}:2: nested too deeply" in err
-        assert [r.task_id for r in read_records(out)] == ["multi_turn_base_0", "multi_turn_base_0"]
-
-    def test_bfcl_integer_too_long_skipped_others_kept(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        """A 5,000-digit integer in a BFCL result line is one bad line (it ended the replay with a ValueError)."""
-        pytest.importorskip("bfcl_eval")
-        from prefixmon.adapters.bfcl import task_index
-
-        gt = task_index()["multi_turn_base_0"].ground_truth
-        good = json.dumps({"id": "multi_turn_base_0", "result": [[list(turn)] for turn in gt]})
-        path = tmp_path / "result" / "m" / "multi_turn" / "BFCL_v4_multi_turn_base_result.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(good + "\n" + '{"id": "multi_turn_base_1", "n": ' + "7" * 5_000 + "}\n" + good + "\n")
-        out = tmp_path / "records.jsonl"
-        rc, err = _cli(["replay", "--bfcl", str(path), "--out", str(out)], capsys)
-        assert rc == 1
-        assert f"{path}:2: not JSON (an integer too long to convert)" in err
+        assert f"{path}:2: {says}" in err
         assert [r.task_id for r in read_records(out)] == ["multi_turn_base_0", "multi_turn_base_0"]
 
     def test_jsonl_deep_line_skipped_others_kept(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
