@@ -20,8 +20,10 @@ __all__ = ["MAX_JSON_DEPTH", "cut_deep", "deeper_than", "json_goes_deeper", "loa
 MAX_JSON_DEPTH: Final = 400
 """Levels of nesting ``json`` is asked to parse: well below the recursion limit (1,000)."""
 
-_STRUCTURE: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-"""A JSON string (skipped whole: brackets inside it are text) or a bracket."""
+_STRUCTURE: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)|[\[\]{}]')
+"""A JSON string (skipped whole: brackets inside it are text) or a bracket. A string that never
+closes runs to the end, as json reads it: its brackets are text too (and the scan stays linear:
+a failed match at each escaped quote after it would rescan to the end)."""
 
 
 def json_goes_deeper(why: str) -> bool:

@@ -357,7 +357,7 @@ def _episode(root: OtlpSpan, calls: list[OtlpSpan]) -> EpisodeRecord:
         missing = sorted(set(range(1, min(horizon, MAX_HORIZON) + 1)) - set(by_depth))[:20]
         raise ValueError(
             f"{episode}: horizon {horizon} but call spans for depths "
-            f"{quoted(sorted(by_depth))} (missing {quoted(missing)}: dropped or sampled out)"
+            f"{sorted(by_depth)} (missing {missing}: dropped or sampled out)"
         )
     outcome = a.get(sc.PREFIXMON_OUTCOME)
     started = sc.PREFIXMON_STARTED_AT if sc.PREFIXMON_STARTED_AT in a else "startTimeUnixNano"

@@ -33,7 +33,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel
 
-from ._json_depth import MAX_JSON_DEPTH, deeper_than
+from ._json_depth import MAX_JSON_DEPTH, cut_deep, deeper_than
 from ._readonly import thaw, unwrap
 from .records import EpisodeRecord, FirstFailure, RecordRedactor
 
@@ -115,7 +115,13 @@ def _parse_json_text(text: str) -> Any:
     """``text`` parsed when it is JSON (an object or array, leading whitespace allowed), else a marker."""
     if not _JSON_START.match(text):
         return _NOT_JSON
-    if len(text) > MAX_PARSED_CHARS or deeper_than(text, MAX_JSON_DEPTH):  # json would recurse near the limit
+    if len(text) > MAX_PARSED_CHARS:
+        return _TOO_DEEP
+    if deeper_than(text, MAX_JSON_DEPTH):  # json would recurse near the limit: is it JSON once cut?
+        try:
+            json.loads(cut_deep(text, MAX_JSON_DEPTH) or text)
+        except ValueError:
+            return _NOT_JSON
         return _TOO_DEEP
     try:
         return json.loads(text)

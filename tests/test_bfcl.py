@@ -68,6 +68,8 @@ class TestParsing:
         assert calls[0] == BfclCall(name="cd", args={"folder": "a"})
         assert calls[1].args == {"a": False}
         assert calls[2].args == "{bad"
+        too_long = '{"folder": ' + "7" * 5_000 + "}"  # past Python's digit limit: it ended the replay
+        assert calls_from_object({"cd": too_long}) == [BfclCall(name="cd", args=too_long)]
 
 
 class TestRejection:

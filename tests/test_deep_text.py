@@ -96,3 +96,27 @@ def test_shallow_text_is_still_read(tmp_path: Path) -> None:
     path = tmp_path / "annotations.jsonl"
     path.write_text(json.dumps({"episode_id": "e", "label": "wrong_tool"})[:-1] + ', "x": ' + nested + "}\n")
     read_annotations(path)
+
+
+class TestWhatIsNotJson:
+    """Text that only looks deep is judged as json would read it."""
+
+    def test_brackets_inside_an_unclosed_string_are_text(self) -> None:
+        """After a quote that never closes, brackets are string content to json: not nesting (they
+        counted, and each escaped quote after it restarted a scan to the end: quadratic time)."""
+        from prefixmon.jsonlines import too_deep
+
+        assert not too_deep('["' + '\\"' * 10 + "[" * 500)
+        assert too_deep("[" * 401 + '"' + '\\"' * 10)  # what comes before the quote still nests
+
+    def test_deep_text_that_is_not_json_is_scrubbed_not_masked(self) -> None:
+        """Captured text that starts with 401 brackets but is not JSON stays text (it was masked whole)."""
+        text = "[" * 401 + " partial output"
+        assert redact_keys("token")("result", {"log": text}) == {"log": text}
+
+    def test_plan_step_arguments_as_bytes_with_a_byte_order_mark(self) -> None:
+        """Bytes are read as json.loads reads them (a BOM, UTF-16): the depth check changes nothing."""
+        (step,) = parse_plan([{"tool": "f", "args": b'\xef\xbb\xbf{"x": 1}'}])
+        assert step.args == {"x": 1}
+        (step,) = parse_plan([{"tool": "f", "args": '{"x": 2}'.encode("utf-16")}])
+        assert step.args == {"x": 2}

@@ -679,6 +679,15 @@ class TestCli:
         assert load_spec(out).tools["get_order"].args["order_id"].ref == "order_id"
         assert "references" in capsys.readouterr().out
 
+    def test_an_empty_shard_among_the_inputs(self, tmp_path: Path) -> None:
+        """An empty file of a run with a given format adds nothing and stops nothing (the input check refused it)."""
+        tools, runs = self.write_corpus(tmp_path)
+        empty = tmp_path / "empty.jsonl"
+        empty.write_text("")
+        out = tmp_path / "learned.yaml"
+        args = ["learn", "--format", "openai-jsonl", "--tools", str(tools), str(runs), str(empty), "--out", str(out)]
+        assert main(args) == 0 and load_spec(out).tools["get_order"].args["order_id"].ref == "order_id"
+
     def test_diff_writes_nothing_and_merge_keeps_hand_written(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """--diff prints a unified diff and writes nothing; --merge keeps the hand-written rules."""
         tools, runs = self.write_corpus(tmp_path)

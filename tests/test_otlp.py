@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +393,24 @@ class TestBadValues:
         errors: list[str] = []
         assert records_from_spans(spans_from_json(line), on_error="skip", errors=errors) == []
         assert len(errors) == 1 and "missing" in errors[0] and len(errors[0]) < 300
+
+    def test_missing_depths_are_listed_whole(self) -> None:
+        """The depths an episode has and lacks are the reader's own numbers: listed whole (cut at 6 they hid 8 and 9)."""
+        line = _line()
+        spans = line["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        for kv in spans[0]["attributes"]:
+            if kv["key"] in (sc.PREFIXMON_HORIZON, sc.PREFIXMON_FED):
+                kv["value"] = {"intValue": "10"}
+        for depth in (3, 4, 5, 6, 8, 9):
+            span = json.loads(json.dumps(spans[1]))
+            span["spanId"] = f"{100 + depth:016x}"
+            span["attributes"] = [
+                {"key": sc.PREFIXMON_DEPTH, "value": {"intValue": str(depth)}} if kv["key"] == sc.PREFIXMON_DEPTH else kv
+                for kv in span["attributes"]
+            ]
+            spans.append(span)
+        with pytest.raises(RecordError, match=re.escape("call spans for depths [1, 2, 3, 4, 5, 6, 8, 9] (missing [7, 10]")):
+            records_from_spans(spans_from_json(line))
 
     @pytest.mark.parametrize("value", ["9" * 30, "-" + "9" * 30])
     def test_out_of_range_timestamp_names_the_field(self, tmp_path: Path, value: str) -> None:

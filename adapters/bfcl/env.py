@@ -187,7 +187,7 @@ def calls_from_object(obj: Mapping[str, Any], *, where: str = "call") -> list[Bf
                 continue
             try:
                 parsed = json.loads(raw) if raw.strip() else {}
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON, or an integer past Python's digit limit
                 calls.append(BfclCall(name=str(name), args=raw))
                 continue
             raw = parsed

@@ -78,7 +78,7 @@ async def step(
     if isinstance(args, str):
         try:  # text nested too deeply is no arguments, as text that does not parse (the monitor says why)
             args = None if too_deep(args) else json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or an integer past Python's digit limit
             args = None
     if side == "user" and user_actions == "exclude":
         outcome = env.run(name, args if isinstance(args, Mapping) else {}, requestor="user", call_id=call_id or "")

@@ -137,7 +137,7 @@ async def _messages(ep: Episode, env: SandboxEnv, messages: Sequence[Mapping[str
                 if isinstance(arguments, str):
                     try:  # text nested too deeply is no arguments, as text that does not parse (the monitor says why)
                         args = None if too_deep(arguments) else json.loads(arguments)
-                    except json.JSONDecodeError:
+                    except ValueError:  # not JSON, or an integer past Python's digit limit
                         args = None
             outcome = env.run(name, args if isinstance(args, Mapping) else {})
             if pending is None:

@@ -75,7 +75,7 @@ class LearnCommand:
             return 2
         if args.out is not None:
             format_of(args.out)  # a bad extension fails before any work
-        check_inputs(args.files, streams=False)  # formats are detected from a first read, then read again
+        check_inputs(args.files, streams=False, empty=True)  # formats are detected from a first read, then read again
         thresholds = Thresholds(**{field: getattr(args, field) for field, *_ in _THRESHOLDS})
         tools = _tools(Path(args.tools))
         base_path = args.merge or (args.out if args.diff and args.out and Path(args.out).is_file() else None)

@@ -29,6 +29,7 @@ def check_input(
     jsonl: bool = False,
     folders: bool = False,
     streams: bool = True,
+    empty: bool = False,
 ) -> Path:
     """The path of an input file that exists, is a file and is not empty.
 
@@ -39,6 +40,7 @@ def check_input(
             list) is refused with what it looks like.
         folders: a folder is an input too (a benchmark's run folders); it is returned as it is.
         streams: a pipe or FIFO is an input too (the verb reads it once); else it is refused.
+        empty: an empty or blank file is an input too (one shard of several that holds nothing).
 
     Raises:
         InputProblem: what is wrong with the file, naming it.
@@ -62,7 +64,7 @@ def check_input(
             head = fh.read(SNIFF_BYTES)
     except OSError as e:
         raise InputProblem(f"{where}: cannot be read: {e.strerror or e}") from e
-    if not head.strip() and not (len(head) == SNIFF_BYTES and has_content(file)):  # blank past the sniffed head too
+    if not empty and not head.strip() and not (len(head) == SNIFF_BYTES and has_content(file)):  # blank past the sniffed head too
         raise InputProblem(f"{where} is empty" if not head else f"{where} holds only blank lines")
     if jsonl:
         _check_json_lines(where, head)
@@ -70,10 +72,15 @@ def check_input(
 
 
 def check_inputs(
-    paths: Iterable[str | os.PathLike[str]], *, jsonl: bool = False, folders: bool = False, streams: bool = True
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    jsonl: bool = False,
+    folders: bool = False,
+    streams: bool = True,
+    empty: bool = False,
 ) -> list[Path]:
     """:func:`check_input` on every positional input, in order."""
-    return [check_input(p, jsonl=jsonl, folders=folders, streams=streams) for p in paths]
+    return [check_input(p, jsonl=jsonl, folders=folders, streams=streams, empty=empty) for p in paths]
 
 
 def not_regular(where: str) -> str:

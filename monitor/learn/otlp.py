@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from .. import semconv as sc
 from .._json_depth import loads
-from ..otlp import OtlpSpan, iter_otlp_spans
+from ..otlp import OtlpSpan, is_trace_line, iter_otlp_spans
 from ..records import BadLine
 from .transcript import Call, Problem, Transcript
 
@@ -77,9 +77,8 @@ class OtlpTranscriptReader:
     help = "OTLP JSON Lines traces of prefixmon episodes recorded with Telemetry(capture_content=True)"
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        """The first line is OTLP trace data (``resourceSpans``)."""
-        first = head.lstrip().split(b"\n", 1)[0][:4096]
-        return first.startswith(b"{") and (b'"resourceSpans"' in first or b'"resource_spans"' in first)
+        """The first line is OTLP trace data (see :func:`prefixmon.otlp.is_trace_line`)."""
+        return is_trace_line(head.lstrip().split(b"\n", 1)[0])
 
     def read(self, path: Path, problems: list[Problem]) -> Iterator[Transcript]:
         """Every episode whose episode span is in the file; bad lines and incomplete episodes are reported."""

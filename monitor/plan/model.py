@@ -266,12 +266,12 @@ def _parse_step(index: int, raw: Any) -> PlanStep:
         args = {}
     if isinstance(args, (str, bytes)):
         try:
-            text = args.decode("utf-8") if isinstance(args, bytes) else args
+            text = args.decode("utf-8", "replace") if isinstance(args, bytes) else args  # (for the depth alone)
             if deeper_than(text, MAX_JSON_DEPTH):
                 raise PlanError(
                     f"{where}: field '{field_name}' is nested too deeply to parse (more than {MAX_JSON_DEPTH} levels)"
                 )
-            args = json.loads(text) if text.strip() else {}
+            args = json.loads(args) if args.strip() else {}
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             raise PlanError(f"{where}: field '{field_name}' is not valid JSON ({e})") from None
     if not isinstance(args, Mapping):

@@ -226,10 +226,15 @@ class TestReplay:
 class TestDeeplyNestedInput:
     """Replayed input nested too deeply to parse is refused by its rules, never a RecursionError."""
 
-    def test_deep_call_arguments_leave_collections_room(self, tmp_path: Path) -> None:
-        """Arguments given as JSON text 5,000 levels deep: a schema failure of that call, the replay goes on,
-        and no collection meets a full stack."""
-        deep = '{"user_id": ' + "[" * 5_000 + "]" * 5_000 + "}"
+    @pytest.mark.parametrize(
+        ("value", "says"),
+        [("[" * 5_000 + "]" * 5_000, "nested too deeply"), ("7" * 5_000, "")],  # the integer ended the replay
+        ids=["deep", "integer too long"],
+    )
+    def test_deep_call_arguments_leave_collections_room(self, tmp_path: Path, value: str, says: str) -> None:
+        """Arguments given as JSON text 5,000 levels deep (or with a 5,000-digit integer): a schema failure
+        of that call, the replay goes on, and no collection meets a full stack."""
+        deep = '{"user_id": ' + value + "}"
         traj: list[dict[str, Any]] = [{"role": "user", "content": "I am mia_li_3668"}]
         for i, arguments in enumerate((deep, '{"user_id": "mia_li_3668"}')):
             call = {"id": f"c{i}", "type": "function", "function": {"name": "get_user_details", "arguments": arguments}}
@@ -245,4 +250,4 @@ class TestDeeplyNestedInput:
         (record,) = read_records(out)
         assert record.horizon == 2 and record.fed == 1
         assert record.first_failure is not None and record.first_failure.cause is Cause.SCHEMA
-        assert "nested too deeply" in (record.first_failure.reason or "")
+        assert says in (record.first_failure.reason or "")

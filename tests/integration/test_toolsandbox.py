@@ -123,13 +123,18 @@ class TestReplay:
         assert main(["replay", "--domain", "toolsandbox", str(tmp_path), "--out", str(tmp_path / "o.jsonl")]) == 1
         assert str(tmp_path) in capsys.readouterr().err
 
-    def test_deep_call_arguments_leave_collections_room(self, tmp_path: Path) -> None:
-        """Arguments given as JSON text 5,000 levels deep: a schema failure of that call, the replay goes on,
-        and no collection meets a full stack."""
+    @pytest.mark.parametrize(
+        ("value", "says"),
+        [("[" * 5_000 + "]" * 5_000, "nested too deeply"), ("7" * 5_000, "")],  # the integer ended the replay
+        ids=["deep", "integer too long"],
+    )
+    def test_deep_call_arguments_leave_collections_room(self, tmp_path: Path, value: str, says: str) -> None:
+        """Arguments given as JSON text 5,000 levels deep (or with a 5,000-digit integer): a schema failure
+        of that call, the replay goes on, and no collection meets a full stack."""
         name = "send_message_with_contact_content_cellular_off"
         calls = [(c.name, c.args) for c in gold_calls(scenario(name)) or []]
         messages, _ = record_conversation(name, "Send a message to Fredrik Thordendal", calls)
-        deep = '{"phone_number": ' + "[" * 5_000 + "]" * 5_000 + "}"
+        deep = '{"phone_number": ' + value + "}"
         messages[-2]["tool_calls"][0]["function"]["arguments"] = deep  # the last call
         run = tmp_path / "run"
         write_run(run, {name: messages}, {name: 1.0})
@@ -141,4 +146,4 @@ class TestReplay:
         (record,) = read_records(out)
         assert record.fed == record.horizon == len(calls)
         assert record.first_failure is not None and record.first_failure.cause is Cause.SCHEMA
-        assert "nested too deeply" in (record.first_failure.reason or "")
+        assert says in (record.first_failure.reason or "")
