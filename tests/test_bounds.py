@@ -14,12 +14,19 @@ import contextlib
 import gc
 import tracemalloc
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import pytest
 
 from prefixmon import Cause, Grounded, Monitor, ToolBlocked, Toolset, TrackedState
 from prefixmon.state import MAX_POOL_BYTES
+
+BAD_ARGUMENT_VALUES: Final = pytest.mark.parametrize(
+    ("value", "says"),
+    [("[" * 5_000 + "]" * 5_000, "nested too deeply"), ("7" * 5_000, "")],  # the integer ended replays
+    ids=["deep", "integer too long"],
+)
+"""Argument values a replay must turn into a schema failure of the call, with the reason it gives."""
 
 
 @contextlib.contextmanager

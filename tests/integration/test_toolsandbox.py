@@ -12,7 +12,7 @@ import pytest
 from prefixmon import Cause, Monitor, read_records
 from prefixmon._cli import main
 
-from ..test_bounds import collections_watched
+from ..test_bounds import BAD_ARGUMENT_VALUES, collections_watched
 
 pytest.importorskip("tool_sandbox", reason="needs ToolSandbox installed from its source (scripts/test.sh installs it)")
 
@@ -123,11 +123,7 @@ class TestReplay:
         assert main(["replay", "--domain", "toolsandbox", str(tmp_path), "--out", str(tmp_path / "o.jsonl")]) == 1
         assert str(tmp_path) in capsys.readouterr().err
 
-    @pytest.mark.parametrize(
-        ("value", "says"),
-        [("[" * 5_000 + "]" * 5_000, "nested too deeply"), ("7" * 5_000, "")],  # the integer ended the replay
-        ids=["deep", "integer too long"],
-    )
+    @BAD_ARGUMENT_VALUES
     def test_deep_call_arguments_leave_collections_room(self, tmp_path: Path, value: str, says: str) -> None:
         """Arguments given as JSON text 5,000 levels deep (or with a 5,000-digit integer): a schema failure
         of that call, the replay goes on, and no collection meets a full stack."""
