@@ -18,7 +18,6 @@ does (the model answered in text), and reported as notes.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,7 +27,7 @@ from typing import Any, Final, cast
 
 from prefixmon import EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest, run_async
-from prefixmon.jsonlines import too_deep
+from prefixmon.jsonlines import iter_json_lines
 from prefixmon.learn import Call, Message, Transcript
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.records import write_records
@@ -128,62 +127,48 @@ def read_results(path: str | Path, problems: list[Problem]) -> Iterator[ResultEn
     """Decode a result file; malformed entries and undecodable steps go to ``problems``."""
     name = str(path)
     tasks = task_index()
-    with open(path, "rb") as f:
-        for n, data in enumerate(f, 1):
-            if not data.strip():
-                continue
+    for item in iter_json_lines(path):  # a BOM, merged lines, depth and digit limits as every reader has them
+        n = item.line
 
-            def bad(message: str, task_id: str | None = None, *, line: int = n) -> None:
-                problems.append(Problem(path=name, line=line, task_id=task_id, message=message, skipped=True))
+        def bad(message: str, task_id: str | None = None, *, line: int = n) -> None:
+            problems.append(Problem(path=name, line=line, task_id=task_id, message=message, skipped=True))
 
-            try:
-                raw = data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                bad(f"not UTF-8 text (byte {e.start + 1} of the line)")
-                continue
-            if too_deep(raw):  # json would recurse near the interpreter's limit (or fail there)
-                bad("nested too deeply to decode")
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                bad(f"not JSON ({e.msg} at column {e.colno})")
-                continue
-            except ValueError:  # Python's limit on the digits of an integer (4,300 by default)
-                bad("not JSON (an integer too long to convert)")
-                continue
-            if not isinstance(obj, dict):
-                bad(f"an entry must be a JSON object, got {type(obj).__name__}")
-                continue
-            task_id = obj.get("id")
-            if not isinstance(task_id, str):
-                bad("the entry has no string 'id'")
-                continue
-            task = tasks.get(task_id)
-            if task is None:
-                bad(f"unknown task id (not a BFCL multi-turn task of {', '.join(CATEGORIES)})", task_id)
-                continue
-            result = obj.get("result")
-            if not isinstance(result, list) or not all(isinstance(t, list) for t in result):
-                bad(
-                    "'result' must be a list of turns, each a list of steps"
-                    + (f" (got {str(result)[:60]!r})" if isinstance(result, str) else ""),
-                    task_id,
-                )
-                continue
-            turns: list[tuple[BfclCall, ...]] = []
-            for t, turn in enumerate(result):
-                calls: list[BfclCall] = []
-                for s, step in enumerate(turn):
-                    where = f"turn {t} step {s}"
-                    try:
-                        calls.extend(_decode_step(step, where))
-                    except (CallParseError, RecursionError) as e:
-                        problems.append(
-                            Problem(path=name, line=n, task_id=task_id, skipped=False, message=f"{e}; step skipped, as BFCL does")
-                        )
-                turns.append(tuple(calls))
-            yield ResultEntry(path=name, line=n, task=task, turns=tuple(turns))
+        if item.problem is not None:
+            bad(item.problem)
+            continue
+        obj = item.value
+        if not isinstance(obj, dict):
+            bad(f"an entry must be a JSON object, got {type(obj).__name__}")
+            continue
+        task_id = obj.get("id")
+        if not isinstance(task_id, str):
+            bad("the entry has no string 'id'")
+            continue
+        task = tasks.get(task_id)
+        if task is None:
+            bad(f"unknown task id (not a BFCL multi-turn task of {', '.join(CATEGORIES)})", task_id)
+            continue
+        result = obj.get("result")
+        if not isinstance(result, list) or not all(isinstance(t, list) for t in result):
+            bad(
+                "'result' must be a list of turns, each a list of steps"
+                + (f" (got {str(result)[:60]!r})" if isinstance(result, str) else ""),
+                task_id,
+            )
+            continue
+        turns: list[tuple[BfclCall, ...]] = []
+        for t, turn in enumerate(result):
+            calls: list[BfclCall] = []
+            for s, step in enumerate(turn):
+                where = f"turn {t} step {s}"
+                try:
+                    calls.extend(_decode_step(step, where))
+                except (CallParseError, RecursionError) as e:
+                    problems.append(
+                        Problem(path=name, line=n, task_id=task_id, skipped=False, message=f"{e}; step skipped, as BFCL does")
+                    )
+            turns.append(tuple(calls))
+        yield ResultEntry(path=name, line=n, task=task, turns=tuple(turns))
 
 
 @dataclass(slots=True)
