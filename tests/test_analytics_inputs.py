@@ -178,6 +178,40 @@ class TestFastLoader:
         assert len(read(path, on_error="skip", errors=errors)) == 2
         assert [e.line for e in errors] == [bad_line]
 
+    @pytest.mark.parametrize(
+        ("where", "extra", "bad"),
+        [
+            ("top", b'"note":' + b"9" * 4301, True),  # an integer of more digits than pydantic's parser takes
+            ("top", b'"note":' + b"9" * 5000 + b".5", True),
+            ("top", b'"note":"\xff"', True),  # not UTF-8 (msgspec skips an unknown value unread)
+            ("top", b'"note":"\xed\xa0\x80"', True),  # a surrogate, encoded
+            ("top", b'"\xc0\xaf":1', True),  # an overlong encoding, as a key
+            ("top", b'"note":' + b"[" * 300 + b"]" * 300, True),  # deeper than pydantic's parser goes
+            ("action", b'"note":"\xff"', True),
+            ("first_failure", b'"note":' + b"9" * 4301, True),
+            ("top", b'"note":{"a":[1,2.5,null,"x"]}', False),  # a field another writer added: ignored by both
+            ("action", b'"note":1', False),
+        ],
+        ids=["4301 digits", "5000-digit float", "not UTF-8", "encoded surrogate", "overlong key", "300 deep",
+             "in an action", "in the first failure", "ignored", "ignored in an action"],
+    )
+    def test_an_unknown_field_is_read_as_pydantic_reads_it(self, tmp_path: Path, where: str, extra: bytes, bad: bool) -> None:
+        """A field the records do not declare is decided by pydantic: a line it refuses for what such a
+        field holds is a bad line to the fast loader too (report and --validate count the same lines)."""
+        lines = [dumps_record(r).encode() for r in records(3)]
+        anchor = {"top": b'"task_id":', "action": b'"depth":1,', "first_failure": b'"first_failure":{'}[where]
+        assert anchor in lines[1]
+        lines[1] = lines[1].replace(anchor, anchor.replace(b"{", b"{" + extra + b",") if where == "first_failure" else extra + b"," + anchor, 1)
+        path = tmp_path / "r.jsonl"
+        path.write_bytes(b"".join(line + b"\n" for line in lines))
+        errors: list[BadLine] = []
+        validated: list[BadLine] = []
+        columns = load_columns(path, on_error="skip", errors=errors)
+        assert_same(columns, columns_from_records(read_records(path, on_error="skip", errors=validated)))
+        assert [(e.line, e.message) for e in errors] == [(e.line, e.message) for e in validated]
+        assert len(columns) == (2 if bad else 3)
+        assert [e.line for e in errors] == ([2] if bad else [])
+
     def test_missing_file(self, tmp_path: Path) -> None:
         """A missing file raises FileNotFoundError."""
         with pytest.raises(FileNotFoundError):

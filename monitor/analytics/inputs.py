@@ -202,8 +202,10 @@ except ImportError:  # pragma: no cover - depends on the environment
     msgspec = None  # type: ignore[assignment]
 
 if msgspec is not None:
-    # gc=False: these are never part of a cycle, and untracked structs decode about 5% faster
-    class _Action(msgspec.Struct, gc=False):
+    # gc=False: these are never part of a cycle, and untracked structs decode about 5% faster.
+    # forbid_unknown_fields: msgspec skips an undeclared field's value unread, where pydantic's
+    # parser refuses some (past 4,300 digits, not UTF-8, too deep); such a line is pydantic's to decide
+    class _Action(msgspec.Struct, gc=False, forbid_unknown_fields=True):
         depth: int
         tool: str | None
         executable: bool
@@ -218,20 +220,20 @@ if msgspec is not None:
         plan_step: int | None = None
         deviation: str | None = None
 
-    class _Failure(msgspec.Struct, gc=False):
+    class _Failure(msgspec.Struct, gc=False, forbid_unknown_fields=True):
         depth: int
         tool: str | None
         cause: _CauseName
         reason: str
 
-    class _Probe(msgspec.Struct, gc=False):
+    class _Probe(msgspec.Struct, gc=False, forbid_unknown_fields=True):
         depth: int
         tool: str
         object: str
         ok: bool
         error: str | None = None
 
-    class _Record(msgspec.Struct, gc=False):
+    class _Record(msgspec.Struct, gc=False, forbid_unknown_fields=True):
         """The fields pydantic checks, with the same strict types (``labels`` checked by :func:`_labels_of`)."""
 
         episode_id: str
