@@ -373,12 +373,19 @@ def _too_long(digits: str) -> str:
     return f"an integer of {count} digits is too long (at most {sys.get_int_max_str_digits()})"
 
 
+_MAX_YAML_DEPTH: Final = 200
+"""Deepest nesting of a YAML spec. PyYAML composes a level in three frames of recursion, so YAML
+nested in blocks (which the bracket count of :func:`._json_depth.deep_line` does not see) or in
+brackets up to JSON's bound would reach the interpreter's limit: it is refused at its line first."""
+
+
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing what it would accept silently or fail on without a line.
 
     Aliases may repeat at most :data:`_MAX_REPEATED` values and not contain themselves (counted
     while composing, so a bomb stops at the alias that sets it off); a key given twice in a
-    mapping and an integer too long to convert are errors at their line.
+    mapping, an integer too long to convert and nesting past :data:`_MAX_YAML_DEPTH` are errors
+    at their line.
     """
 
     def __init__(self, text: str) -> None:
@@ -387,6 +394,8 @@ class _Loader(yaml.SafeLoader):
         """Values under each node composed so far, with aliases expanded."""
         self._repeated = 0
         self._checked: set[yaml.Node] = set()
+        self._depth = 0
+        """Collections open around the node being composed."""
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         """The next node; an alias adds the size of what it repeats to the file's total."""
@@ -403,7 +412,16 @@ class _Loader(yaml.SafeLoader):
                 if self._repeated > _MAX_REPEATED:
                     raise _BadNode(line, f"aliases repeat more than {_MAX_REPEATED} values (at *{anchor})")
             return super().compose_node(parent, index)
-        node = super().compose_node(parent, index)
+        nests = self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent)
+        if nests:
+            self._depth += 1
+            if self._depth > _MAX_YAML_DEPTH:
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+                raise _BadNode(line, f"nested too deeply (more than {_MAX_YAML_DEPTH} levels)")
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= nests
         if node is None:
             return None
         if isinstance(node, yaml.MappingNode):

@@ -192,8 +192,18 @@ class TestFastLoader:
             ("top", b'"note":{"a":[1,2.5,null,"x"]}', False),  # a field another writer added: ignored by both
             ("action", b'"note":1', False),
         ],
-        ids=["4301 digits", "5000-digit float", "not UTF-8", "encoded surrogate", "overlong key", "300 deep",
-             "in an action", "in the first failure", "ignored", "ignored in an action"],
+        ids=[
+            "4301 digits",
+            "5000-digit float",
+            "not UTF-8",
+            "encoded surrogate",
+            "overlong key",
+            "300 deep",
+            "in an action",
+            "in the first failure",
+            "ignored",
+            "ignored in an action",
+        ],
     )
     def test_an_unknown_field_is_read_as_pydantic_reads_it(self, tmp_path: Path, where: str, extra: bytes, bad: bool) -> None:
         """A field the records do not declare is decided by pydantic: a line it refuses for what such a
@@ -201,7 +211,8 @@ class TestFastLoader:
         lines = [dumps_record(r).encode() for r in records(3)]
         anchor = {"top": b'"task_id":', "action": b'"depth":1,', "first_failure": b'"first_failure":{'}[where]
         assert anchor in lines[1]
-        lines[1] = lines[1].replace(anchor, anchor.replace(b"{", b"{" + extra + b",") if where == "first_failure" else extra + b"," + anchor, 1)
+        inserted = anchor.replace(b"{", b"{" + extra + b",") if where == "first_failure" else extra + b"," + anchor
+        lines[1] = lines[1].replace(anchor, inserted, 1)
         path = tmp_path / "r.jsonl"
         path.write_bytes(b"".join(line + b"\n" for line in lines))
         errors: list[BadLine] = []

@@ -54,6 +54,18 @@ def _yaml_spec(tmp_path: Path) -> Any:
     return load_spec(path)
 
 
+def _block_yaml_spec(tmp_path: Path) -> Any:
+    path = tmp_path / "rules.yaml"  # a list in a list, one level a line, as indentation nests them
+    path.write_text("schema: prefixmon.spec/1\ntools:\n" + "".join(" " * i + "-\n" for i in range(1, 5_000)))
+    return load_spec(path)
+
+
+def _flow_yaml_spec_under_the_json_bound(tmp_path: Path) -> Any:
+    path = tmp_path / "rules.yaml"  # 390 levels: under json's bound, over what PyYAML's recursion can compose
+    path.write_text("schema: prefixmon.spec/1\ntools:\n  " + "[" * 390 + "]" * 390 + "\n")
+    return load_spec(path)
+
+
 def _schema_text(tmp_path: Path) -> Any:
     return Toolset().add_schema("f", '{"type": "object", "properties": {"a": ' + DEEP + "}}")
 
@@ -71,6 +83,8 @@ CASES: dict[str, tuple[Callable[[Path], Any], type[Exception] | None, str]] = {
     "annotations": (_annotations, RecordError, r"annotations\.jsonl:1: .*nested too deeply"),
     "a JSON spec": (_json_spec, SpecError, r"rules\.json:1: nested too deeply"),
     "a YAML spec": (_yaml_spec, SpecError, r"rules\.yaml:2: nested too deeply"),
+    "a block-style YAML spec": (_block_yaml_spec, SpecError, r"rules\.yaml:202: nested too deeply \(more than 200 levels\)"),
+    "a flow-style YAML spec": (_flow_yaml_spec_under_the_json_bound, SpecError, r"rules\.yaml:3: nested too deeply \("),
     "a tool's JSON Schema as text": (_schema_text, SpecError, "nested too deeply"),
     "a tools file": (_tools_file, SpecError, r"tools\.json:2: nested too deeply"),
 }
