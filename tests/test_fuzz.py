@@ -36,9 +36,12 @@ from prefixmon import (
     TrackedState,
     iter_records,
 )
+from prefixmon.analytics import columns_from_records, load_columns
 from prefixmon.predicate import _parsed_by_json, parse_arguments
-from prefixmon.records import EpisodeRecord, build_record, dumps_record, loads_record
+from prefixmon.records import EpisodeRecord, build_record, dumps_record, loads_record, read_records
 from prefixmon.state import MAX_POOL_BYTES, MAX_WALK_DEPTH
+
+from .test_analytics_inputs import assert_same
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -452,3 +455,59 @@ class TestRecordReader:
         if mode == "truncate" and tail.strip() and tail + b"\n" not in lines:  # cut inside a record
             assert errors and errors[-1].truncated
             assert len(got) == bad.count(b"\n")  # every finished line before it is kept
+
+
+json_texts = (
+    json_values.map(json.dumps)
+    | st.integers(4290, 4310).map(lambda n: "9" * n)
+    | st.integers(250, 450).map(lambda n: "[" * n + "]" * n)
+)
+"""JSON text: any JSON value (``json.dumps`` writes NaN and Infinity as JavaScript does), integers
+around the 4,300-digit parse limit and nesting around the parsers' depth limits."""
+
+
+class TestReadersAgree:
+    """The fast column loader (``report``) reads exactly the lines and values ``read_records`` (``--validate``) reads."""
+
+    @staticmethod
+    def _both(data: bytes) -> None:
+        fd, name = tempfile.mkstemp(suffix=".jsonl")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            fast: list[BadLine] = []
+            slow: list[BadLine] = []
+            columns = load_columns(name, on_error="skip", errors=fast)
+            assert_same(columns, columns_from_records(read_records(name, on_error="skip", errors=slow)))
+            assert [(e.line, e.message) for e in fast] == [(e.line, e.message) for e in slow]
+        finally:
+            os.unlink(name)
+
+    @FUZZ
+    @given(
+        records=st.lists(record_strategy(), min_size=1, max_size=3),
+        where=st.integers(min_value=0),
+        garbage=st.binary(min_size=1, max_size=8),
+        mode=st.sampled_from(["insert", "replace"]),
+    )
+    def test_corrupted_bytes(self, records: list[EpisodeRecord], where: int, garbage: bytes, mode: str) -> None:
+        """Bytes inserted or overwritten anywhere: the same good lines, the same bad ones."""
+        data = b"".join((dumps_record(r) + "\n").encode() for r in records)
+        pos = where % len(data)
+        end = pos if mode == "insert" else pos + len(garbage)
+        self._both(data[:pos] + garbage + data[end:])
+
+    @FUZZ
+    @given(
+        records=st.lists(record_strategy(), min_size=1, max_size=3),
+        where=st.integers(min_value=0),
+        key=st.text(max_size=6),
+        value=json_texts,
+    )
+    def test_an_added_field(self, records: list[EpisodeRecord], where: int, key: str, value: str) -> None:
+        """A field added at the start of any object of a line (the record, an action, the first failure, the labels)."""
+        data = b"".join((dumps_record(r) + "\n").encode() for r in records)
+        objects = [i for i in range(len(data)) if data[i : i + 1] == b"{" and data[i + 1 : i + 2] == b'"']
+        assume(objects)
+        pos = objects[where % len(objects)] + 1
+        self._both(data[:pos] + (json.dumps(key) + ":" + value + ",").encode() + data[pos:])
