@@ -39,7 +39,9 @@ medians of chunk means over interleaved rounds:
    less), and a 5-call episode with 500 declared tools against 4 (<= 1.05x).
 7. ``Telemetry()`` with no SDK configured and with a sampled-out trace against no
    telemetry, per call and per 5-call episode (<= 1.05x), with the per-episode floors: the
-   API's provider getters, and the SDK's sampling of the dropped episode span.
+   API's provider getters, and the SDK's sampling of the dropped episode span; and an
+   episode left out by ``Telemetry(trace_ratio=...)``, prefixmon's own head sampling, with
+   an SDK that would trace everything.
 8. A checked call right after unrelated work (a JSON round trip of about 300 kB and a walk
    over a 4 MiB buffer) against the hot loop (<= 3x); a bare ``await`` for comparison.
 9. LangChain's ``MonitorMiddleware``: a sync agent's ``wrap_tool_call`` against an async
@@ -892,13 +894,18 @@ NO_SDK_TARGET: Final = 1.05
 
 
 async def telemetry_off(rounds: int) -> None:
-    print("\n7. Telemetry() with no SDK configured, and with a sampled-out trace, against no telemetry (GC on)")
+    print("\n7. Telemetry() with no SDK, with a sampled-out trace and left out by trace_ratio, against no telemetry (GC on)")
     tools = build_tools()
     sampled_out = TracerProvider(sampler=ALWAYS_OFF)
+    sampling_all = TracerProvider()
     monitors = {
         "none": Monitor(tools, policy="block"),
         "no SDK": Monitor(tools, policy="block", observers=[Telemetry()]),  # the global API providers, never set here
         "sampled out": Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=sampled_out, metrics=False)]),
+        # prefixmon's own head sampling: an SDK that would trace everything, asked for nothing
+        "left out by trace_ratio": Monitor(
+            tools, policy="block", observers=[Telemetry(tracer_provider=sampling_all, metrics=False, trace_ratio=0.0)]
+        ),
     }
     per = CHUNK // 10
     labels = {"dataset": "d", "model": "m", "method": "react"}
@@ -923,12 +930,12 @@ async def telemetry_off(rounds: int) -> None:
 
     sides["getters"], sides["sampling"] = getters, sampling
     m = await rounds_of(sides, rounds)
-    for name, floor in (("no SDK", "getters"), ("sampled out", "sampling")):
+    for name, floor in (("no SDK", "getters"), ("sampled out", "sampling"), ("left out by trace_ratio", None)):
         for unit in ("call", "episode"):
             ratio = m[f"{name}, {unit}"] / m[f"none, {unit}"]
             what = "checked call" if unit == "call" else f"{SHORT}-call episode"
             detail = f"{m[f'{name}, {unit}'] / 1000:.2f} us vs {m[f'none, {unit}'] / 1000:.2f} us"
-            if unit == "episode":
+            if unit == "episode" and floor is not None:
                 detail += f"; floor: {m[floor] / 1000:.2f} us per episode for " + (
                     "the API's provider getters" if floor == "getters" else "the SDK's sampling of the dropped episode span"
                 )
@@ -940,6 +947,7 @@ async def telemetry_off(rounds: int) -> None:
                 detail,
             )
     sampled_out.shutdown()
+    sampling_all.shutdown()
 
 
 # -- 8. a cold call ------------------------------------------------------------------------------

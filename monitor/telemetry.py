@@ -36,6 +36,7 @@ work is done for the episode's calls at all.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Container, Mapping, Sequence
 from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
@@ -311,6 +312,12 @@ class Telemetry(Observer):
         log_events: emit the log-based guardrail event for every call that was not simply
             executable and allowed (the pass verdict stays in span attributes, so the
             common path does no log work).
+        trace_ratio: the share of episodes traced among those that start outside any span of
+            the application (head sampling by prefixmon, decided before the SDK is asked: an
+            episode it leaves out costs what one without telemetry costs, where one the SDK's
+            sampler drops still pays for the SDK building and sampling its span). An episode
+            that starts inside a span context of the application is the SDK sampler's to decide,
+            so a trace never has a gap. Metrics count every episode either way.
     """
 
     def __init__(
@@ -332,11 +339,14 @@ class Telemetry(Observer):
         tool_spans: ToolSpans = "auto",
         logger_provider: otel_logs.LoggerProvider | None = None,
         log_events: bool = True,
+        trace_ratio: float = 1.0,
     ) -> None:
         if max_depth < 1:
             raise ValueError(f"max_depth must be >= 1, got {max_depth}")
         if max_content_chars < 1:
             raise ValueError(f"max_content_chars must be >= 1, got {max_content_chars}")
+        if not 0.0 <= trace_ratio <= 1.0:
+            raise ValueError(f"trace_ratio must be between 0 and 1, got {trace_ratio!r}")
         if guardrail_events not in ("all", "non_pass"):
             raise ValueError(f"guardrail_events must be 'all' or 'non_pass', got {guardrail_events!r}")
         self.agent_name = agent_name
@@ -354,6 +364,9 @@ class Telemetry(Observer):
         self.provider_name = provider_name
         self.tool_spans: ToolSpans = tool_spans
         self.log_events = log_events
+        self.trace_ratio = trace_ratio
+        self._draw = random.Random().random
+        """This observer's own draws for ``trace_ratio`` (no shared generator state)."""
         self._tracer = trace.get_tracer("prefixmon", _VERSION, tracer_provider)
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
@@ -459,6 +472,12 @@ class Telemetry(Observer):
             counts = self._counts[id(episode)] = {}
         untraced = _NO_HOOKS if counts is None else _FINISHED_ONLY
         if not self.tracing or not self._traces_live:
+            return untraced
+        if (
+            self.trace_ratio < 1.0
+            and self._draw() >= self.trace_ratio
+            and not trace.get_current_span().get_span_context().is_valid
+        ):
             return untraced
         if self.enrich_current_span:
             current = trace.get_current_span()

@@ -813,6 +813,60 @@ class TestTelemetryOff:
         assert spans.get_finished_spans() == ()
 
 
+class TestTraceRatio:
+    """``trace_ratio``: prefixmon's own head sampling of root episodes, decided before the SDK is asked."""
+
+    @staticmethod
+    async def _episodes(monitor: Monitor, n: int) -> None:
+        for _ in range(n):
+            async with monitor.episode(task_id="t") as ep:
+                await ep.call("search_contacts", {"name": "x"})
+                ep.finish("success")
+
+    async def test_a_left_out_episode_asks_the_sdk_nothing_and_is_still_measured(self, otel: Otel, tools: Toolset) -> None:
+        """At 0, no span is started at all (the SDK's sampler is not asked); every episode and call is counted."""
+        asked: list[str] = []
+        real = otel.tracer_provider.sampler.should_sample
+
+        def counting(*args: Any, **kw: Any) -> Any:
+            asked.append(args[2] if len(args) > 2 else kw.get("name", ""))
+            return real(*args, **kw)
+
+        otel.tracer_provider.sampler.should_sample = counting  # type: ignore[method-assign]
+        telemetry = otel.telemetry(trace_ratio=0.0)
+        monitor = Monitor(tools, observers=[telemetry])
+        await self._episodes(monitor, 3)
+        assert asked == [] and otel.finished() == []
+        assert sum(otel.counts(sc.METRIC_EPISODES).values()) == 3
+        assert sum(otel.counts(sc.METRIC_CALLS).values()) == 3
+        assert telemetry._episodes == {} and telemetry._counts == {}
+
+    async def test_a_share_of_root_episodes_is_traced(self, otel: Otel, tools: Toolset) -> None:
+        """At 0.5, about half of 400 episodes have spans (each with its call span); at 1 (default) all do."""
+        await self._episodes(Monitor(tools, observers=[otel.telemetry(trace_ratio=0.5)]), 400)
+        traced = len(otel.episode_spans())
+        assert 130 <= traced <= 270  # 400 draws at 0.5: 200 ± 10, so ± 7 sd
+        assert len(otel.tool_spans()) == traced
+        otel.spans.clear()
+        await self._episodes(Monitor(tools, observers=[otel.telemetry()]), 5)
+        assert len(otel.episode_spans()) == 5
+
+    async def test_an_episode_inside_the_callers_trace_follows_it(self, otel: Otel, tools: Toolset) -> None:
+        """Under a span of the application, the episode is traced whatever the ratio: its trace has no gap."""
+        monitor = Monitor(tools, observers=[otel.telemetry(trace_ratio=0.0)])
+        with otel.tracer_provider.get_tracer("app").start_as_current_span("request") as request:
+            await self._episodes(monitor, 2)
+        episodes = otel.episode_spans()
+        assert len(episodes) == 2
+        assert all(s.parent is not None and s.parent.span_id == request.get_span_context().span_id for s in episodes)
+        assert len(otel.tool_spans()) == 2
+
+    @pytest.mark.parametrize("ratio", [-0.1, 1.5, float("nan")])
+    def test_a_ratio_outside_0_to_1_is_refused(self, ratio: float) -> None:
+        with pytest.raises(ValueError, match="trace_ratio must be between 0 and 1"):
+            Telemetry(trace_ratio=ratio)
+
+
 class TestHotPathShape:
     """What the cheap per-call path keeps: final attributes, one event choice, per-episode counts, no open spans."""
 
