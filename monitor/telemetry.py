@@ -86,6 +86,11 @@ def _not_overwriting(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in attrs.items() if not (k.startswith("gen_ai.") and k in present)}
 
 
+def _inside_a_trace() -> bool:
+    """Whether a valid span context is current (an empty OpenTelemetry context, the common case, holds none)."""
+    return bool(otel_context.get_current()) and trace.get_current_span().get_span_context().is_valid
+
+
 def _ran_nothing(action: ActionRecord) -> bool:
     """Whether prefixmon's decision left nothing to run: refused, or intervened without a replacement call."""
     return not action.reached_environment and action.decision is not Decision.ALLOW and action.replacement is None
@@ -473,11 +478,7 @@ class Telemetry(Observer):
         untraced = _NO_HOOKS if counts is None else _FINISHED_ONLY
         if not self.tracing or not self._traces_live:
             return untraced
-        if (
-            self.trace_ratio < 1.0
-            and self._draw() >= self.trace_ratio
-            and not trace.get_current_span().get_span_context().is_valid
-        ):
+        if self.trace_ratio < 1.0 and self._draw() >= self.trace_ratio and not _inside_a_trace():
             return untraced
         if self.enrich_current_span:
             current = trace.get_current_span()
