@@ -8,11 +8,14 @@ import dataclasses
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 
 from prefixmon import (
@@ -33,6 +36,9 @@ from prefixmon.otel_setup import OtlpJsonFileSpanExporter, configure_otel
 from prefixmon.otlp import iter_otlp_spans, read_otlp_records, records_from_spans, spans_from_json
 from prefixmon.records import BadLine
 from prefixmon.telemetry import Telemetry
+
+from .test_fuzz import TOOL_NAMES, raw_arguments
+from .test_fuzz import build_tools as build_fuzz_tools
 
 
 async def _replan(verdict: Verdict, call: ToolCall, state: TrackedState) -> Replan:
@@ -250,6 +256,41 @@ def _line(*, snake: bool = False) -> dict[str, Any]:
             }
         ]
     }
+
+
+class TestAnyEpisode:
+    """Whatever an agent calls, the records rebuilt from its OTLP traces equal the sink's."""
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        calls=st.lists(st.tuples(st.sampled_from(TOOL_NAMES), raw_arguments), min_size=0, max_size=6),
+        policy=st.sampled_from(["observe", "block"]),
+        agent=st.text(max_size=8),
+    )
+    def test_any_call_sequence(self, calls: list[tuple[str, Any]], policy: str, agent: str) -> None:
+        """Arbitrary calls (unknown tools, arguments that are not JSON, tools that raise) under
+        observe and block, with content captured: the traces give back every record exactly."""
+        records: list[EpisodeRecord] = []
+        with tempfile.TemporaryDirectory() as folder:
+            traces = Path(folder) / "t.otlp.jsonl"
+            otel = configure_otel(otlp_file=traces, batch=False)
+            telemetry = Telemetry(
+                tracer_provider=otel.tracer_provider, metrics=False, capture_content=True, max_content_chars=10**6
+            )
+            monitor = Monitor(
+                build_fuzz_tools(), policy=policy, sink=records.append, observers=[telemetry], labels={"agent": agent}
+            )
+
+            async def run() -> None:
+                async with monitor.episode(task_id="fuzz") as ep:
+                    ep.user("pay p-1 the 5 dollars")
+                    for name, raw in calls:
+                        with contextlib.suppress(ToolBlocked, RuntimeError, TypeError):
+                            await ep.call(name, raw)
+
+            anyio.run(run)
+            otel.shutdown()
+            assert read_otlp_records(traces) == records
 
 
 class TestReader:
