@@ -41,6 +41,7 @@ SIDES: Final[dict[str, tuple[str, int]]] = {
     "episode x5, no telemetry": ("a 5-call episode", 1000),
     "episode x5, Telemetry() without an SDK": ("a 5-call episode", 1000),
     "episode x5, Telemetry() sampled out": ("a 5-call episode", 1000),
+    "episode x5, Telemetry(trace_ratio=0), left out": ("a 5-call episode", 1000),
     "empty episode": ("an episode", 2000),
     "call": ("a call in a long episode", 5000),
     "call, an observer in every per-call hook doing nothing": ("a call in a long episode", 5000),
@@ -180,6 +181,9 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
         "episode x5, Telemetry() sampled out": episodes(
             Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=sampled_out, metrics=False)]), 5
         ),
+        "episode x5, Telemetry(trace_ratio=0), left out": episodes(
+            Monitor(tools, policy="block", observers=[Telemetry(tracer_provider=provider, metrics=False, trace_ratio=0.0)]), 5
+        ),
         "empty episode": episodes(Monitor(tools, policy="block"), 0),
         "call": calls(Monitor(tools, policy="block")),
         "call, an observer in every per-call hook doing nothing": calls(Monitor(tools, policy="block", observers=[Idle()])),
@@ -299,6 +303,9 @@ def main() -> int:
         ("    floor: the SDK's sampled-out span alone / a 5-call episode",
          f"{ir['SDK sampled-out episode span (start and end)']:,.0f}",
          f"{1 + ir['SDK sampled-out episode span (start and end)'] / e5:.3f}x"),
+        ("  Telemetry(trace_ratio=0), left out before the SDK is asked / no telemetry",
+         f"{ir['episode x5, Telemetry(trace_ratio=0), left out']:,.0f}",
+         f"{ir['episode x5, Telemetry(trace_ratio=0), left out'] / e5:.3f}x"),
         ("empty episode, in calls", f"{ir['empty episode']:,.0f}", f"{ir['empty episode'] / call:.2f} calls"),
         ("open + close of a 5-call episode, in calls", "", f"{(e5 - 5 * call) / call:.2f} calls"),
         ("checked call (zero-rule ping, tool included)", f"{call:,.0f}", ""),
