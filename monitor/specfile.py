@@ -374,7 +374,7 @@ def _too_long(digits: str) -> str:
 
 
 _MAX_YAML_DEPTH: Final = 200
-"""Deepest nesting of a YAML spec. PyYAML composes a level in three frames of recursion, so YAML
+"""Deepest nesting of a YAML spec, aliases expanded. PyYAML composes a level in three frames of recursion, so YAML
 nested in blocks (which the bracket count of :func:`._json_depth.deep_line` does not see) or in
 brackets up to JSON's bound would reach the interpreter's limit: it is refused at its line first."""
 
@@ -388,17 +388,22 @@ class _Loader(yaml.SafeLoader):
     at their line.
     """
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, skim_deep: bool = False) -> None:
         super().__init__(text)
         self._sizes: dict[yaml.Node, int] = {}
         """Values under each node composed so far, with aliases expanded."""
+        self._heights: dict[yaml.Node, int] = {}
+        """Collections nested in each node composed so far, with aliases expanded."""
         self._repeated = 0
         self._checked: set[yaml.Node] = set()
         self._depth = 0
         """Collections open around the node being composed."""
+        self._skim_deep = skim_deep
+        """Read a collection past the bound without composing it (a null stands for it) instead of
+        refusing it: for the location lines of JSON, which json itself reads deeper."""
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        """The next node; an alias adds the size of what it repeats to the file's total."""
+        """The next node; an alias adds the size of what it repeats to the file's total, and its depth to where it is."""
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
             anchor = getattr(event, "anchor", None)
@@ -411,15 +416,19 @@ class _Loader(yaml.SafeLoader):
                 self._repeated += size
                 if self._repeated > _MAX_REPEATED:
                     raise _BadNode(line, f"aliases repeat more than {_MAX_REPEATED} values (at *{anchor})")
+                if self._depth + self._heights[node] > _MAX_YAML_DEPTH:
+                    raise _BadNode(line, f"nested too deeply (more than {_MAX_YAML_DEPTH} levels, through alias *{anchor})")
             return super().compose_node(parent, index)
         nests = self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent)
-        if nests:
-            self._depth += 1
-            if self._depth > _MAX_YAML_DEPTH:
-                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
-                raise _BadNode(line, f"nested too deeply (more than {_MAX_YAML_DEPTH} levels)")
+        self._depth += nests
         try:
-            node = super().compose_node(parent, index)
+            if nests and self._depth > _MAX_YAML_DEPTH:
+                if not self._skim_deep:
+                    line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+                    raise _BadNode(line, f"nested too deeply (more than {_MAX_YAML_DEPTH} levels)")
+                node = self._skimmed()
+            else:
+                node = super().compose_node(parent, index)
         finally:
             self._depth -= nests
         if node is None:
@@ -429,7 +438,21 @@ class _Loader(yaml.SafeLoader):
         else:
             children = node.value if isinstance(node, yaml.SequenceNode) else []
         self._sizes[node] = 1 + sum(self._sizes[child] for child in children)
+        self._heights[node] = nests + max((self._heights[child] for child in children), default=0)
         return node
+
+    def _skimmed(self) -> yaml.Node:
+        """Read the collection that starts here to its end without composing it (its events in a
+        loop, not recursion); a null scalar stands for it."""
+        start = end = self.get_event()  # type: ignore[no-untyped-call]
+        open_ = 1
+        while open_:
+            end = self.get_event()  # type: ignore[no-untyped-call]
+            if isinstance(end, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                open_ += 1
+            elif isinstance(end, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                open_ -= 1
+        return yaml.ScalarNode("tag:yaml.org,2002:null", "", start.start_mark, end.end_mark)
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         """Merge ``<<`` keys, after refusing a key the mapping itself gives twice (a merged one may be overridden)."""
@@ -490,7 +513,7 @@ def _decode_json(text: str, source: str) -> Any:
 def _json_duplicate_line(text: str, key: str) -> int | None:
     """The line of the second ``key`` in the first object (in the order JSON completes them) that has it twice."""
     try:
-        root = _Loader(text).get_single_node()  # JSON is YAML, nearly always
+        root = _Loader(text, skim_deep=True).get_single_node()  # JSON is YAML, nearly always
     except (yaml.YAMLError, _BadNode, RecursionError):
         return None
 
@@ -523,7 +546,7 @@ def _load_text(text: str, source: str, json_only: bool) -> tuple[Any, dict[tuple
         except RecursionError:
             raise SpecError(f"{source}:1: nested too deeply") from None
         try:
-            root = _Loader(text).get_single_node()
+            root = _Loader(text, skim_deep=True).get_single_node()
         except (yaml.YAMLError, _BadNode, RecursionError):
             return loaded, {}
         return loaded, _lines(root)

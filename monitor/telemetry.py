@@ -350,8 +350,8 @@ class Telemetry(Observer):
             raise ValueError(f"max_depth must be >= 1, got {max_depth}")
         if max_content_chars < 1:
             raise ValueError(f"max_content_chars must be >= 1, got {max_content_chars}")
-        if not 0.0 <= trace_ratio <= 1.0:
-            raise ValueError(f"trace_ratio must be between 0 and 1, got {trace_ratio!r}")
+        if isinstance(trace_ratio, bool) or not isinstance(trace_ratio, (int, float)) or not 0.0 <= trace_ratio <= 1.0:
+            raise ValueError(f"trace_ratio must be a number from 0 to 1, got {trace_ratio!r}")
         if guardrail_events not in ("all", "non_pass"):
             raise ValueError(f"guardrail_events must be 'all' or 'non_pass', got {guardrail_events!r}")
         self.agent_name = agent_name
@@ -370,8 +370,8 @@ class Telemetry(Observer):
         self.tool_spans: ToolSpans = tool_spans
         self.log_events = log_events
         self.trace_ratio = trace_ratio
-        self._draw = random.Random().random
-        """This observer's own draws for ``trace_ratio`` (no shared generator state)."""
+        self._draw = random.random
+        """The draws for ``trace_ratio``: the random module's generator, which a forked process reseeds."""
         self._tracer = trace.get_tracer("prefixmon", _VERSION, tracer_provider)
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider

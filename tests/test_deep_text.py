@@ -16,7 +16,7 @@ from prefixmon import PlanError, SpecError, Toolset
 from prefixmon.analytics.completion import read_annotations
 from prefixmon.exceptions import RecordError
 from prefixmon.plan import parse_plan
-from prefixmon.specfile import load_spec
+from prefixmon.specfile import load_spec, parse_spec
 from prefixmon.telemetry import redact_keys
 
 from .test_bounds import collections_watched
@@ -110,6 +110,30 @@ def test_shallow_text_is_still_read(tmp_path: Path) -> None:
     path = tmp_path / "annotations.jsonl"
     path.write_text(json.dumps({"episode_id": "e", "label": "wrong_tool"})[:-1] + ', "x": ' + nested + "}\n")
     read_annotations(path)
+
+
+class TestDeepSpecs:
+    """Spec nesting past the YAML bound (200 levels): refused at its line in YAML, however it is
+    built; in JSON (read by json, up to 400 levels) it costs no other location its line."""
+
+    def test_aliases_cannot_nest_past_the_bound(self) -> None:
+        """Anchors that nest each other build depth from little text (1,200 levels from 2.5 KB
+        loaded, and json.dumps of the constants then raised RecursionError)."""
+        lines = ["schema: prefixmon.spec/1", "tools: {}", "constants:", "  a0: &a0 " + "[" * 150 + "1" + "]" * 150]
+        lines += [f"  a{k}: &a{k} " + "[" * 150 + f"*a{k - 1}" + "]" * 150 for k in range(1, 8)]
+        with pytest.raises(SpecError, match=r"^s:5: nested too deeply \(more than 200 levels, through alias \*a0\)"):
+            parse_spec("\n".join(lines) + "\n", source="s")
+
+    def test_json_keeps_its_lines_past_the_yaml_bound(self) -> None:
+        """An error elsewhere in a JSON spec holding a 250-deep value is still named at its line
+        (the location lines come from PyYAML, which refused the deep value and lost them all)."""
+        deep = "[" * 250 + "]" * 250
+        text = '{"schema": "prefixmon.spec/1",\n "tools": {"f": {"bogus": 1}},\n "constants": {"x": ' + deep + "}}"
+        with pytest.raises(SpecError, match=r"^s:2: tools\.f: unknown field 'bogus'"):
+            parse_spec(text, source="s", json_only=True)
+        twice = '{"schema": "prefixmon.spec/1",\n "tools": {},\n "constants": {"x": ' + deep + ',\n "x": 2}}'
+        with pytest.raises(SpecError, match=r"^s:4: duplicate key 'x'"):
+            parse_spec(twice, source="s", json_only=True)
 
 
 class TestWhatIsNotJson:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Sampler, SamplingResult
 from opentelemetry.trace import SpanKind, StatusCode
 
 from prefixmon import (
@@ -826,17 +827,24 @@ class TestTraceRatio:
     async def test_a_left_out_episode_asks_the_sdk_nothing_and_is_still_measured(self, otel: Otel, tools: Toolset) -> None:
         """At 0, no span is started at all (the SDK's sampler is not asked); every episode and call is counted."""
         asked: list[str] = []
-        real = otel.tracer_provider.sampler.should_sample
 
-        def counting(*args: Any, **kw: Any) -> Any:
-            asked.append(args[2] if len(args) > 2 else kw.get("name", ""))
-            return real(*args, **kw)
+        class Counting(Sampler):
+            def should_sample(self, parent_context: Any, trace_id: int, name: str, *args: Any, **kw: Any) -> SamplingResult:
+                asked.append(name)
+                return ALWAYS_ON.should_sample(parent_context, trace_id, name, *args, **kw)
 
-        otel.tracer_provider.sampler.should_sample = counting  # type: ignore[method-assign]
-        telemetry = otel.telemetry(trace_ratio=0.0)
+            def get_description(self) -> str:
+                return "counting"
+
+        provider = TracerProvider(sampler=Counting())
+        provider.add_span_processor(SimpleSpanProcessor(otel.spans))
+        telemetry = Telemetry(tracer_provider=provider, meter_provider=otel.meter_provider, trace_ratio=0.0)
         monitor = Monitor(tools, observers=[telemetry])
         await self._episodes(monitor, 3)
         assert asked == [] and otel.finished() == []
+        await self._episodes(Monitor(tools, observers=[Telemetry(tracer_provider=provider, metrics=False)]), 1)
+        assert asked == ["invoke_agent", "execute_tool search_contacts"]  # the same provider, traced: the sampler is asked
+        otel.spans.clear()
         assert sum(otel.counts(sc.METRIC_EPISODES).values()) == 3
         assert sum(otel.counts(sc.METRIC_CALLS).values()) == 3
         assert telemetry._episodes == {} and telemetry._counts == {}
@@ -861,10 +869,25 @@ class TestTraceRatio:
         assert all(s.parent is not None and s.parent.span_id == request.get_span_context().span_id for s in episodes)
         assert len(otel.tool_spans()) == 2
 
-    @pytest.mark.parametrize("ratio", [-0.1, 1.5, float("nan")])
-    def test_a_ratio_outside_0_to_1_is_refused(self, ratio: float) -> None:
-        with pytest.raises(ValueError, match="trace_ratio must be between 0 and 1"):
+    @pytest.mark.parametrize("ratio", [-0.1, 1.5, float("nan"), float("inf"), True, "0.5", None])
+    def test_a_ratio_that_is_not_a_number_from_0_to_1_is_refused(self, ratio: Any) -> None:
+        with pytest.raises(ValueError, match="trace_ratio must be a number from 0 to 1"):
             Telemetry(trace_ratio=ratio)
+
+    @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+    def test_forked_workers_draw_their_own_episodes(self) -> None:
+        """Workers forked after the Telemetry was made do not sample the same episodes in step."""
+        telemetry = Telemetry(trace_ratio=0.5)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its draws, then out
+            os.write(write, json.dumps([telemetry._draw() for _ in range(5)]).encode())
+            os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        with os.fdopen(read) as f:
+            child = json.loads(f.read())
+        assert child != [telemetry._draw() for _ in range(5)]
 
 
 class TestHotPathShape:
