@@ -390,10 +390,9 @@ class _Loader(yaml.SafeLoader):
 
     def __init__(self, text: str, *, skim_deep: bool = False) -> None:
         super().__init__(text)
-        self._sizes: dict[yaml.Node, int] = {}
-        """Values under each node composed so far, with aliases expanded."""
-        self._heights: dict[yaml.Node, int] = {}
-        """Collections nested in each node composed so far, with aliases expanded."""
+        self._measures: dict[yaml.Node, tuple[int, int]] = {}
+        """``(values, nesting)`` under each node composed so far, with aliases expanded: how many
+        values it holds and how many collections deep it goes."""
         self._repeated = 0
         self._checked: set[yaml.Node] = set()
         self._depth = 0
@@ -410,13 +409,14 @@ class _Loader(yaml.SafeLoader):
             node = self.anchors.get(anchor) if isinstance(anchor, str) else None
             if node is not None:
                 line = event.start_mark.line + 1
-                size = self._sizes.get(node)
-                if size is None:  # the anchor's node is still being composed: the alias is inside it
+                measures = self._measures.get(node)
+                if measures is None:  # the anchor's node is still being composed: the alias is inside it
                     raise _BadNode(line, f"alias *{anchor} refers to a value that contains it")
+                size, height = measures
                 self._repeated += size
                 if self._repeated > _MAX_REPEATED:
                     raise _BadNode(line, f"aliases repeat more than {_MAX_REPEATED} values (at *{anchor})")
-                if self._depth + self._heights[node] > _MAX_YAML_DEPTH:
+                if self._depth + height > _MAX_YAML_DEPTH:
                     raise _BadNode(line, f"nested too deeply (more than {_MAX_YAML_DEPTH} levels, through alias *{anchor})")
             return super().compose_node(parent, index)
         nests = self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent)
@@ -437,8 +437,12 @@ class _Loader(yaml.SafeLoader):
             children = [child for pair in node.value for child in pair]
         else:
             children = node.value if isinstance(node, yaml.SequenceNode) else []
-        self._sizes[node] = 1 + sum(self._sizes[child] for child in children)
-        self._heights[node] = nests + max((self._heights[child] for child in children), default=0)
+        size = height = 0
+        for child in children:
+            child_size, child_height = self._measures[child]
+            size += child_size
+            height = max(height, child_height)
+        self._measures[node] = (1 + size, nests + height)
         return node
 
     def _skimmed(self) -> yaml.Node:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Annotated, Any
@@ -391,15 +392,22 @@ def record_strategy() -> st.SearchStrategy[EpisodeRecord]:
     return make()
 
 
-def _read(data: bytes, on_error: Any) -> tuple[list[EpisodeRecord], list[BadLine]]:
+@contextlib.contextmanager
+def _file_of(data: bytes) -> Iterator[str]:
+    """The path of a temporary JSON Lines file holding ``data``."""
     fd, name = tempfile.mkstemp(suffix=".jsonl")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        errors: list[BadLine] = []
-        return list(iter_records(name, on_error=on_error, errors=errors)), errors
+        yield name
     finally:
         os.unlink(name)
+
+
+def _read(data: bytes, on_error: Any) -> tuple[list[EpisodeRecord], list[BadLine]]:
+    with _file_of(data) as name:
+        errors: list[BadLine] = []
+        return list(iter_records(name, on_error=on_error, errors=errors)), errors
 
 
 class TestRecordReader:
@@ -471,17 +479,12 @@ class TestReadersAgree:
 
     @staticmethod
     def _both(data: bytes) -> None:
-        fd, name = tempfile.mkstemp(suffix=".jsonl")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+        with _file_of(data) as name:
             fast: list[BadLine] = []
             slow: list[BadLine] = []
             columns = load_columns(name, on_error="skip", errors=fast)
             assert_same(columns, columns_from_records(read_records(name, on_error="skip", errors=slow)))
             assert [(e.line, e.message) for e in fast] == [(e.line, e.message) for e in slow]
-        finally:
-            os.unlink(name)
 
     @FUZZ
     @given(
