@@ -1,16 +1,19 @@
 """Instructions per episode and per call, counted by valgrind (issue 17's ratios without the noise). Not part of pytest.
 
 Run:  .venv/bin/python benchmarks/bench_instructions.py [--markdown FILE] [--jobs 2]
-      (needs valgrind: ``apt-get install valgrind``; about 5 minutes)
+      (needs valgrind: ``apt-get install valgrind``; about 6 minutes)
 
 Wall-clock ratios on a shared 2-core machine move by tens of percent between runs (see
 docs/performance.md). The instructions a piece of code executes do not: each side below runs
-in its own process under ``valgrind --tool=cachegrind`` twice, with ``N`` and ``3N`` units
-after the same warm-up, and the difference divided by ``2N`` is the instructions of one unit
-(everything the process executes counts: the garbage collector, the OpenTelemetry SDK, its
-export thread). Instructions are not time: code that misses the caches runs slower per
-instruction, which is what the cold-call row of bench_hot_path.py measures. The ratios here
-are the work each configuration adds, the wall-clock ratios what it costs on this machine.
+in its own process under ``valgrind --tool=cachegrind``: after a warm-up, two children
+forked from the warm process run ``N`` and ``3N`` units, and the difference of their counts
+divided by ``2N`` is the instructions of one unit (everything the process executes counts:
+the garbage collector, the OpenTelemetry SDK, its export thread). Two runs of this file give
+the same counts to within 1% (a process of its own per count, as before 2026-12-06, moved
+them by up to 24%: the import's count is not repeatable, see ``_run_side``). Instructions
+are not time: code that misses the caches runs slower per instruction, which is what the
+cold-call row of bench_hot_path.py measures. The ratios here are the work each
+configuration adds, the wall-clock ratios what it costs on this machine.
 Under valgrind a process runs about 50 times slower, so ``Telemetry()`` without an SDK asks
 the API for one (every 0.1 s) about 50 times as often per episode as it does at full speed:
 its rows are an upper bound.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -53,6 +57,8 @@ SIDES: Final[dict[str, tuple[str, int]]] = {
     "pydantic TypeAdapter validation of ping's arguments": ("a validation", 5000),
     "bare await of the tool": ("an await", 5000),
     "5 bare awaits of the tool": ("five awaits", 1000),
+    "report: a record line read into columns": ("a line", 10_000),
+    "report: a record line read and decoded, nothing else": ("a line", 10_000),
 }
 
 
@@ -175,6 +181,33 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
 
         return run
 
+    offsets: list[int] = []
+
+    def reading(columns: bool) -> Callable[[int], Awaitable[None]]:
+        """The first ``n`` lines of bench_report's records, read as one of ``report``'s reading
+        processes reads its byte range: into columns, or only decoded (the typed decode that
+        makes ``report`` agree with ``--validate``)."""
+        from prefixmon.analytics import _parallel, inputs
+        from prefixmon.analytics.columns import ColumnBuilder
+
+        async def run(n: int) -> None:
+            path = os.environ[RECORDS]
+            if not offsets:  # in the warm-up: the whole file's line ends, the same work at N and 3N
+                with open(path, "rb") as f:
+                    offsets.extend(itertools.accumulate(len(line) for line in f))
+            lines = _parallel._lines(path, 0, offsets[n - 1], lambda: None)
+            if columns:
+                builder = ColumnBuilder(texts=lambda: ((), (), ()))
+                inputs._read_records(lines, path, "raise", [], [], builder)
+                builder.build()
+            else:
+                decode = inputs._fast_decoder()
+                assert decode is not None
+                for line in lines:
+                    decode(line)
+
+        return run
+
     sides: dict[str, Callable[[int], Awaitable[None]]] = {
         "episode x5, no telemetry": episodes(Monitor(tools, policy="block"), 5),
         "episode x5, Telemetry() without an SDK": episodes(Monitor(tools, policy="block", observers=[Telemetry()]), 5),
@@ -197,23 +230,44 @@ def _side(name: str) -> Callable[[int], Awaitable[None]]:
         "pydantic TypeAdapter validation of ping's arguments": validations,
         "bare await of the tool": awaits(1),
         "5 bare awaits of the tool": awaits(5),
+        "report: a record line read into columns": reading(columns=True),
+        "report: a record line read and decoded, nothing else": reading(columns=False),
     }
     return sides[name]
 
 
 def _run_side(name: str, n: int) -> None:
+    """Warm up, then run ``n`` and ``3n`` units each in a child forked from the warm process.
+
+    Both children start from the same state, so their counts (valgrind counts a forked child
+    from its parent's total) differ by exactly the 2n units: importing the package is not
+    repeatable to the instruction (pydantic-core and jsonschema-rs seed their hash maps at
+    random), by tens of millions of instructions a process, as much as 2n units of some sides.
+    Each child prints ``unit-run PID COUNT`` for the driver.
+    """
     run = _side(name)
 
-    async def main() -> None:
-        await run(200)  # warm-up: caches filled, lazy imports done
-        await run(n)
+    async def units(count: int) -> None:
+        await run(count)
 
-    asyncio.run(main())
+    asyncio.run(units(200))  # warm-up: caches filled, lazy imports done
+    for count in (n, 3 * n):
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: its units, then out without the parent's exit handlers
+            try:
+                asyncio.run(units(count))
+                print(f"unit-run {os.getpid()} {count}", flush=True)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
 
 
 # -- the driver ---------------------------------------------------------------------------------
 POOL_RESULTS: Final = "BENCH_INSTRUCTIONS_POOL_RESULTS"
 """Where the driver wrote the results the information-pool side indexes (the sides read the same file)."""
+RECORDS: Final = "BENCH_INSTRUCTIONS_RECORDS"
+"""Where the driver wrote the record lines the report sides read (bench_report's records: 48 cohorts)."""
 
 
 def write_retail_results(path: str) -> None:
@@ -233,7 +287,9 @@ def write_retail_results(path: str) -> None:
         json.dump(rows, f)
 
 
-def _instructions(name: str, n: int) -> int:
+def per_unit(name: str) -> float:
+    """Instructions of one unit of ``name``: (count of the 3N child - count of the N child) / 2N."""
+    _, n = SIDES[name]
     done = subprocess.run(
         [
             "valgrind",
@@ -251,16 +307,12 @@ def _instructions(name: str, n: int) -> int:
         text=True,
         check=True,
     )
-    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count from valgrind for {name!r}:\n{done.stderr[-2000:]}")
-    return int(found.group(1).replace(",", ""))
-
-
-def per_unit(name: str) -> float:
-    """Instructions of one unit of ``name``: (count at 3N - count at N) / 2N."""
-    _, n = SIDES[name]
-    return (_instructions(name, 3 * n) - _instructions(name, n)) / (2 * n)
+    units = {int(pid): int(count) for pid, count in re.findall(r"^unit-run (\d+) (\d+)$", done.stdout, re.MULTILINE)}
+    counts = {int(pid): int(refs.replace(",", "")) for pid, refs in re.findall(r"==(\d+)== I\s+refs:\s+([\d,]+)", done.stderr)}
+    by_units = {units[pid]: refs for pid, refs in counts.items() if pid in units}
+    if set(by_units) != {n, 3 * n}:
+        raise RuntimeError(f"no instruction count from valgrind for both runs of {name!r}:\n{done.stderr[-2000:]}")
+    return (by_units[3 * n] - by_units[n]) / (2 * n)
 
 
 def main() -> int:
@@ -279,6 +331,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ[POOL_RESULTS] = os.path.join(tmp, "retail-results.json")
         write_retail_results(os.environ[POOL_RESULTS])
+        os.environ[RECORDS] = os.path.join(tmp, "records.jsonl")
+        sys.path.insert(0, HERE)
+        from bench_analytics import write_million
+
+        write_million(os.environ[RECORDS], 31_000)  # 3N + the warm-up's lines of the report sides
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             ir = dict(zip(SIDES, pool.map(per_unit, SIDES), strict=True))
     e5, call, idle = ir["episode x5, no telemetry"], ir["call"], ir["call, an observer in every per-call hook doing nothing"]
@@ -316,6 +373,11 @@ def main() -> int:
         ("indexing a τ-retail gold-run result into the information pool, in checked calls",
          f"{ir['indexing a τ-retail result (information pool)']:,.0f}",
          f"{ir['indexing a τ-retail result (information pool)'] / call:.1f} calls"),
+        ("report: a record line read into columns, as a reading process reads its range",
+         f"{ir['report: a record line read into columns']:,.0f}", ""),
+        ("  of which reading and decoding it (msgspec's typed decode, what agreeing with --validate takes)",
+         f"{ir['report: a record line read and decoded, nothing else']:,.0f}",
+         f"{ir['report: a record line read and decoded, nothing else'] / ir['report: a record line read into columns']:.0%}"),
     ]  # fmt: skip
     lines = ["| what | instructions per unit | ratio |", "|---|---:|---:|"]
     lines += [f"| {what} | {count} | {ratio} |" for what, count, ratio in rows]
