@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
@@ -240,10 +241,12 @@ def _run_side(name: str, n: int) -> None:
     """Warm up, then run ``n`` and ``3n`` units each in a child forked from the warm process.
 
     Both children start from the same state, so their counts (valgrind counts a forked child
-    from its parent's total) differ by exactly the 2n units: importing the package is not
+    from its parent's total) differ by the 2n units (and by what the SDK's export thread of
+    the parent does meanwhile, well under 0.1%), whereas importing the package is not
     repeatable to the instruction (pydantic-core and jsonschema-rs seed their hash maps at
-    random), by tens of millions of instructions a process, as much as 2n units of some sides.
-    Each child prints ``unit-run PID COUNT`` for the driver.
+    random): by tens of millions of instructions a process, as much as 2n units of some sides.
+    Each child prints ``unit-run PID COUNT`` for the driver; a child that fails prints its
+    traceback, and the process exits non-zero.
     """
     run = _side(name)
 
@@ -255,12 +258,17 @@ def _run_side(name: str, n: int) -> None:
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:  # the child: its units, then out without the parent's exit handlers
+            status = 0
             try:
                 asyncio.run(units(count))
                 print(f"unit-run {os.getpid()} {count}", flush=True)
-            finally:
-                os._exit(0)
-        os.waitpid(pid, 0)
+            except BaseException:
+                traceback.print_exc()
+                sys.stderr.flush()
+                status = 1
+            os._exit(status)
+        if os.waitpid(pid, 0)[1]:
+            raise SystemExit(f"the child running {count} units of {name!r} failed")
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -305,13 +313,21 @@ def per_unit(name: str) -> float:
         ],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     )
+    return per_forked_unit(done, n, name)
+
+
+def per_forked_unit(done: subprocess.CompletedProcess[str], n: int, what: str) -> float:
+    """Instructions of one unit from a valgrind process whose forked children ran ``n`` and
+    ``3n`` units and printed ``unit-run PID COUNT`` (see :func:`_run_side`)."""
+    if done.returncode:
+        raise RuntimeError(f"{what}: the valgrind process exited {done.returncode}:\n{done.stderr[-3000:]}")
     units = {int(pid): int(count) for pid, count in re.findall(r"^unit-run (\d+) (\d+)$", done.stdout, re.MULTILINE)}
     counts = {int(pid): int(refs.replace(",", "")) for pid, refs in re.findall(r"==(\d+)== I\s+refs:\s+([\d,]+)", done.stderr)}
     by_units = {units[pid]: refs for pid, refs in counts.items() if pid in units}
     if set(by_units) != {n, 3 * n}:
-        raise RuntimeError(f"no instruction count from valgrind for both runs of {name!r}:\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"no instruction count from valgrind for both runs of {what!r}:\n{done.stderr[-2000:]}")
     return (by_units[3 * n] - by_units[n]) / (2 * n)
 
 
@@ -335,7 +351,7 @@ def main() -> int:
         sys.path.insert(0, HERE)
         from bench_analytics import write_million
 
-        write_million(os.environ[RECORDS], 31_000)  # 3N + the warm-up's lines of the report sides
+        write_million(os.environ[RECORDS], 30_000)  # 3N lines: the children read from the first line too
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             ir = dict(zip(SIDES, pool.map(per_unit, SIDES), strict=True))
     e5, call, idle = ir["episode x5, no telemetry"], ir["call"], ir["call, an observer in every per-call hook doing nothing"]

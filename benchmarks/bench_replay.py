@@ -51,7 +51,6 @@ import contextlib
 import io
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -217,7 +216,7 @@ def measure(cases: list[Case], rounds: int) -> None:
 
 # -- another checkout, in its own processes ------------------------------------------------------
 SIDE = """
-import contextlib, io, json, statistics, sys, time
+import contextlib, io, json, os, statistics, sys, time, traceback
 from pathlib import Path
 from prefixmon import read_records
 from prefixmon.commands import ReplayRequest
@@ -226,16 +225,38 @@ from prefixmon.adapters.taubench import replay as tau
 name, out, repeat, files = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), tuple(Path(f) for f in sys.argv[4:])
 source = {"bfcl": BFCL, "tau-airline": tau.AIRLINE, "tau-retail": tau.RETAIL}[name]
 request = ReplayRequest(source=name, files=files, out=out)
-seconds = []
-for i in range(repeat + 1):
+
+
+def once():
     with contextlib.redirect_stdout(io.StringIO()):
         start = time.perf_counter()
         code = source.replay(request)
         elapsed = time.perf_counter() - start
     if code != 0:
         raise SystemExit(f"{name}: replay exited {code}")
-    if i:
-        seconds.append(elapsed)
+    return elapsed
+
+
+once()  # warm-up
+if repeat < 0:  # under valgrind: children forked from this warm process replay 1 and 3 times
+    for count in (1, 3):
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            status = 0
+            try:
+                for _ in range(count):
+                    once()
+                print(f"unit-run {os.getpid()} {count}", flush=True)
+            except BaseException:
+                traceback.print_exc()
+                sys.stderr.flush()
+                status = 1
+            os._exit(status)
+        if os.waitpid(pid, 0)[1]:
+            raise SystemExit(f"the child replaying {count} times failed")
+    raise SystemExit(0)
+seconds = [once() for _ in range(repeat)]
 judged = [[r.task_id, [[a.tool, a.executable, a.cause] for a in r.actions]] for r in read_records(out)]
 print(json.dumps({"seconds": statistics.median(seconds), "judged": judged}))
 """
@@ -266,7 +287,8 @@ class Checkout:
 def _side_process(
     case: Case, repeat: int, checkout: Checkout | None, wrapper: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    """One fresh process (under ``wrapper``, e.g. valgrind) replaying the case after a warm-up, ``repeat`` times."""
+    """One fresh process (under ``wrapper``, e.g. valgrind) replaying the case after a warm-up, ``repeat`` times
+    (-1: two children forked after the warm-up replay 1 and 3 times, see :func:`replay_instructions`)."""
     env = dict(os.environ)
     if checkout is not None:
         env["PYTHONPATH"] = str(checkout.path)
@@ -292,20 +314,16 @@ VALGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out
 
 
 def replay_instructions(case: Case, checkout: Checkout | None) -> float:
-    """Machine instructions of one replay (valgrind): a process with 3 replays less one with 1, halved.
+    """Machine instructions of one replay (valgrind): after a warm-up replay, two children forked
+    from the warm process replay 1 and 3 times; the difference of their counts, halved.
 
-    Both processes import, warm up and read their records the same way, so the difference
-    is two replays' work. Instructions are not time, but unlike time on a shared machine
-    they do not move between runs (see bench_instructions.py).
+    Instructions are not time, but unlike time on a shared machine they do not move between
+    runs (see bench_instructions.py, whose forked children this uses for the same reason:
+    one process per count moved by the import's own variation).
     """
-    counts = []
-    for repeat in (1, 3):
-        stderr = _side_process(case, repeat, checkout, VALGRIND).stderr
-        found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
-        if found is None:
-            raise RuntimeError(f"no instruction count from valgrind:\n{stderr[-2000:]}")
-        counts.append(int(found.group(1).replace(",", "")))
-    return (counts[1] - counts[0]) / 2
+    from bench_instructions import per_forked_unit
+
+    return per_forked_unit(_side_process(case, -1, checkout, VALGRIND), 1, f"{case.name} replay")
 
 
 def instructions_checkout(cases: list[Case], checkout: Checkout) -> str:
