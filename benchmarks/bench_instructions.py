@@ -254,13 +254,23 @@ def _run_side(name: str, n: int) -> None:
         await run(count)
 
     asyncio.run(units(200))  # warm-up: caches filled, lazy imports done
-    for count in (n, 3 * n):
+    fork_runs(lambda count: asyncio.run(units(count)), (n, 3 * n), repr(name))
+
+
+def fork_runs(run: Callable[[int], object], counts: tuple[int, ...], what: str) -> None:
+    """``run(count)`` for each count in a child forked from this warm process, one after the other.
+
+    Each child prints ``unit-run PID COUNT`` (what :func:`per_forked_unit` reads) and leaves
+    without the parent's exit handlers; a child that fails prints its traceback, and this
+    process then exits non-zero. (bench_replay.py's processes use it too.)
+    """
+    for count in counts:
         sys.stdout.flush()
         pid = os.fork()
-        if pid == 0:  # the child: its units, then out without the parent's exit handlers
+        if pid == 0:
             status = 0
             try:
-                asyncio.run(units(count))
+                run(count)
                 print(f"unit-run {os.getpid()} {count}", flush=True)
             except BaseException:
                 traceback.print_exc()
@@ -268,7 +278,7 @@ def _run_side(name: str, n: int) -> None:
                 status = 1
             os._exit(status)
         if os.waitpid(pid, 0)[1]:
-            raise SystemExit(f"the child running {count} units of {name!r} failed")
+            raise SystemExit(f"the child running {count} units of {what} failed")
 
 
 # -- the driver ---------------------------------------------------------------------------------

@@ -216,7 +216,7 @@ def measure(cases: list[Case], rounds: int) -> None:
 
 # -- another checkout, in its own processes ------------------------------------------------------
 SIDE = """
-import contextlib, io, json, os, statistics, sys, time, traceback
+import contextlib, io, json, os, statistics, sys, time
 from pathlib import Path
 from prefixmon import read_records
 from prefixmon.commands import ReplayRequest
@@ -239,22 +239,10 @@ def once():
 
 once()  # warm-up
 if repeat < 0:  # under valgrind: children forked from this warm process replay 1 and 3 times
-    for count in (1, 3):
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            status = 0
-            try:
-                for _ in range(count):
-                    once()
-                print(f"unit-run {os.getpid()} {count}", flush=True)
-            except BaseException:
-                traceback.print_exc()
-                sys.stderr.flush()
-                status = 1
-            os._exit(status)
-        if os.waitpid(pid, 0)[1]:
-            raise SystemExit(f"the child replaying {count} times failed")
+    sys.path.append(os.environ["BENCH_REPLAY_HERE"])  # bench_instructions (stdlib imports only)
+    from bench_instructions import fork_runs
+
+    fork_runs(lambda count: [once() for _ in range(count)], (1, 3), f"{name} replays")
     raise SystemExit(0)
 seconds = [once() for _ in range(repeat)]
 judged = [[r.task_id, [[a.tool, a.executable, a.cause] for a in r.actions]] for r in read_records(out)]
@@ -289,7 +277,7 @@ def _side_process(
 ) -> subprocess.CompletedProcess[str]:
     """One fresh process (under ``wrapper``, e.g. valgrind) replaying the case after a warm-up, ``repeat`` times
     (-1: two children forked after the warm-up replay 1 and 3 times, see :func:`replay_instructions`)."""
-    env = dict(os.environ)
+    env = dict(os.environ, BENCH_REPLAY_HERE=str(HERE))
     if checkout is not None:
         env["PYTHONPATH"] = str(checkout.path)
     out = case.request.out.with_suffix(".checkout.jsonl" if checkout else ".main.jsonl")
