@@ -284,6 +284,8 @@ def fork_runs(run: Callable[[int], object], counts: tuple[int, ...], what: str) 
 # -- the driver ---------------------------------------------------------------------------------
 POOL_RESULTS: Final = "BENCH_INSTRUCTIONS_POOL_RESULTS"
 """Where the driver wrote the results the information-pool side indexes (the sides read the same file)."""
+VALGRIND: Final = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
+"""The command prefix that counts a process's instructions (no cache simulation, no output file)."""
 RECORDS: Final = "BENCH_INSTRUCTIONS_RECORDS"
 """Where the driver wrote the record lines the report sides read (bench_report's records: 48 cohorts)."""
 
@@ -309,18 +311,7 @@ def per_unit(name: str) -> float:
     """Instructions of one unit of ``name``: (count of the 3N child - count of the N child) / 2N."""
     _, n = SIDES[name]
     done = subprocess.run(
-        [
-            "valgrind",
-            "--tool=cachegrind",
-            "--cache-sim=no",
-            "--cachegrind-out-file=/dev/null",
-            sys.executable,
-            os.path.abspath(__file__),
-            "--side",
-            name,
-            "--n",
-            str(n),
-        ],
+        [*VALGRIND, sys.executable, os.path.abspath(__file__), "--side", name, "--n", str(n)],
         capture_output=True,
         text=True,
         check=False,

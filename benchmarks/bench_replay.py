@@ -298,9 +298,6 @@ def run_side(case: Case, repeat: int, checkout: Checkout | None) -> tuple[float,
     return answer["seconds"], answer["judged"]
 
 
-VALGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
-
-
 def replay_instructions(case: Case, checkout: Checkout | None) -> float:
     """Machine instructions of one replay (valgrind): after a warm-up replay, two children forked
     from the warm process replay 1 and 3 times; the difference of their counts, halved.
@@ -309,7 +306,7 @@ def replay_instructions(case: Case, checkout: Checkout | None) -> float:
     runs (see bench_instructions.py, whose forked children this uses for the same reason:
     one process per count moved by the import's own variation).
     """
-    from bench_instructions import per_forked_unit
+    from bench_instructions import VALGRIND, per_forked_unit
 
     return per_forked_unit(_side_process(case, -1, checkout, VALGRIND), 1, f"{case.name} replay")
 
