@@ -33,7 +33,8 @@ descriptor opened with ``O_APPEND`` and kept open. Policy, in the order things h
 * **Threads**: one per sink, started on the first line (and again after ``fork`` in the
   child; a multiprocessing child, which ends with ``os._exit``, flushes it in multiprocessing's
   exit hook). If a thread cannot be started (a pids limit), lines stay queued, starting is
-  retried on later lines, and ``flush``/``close`` write them from the calling thread.
+  retried on later lines, and ``flush``/``close`` write them from the calling thread. The
+  writer blocks the signals sent to the process, so they always reach the agent's threads.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import atexit
 import contextlib
 import errno
 import os
+import signal
 import stat
 import sys
 import threading
@@ -69,6 +71,13 @@ _CHECK_EVERY: Final = 255
 """Every 256th line queued behind others also checks that the writer thread is alive."""
 _RESTART_EVERY: Final = 0.5
 """Seconds between attempts to start a writer thread after one could not be started."""
+_SYNCHRONOUS: Final = frozenset(
+    getattr(signal, name)
+    for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGTRAP", "SIGSYS")
+    if hasattr(signal, name)
+)
+"""Signals a thread raises itself (a fault, ``abort``): the writer keeps them, so faulthandler
+still reports where it crashed."""
 _PERMANENT: Final = frozenset(
     {errno.EROFS, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.EFBIG, errno.EINVAL}
 )
@@ -325,6 +334,12 @@ class LineWriter:
 
     # -- the writer ----------------------------------------------------------------------------
     def _run(self) -> None:
+        if hasattr(signal, "pthread_sigmask"):
+            # The kernel gives a signal sent to the process to any thread that does not block
+            # it. Taken here, a Python handler waits until the main thread next runs bytecode,
+            # which an event loop with no wakeup fd (asyncio after ``signal.signal``) does only
+            # when its sleep ends: the agent's SIGTERM would go unanswered.
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _SYNCHRONOUS)
         wrote = False
         while True:
             with self._lock:

@@ -13,6 +13,7 @@ import functools
 import gc
 import os
 import resource
+import signal
 import subprocess
 import sys
 import textwrap
@@ -504,10 +505,19 @@ class TestStopped:
             anyio.run(main, backend={backend!r})
             """
         )
-        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert child.stdout is not None and child.stdout.readline() == "ready\n"
-        child.terminate()
-        _, err = child.communicate(timeout=60)
+        argv = [sys.executable, "-X", "faulthandler", "-c", script]
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with child:
+            try:
+                assert child.stdout is not None
+                ready = child.stdout.readline()
+                child.terminate()
+                _, err = child.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.send_signal(signal.SIGABRT)  # faulthandler prints where it was stuck
+                _, err = child.communicate()
+                pytest.fail(f"the child did not end after SIGTERM:\n{err}")
+        assert ready == "ready\n", err
         # an exception raised by a plain handler can land inside trio's scheduler, which then
         # ends with TrioInternalError (about 1 run in 20, as trio documents); the records stay whole
         trio_internal = backend == "trio" and how == "handler" and "TrioInternalError" in err
@@ -515,6 +525,37 @@ class TestStopped:
         records = read_records(path)
         assert [r.task_id for r in records] == [*(f"done{i}" for i in range(20)), "running"], err
         assert records[-1].status in ("cancelled", "error")
+
+    @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+    def test_the_writer_thread_never_takes_the_agents_signals(self, tmp_path: Path) -> None:
+        """A signal sent to the process waits for a thread of the agent's: the kernel hands a
+        process-directed signal to any thread that does not block it, and a Python handler
+        caught in the writer thread sleeps until the main thread next runs (an asyncio loop
+        with no wakeup fd sleeps through its ``sleep(60)``: CI saw that SIGTERM ignored)."""
+        script = textwrap.dedent(
+            f"""
+            import anyio, os, signal, threading
+            from prefixmon import Monitor, Toolset
+            tools = Toolset()
+
+            async def main():
+                monitor = Monitor(tools, sink={str(tmp_path / "r.jsonl")!r})
+                async with monitor.episode(task_id="t"):
+                    pass
+                assert any(t.name.startswith("prefixmon-sink") for t in threading.enumerate())
+                signal.signal(signal.SIGTERM, lambda *_: print("handled", flush=True))
+                signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})  # the main thread is busy
+                os.kill(os.getpid(), signal.SIGTERM)
+                await anyio.sleep(0.2)
+                print("pending" if signal.SIGTERM in signal.sigpending() else "taken", flush=True)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}})
+
+            anyio.run(main)
+            """
+        )
+        done = _run(script, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["pending", "handled"], done.stdout + done.stderr
 
     def test_coroutine_closed_outside_any_loop(self, tmp_path: Path) -> None:
         """An agent coroutine closed without a running loop (a crashed loop, garbage collection):
