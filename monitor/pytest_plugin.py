@@ -12,56 +12,12 @@ off)::
         assert prefixmon_records.one().fed == 1
         assert prefixmon_verdicts.causes() == [Cause.DEPENDENCY]
 
-Every fixture is function-scoped: each test gets fresh captures and monitors.
+Every fixture is function-scoped: each test gets fresh captures and monitors. The entry point
+names the top-level module ``_prefixmon_pytest``, which imports prefixmon only when a fixture
+is used; this module is the same plugin under prefixmon's name (``pytest_plugins =
+["prefixmon.pytest_plugin"]`` works too).
 """
 
-from __future__ import annotations
-
-from typing import Any, Protocol
-
-import pytest
-
-from .monitor import Monitor
-from .testing import RecordCapture, VerdictCapture
-from .toolset import Toolset
+from _prefixmon_pytest import MonitorFactory, prefixmon_monitor, prefixmon_records, prefixmon_verdicts
 
 __all__ = ("MonitorFactory", "prefixmon_monitor", "prefixmon_records", "prefixmon_verdicts")
-
-
-class MonitorFactory(Protocol):
-    """What the ``prefixmon_monitor`` fixture is: ``make(toolset, **Monitor options) -> Monitor``."""
-
-    def __call__(self, toolset: Toolset, /, **options: Any) -> Monitor:
-        """A monitor over ``toolset`` whose records and verdicts the capture fixtures keep.
-
-        Args:
-            toolset: the tools under test.
-            **options: any :class:`~prefixmon.Monitor` keyword argument; ``observers`` are
-                kept (the verdict capture is added to them) and an explicit ``sink``
-                replaces the record capture.
-        """
-        ...
-
-
-@pytest.fixture
-def prefixmon_records() -> RecordCapture:
-    """A :class:`~prefixmon.testing.RecordCapture`: every finished episode record, in memory."""
-    return RecordCapture()
-
-
-@pytest.fixture
-def prefixmon_verdicts() -> VerdictCapture:
-    """A :class:`~prefixmon.testing.VerdictCapture`: every recorded action with its verdict, in order."""
-    return VerdictCapture()
-
-
-@pytest.fixture
-def prefixmon_monitor(prefixmon_records: RecordCapture, prefixmon_verdicts: VerdictCapture) -> MonitorFactory:
-    """A factory of monitors wired to ``prefixmon_records`` and ``prefixmon_verdicts``."""
-
-    def make(toolset: Toolset, /, **options: Any) -> Monitor:
-        observers = [*options.pop("observers", ()), prefixmon_verdicts]
-        sink = options.pop("sink", prefixmon_records)
-        return Monitor(toolset, sink=sink, observers=observers, **options)
-
-    return make

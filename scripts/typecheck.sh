@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Ruff over the tree (from the dev extra), then strict mypy over the package as users import
-# it (prefixmon, prefixmon.adapters) and over the tests, examples and benchmarks. The folders are mapped to
+# it (prefixmon, prefixmon.adapters, the pytest plugin's top-level module) and over the tests, examples and benchmarks. The folders are mapped to
 # import names by setuptools package-dir, which mypy cannot follow through an editable
 # install, so a tree of symlinks shows it the layout.
 set -euo pipefail
@@ -13,8 +13,9 @@ trap 'rm -rf "$shadow"' EXIT
 mkdir "$shadow/prefixmon"
 for entry in "$root"/monitor/*; do ln -s "$entry" "$shadow/prefixmon/$(basename "$entry")"; done
 ln -s "$root/adapters" "$shadow/prefixmon/adapters"
+ln -s "$root/toplevel/_prefixmon_pytest.py" "$shadow/_prefixmon_pytest.py"
 cd "$root"
 "$root/.venv/bin/ruff" check .
 "$root/.venv/bin/ruff" format --check .
-MYPYPATH="$shadow" "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" -p prefixmon
+MYPYPATH="$shadow" "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" -p prefixmon -m _prefixmon_pytest
 MYPYPATH="$shadow" "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" tests examples benchmarks

@@ -80,10 +80,13 @@ class TestPlugin:
     """The fixtures as a user's test suite sees them."""
 
     def test_registered_through_the_entry_point(self) -> None:
-        """``pytest11`` names prefixmon.pytest_plugin, so installing prefixmon is enough."""
+        """``pytest11`` names the top-level ``_prefixmon_pytest``, so installing prefixmon is enough;
+        ``prefixmon.pytest_plugin`` is the same plugin under prefixmon's name."""
         found = [ep for ep in entry_points(group="pytest11") if ep.name == "prefixmon"]
-        assert [ep.value for ep in found] == ["prefixmon.pytest_plugin"]
-        assert found[0].load() is pytest_plugin
+        assert [ep.value for ep in found] == ["_prefixmon_pytest"]
+        plugin = found[0].load()
+        same = [getattr(pytest_plugin, name) for name in pytest_plugin.__all__]
+        assert [getattr(plugin, name) for name in plugin.__all__] == same
 
     def test_users_tests_run_with_the_fixtures(self, pytester: pytest.Pytester) -> None:
         """A user's test file, run by pytest with nothing but prefixmon installed: every test passes."""
@@ -99,6 +102,25 @@ class TestPlugin:
         result.stdout.fnmatch_lines(["prefixmon_monitor*", "*factory of monitors*"])
         result.stdout.fnmatch_lines(["prefixmon_records*"])
         result.stdout.fnmatch_lines(["prefixmon_verdicts*"])
+
+    def test_prefixmon_is_imported_by_the_first_fixture_not_by_pytest(self, pytester: pytest.Pytester) -> None:
+        """Installed, the plugin costs a test run that does not use it nothing: importing prefixmon
+        (about 0.3 s, and before pytest-cov starts, so unmeasured) waits for a prefixmon fixture."""
+        pytester.makepyfile(
+            test_light="""
+import sys
+
+
+def test_not_imported():
+    assert "prefixmon" not in sys.modules
+
+
+def test_imported(prefixmon_records):
+    assert "prefixmon" in sys.modules and prefixmon_records.records == []
+"""
+        )
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        result.assert_outcomes(passed=2)
 
     def test_can_be_turned_off(self, pytester: pytest.Pytester) -> None:
         """``-p no:prefixmon`` removes the fixtures."""
