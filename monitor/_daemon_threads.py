@@ -20,6 +20,8 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
+from ._signals import HANDLED, block_process_signals, restore_signals
+
 __all__ = ["DaemonThreads"]
 
 IDLE_TIMEOUT: Final = 10.0
@@ -105,6 +107,7 @@ class DaemonThreads:
         raise value
 
     def _serve(self) -> None:
+        agents = block_process_signals(HANDLED)  # while idle; the calls run with the agent's mask
         with self._lock:
             self._idle += 1
         while True:
@@ -123,10 +126,13 @@ class DaemonThreads:
                 self._idle -= 1
                 job.started = True
             outcome: Outcome
+            restore_signals(agents)
             try:
                 outcome = (True, job.func())
             except BaseException as e:
                 outcome = (False, e)
+            finally:
+                block_process_signals(HANDLED)
             with self._lock:  # idle again before the caller wakes, so its next call reuses this thread
                 self._idle += 1
                 job.outcome = outcome

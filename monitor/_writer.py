@@ -43,7 +43,6 @@ import atexit
 import contextlib
 import errno
 import os
-import signal
 import stat
 import sys
 import threading
@@ -54,6 +53,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._log import get_logger
+from ._signals import block_process_signals
 
 __all__ = ["LineWriter", "SinkStats", "flush_writers"]
 
@@ -71,13 +71,6 @@ _CHECK_EVERY: Final = 255
 """Every 256th line queued behind others also checks that the writer thread is alive."""
 _RESTART_EVERY: Final = 0.5
 """Seconds between attempts to start a writer thread after one could not be started."""
-_SYNCHRONOUS: Final = frozenset(
-    getattr(signal, name)
-    for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGTRAP", "SIGSYS")
-    if hasattr(signal, name)
-)
-"""Signals a thread raises itself (a fault, ``abort``): the writer keeps them, so faulthandler
-still reports where it crashed."""
 _PERMANENT: Final = frozenset(
     {errno.EROFS, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.EFBIG, errno.EINVAL}
 )
@@ -334,12 +327,7 @@ class LineWriter:
 
     # -- the writer ----------------------------------------------------------------------------
     def _run(self) -> None:
-        if hasattr(signal, "pthread_sigmask"):
-            # The kernel gives a signal sent to the process to any thread that does not block
-            # it. Taken here, a Python handler waits until the main thread next runs bytecode,
-            # which an event loop with no wakeup fd (asyncio after ``signal.signal``) does only
-            # when its sleep ends: the agent's SIGTERM would go unanswered.
-            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _SYNCHRONOUS)
+        block_process_signals()
         wrote = False
         while True:
             with self._lock:

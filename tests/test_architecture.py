@@ -32,6 +32,7 @@ BASE: Final = frozenset(
         "_dispatch",
         "_readonly",
         "_daemon_threads",
+        "_signals",
         "_writer",
         "_json_depth",
         "_quoting",

@@ -527,22 +527,33 @@ class TestStopped:
         assert records[-1].status in ("cancelled", "error")
 
     @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
-    def test_the_writer_thread_never_takes_the_agents_signals(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize(
+        ("sink", "thread"),
+        [("path", "prefixmon-sink"), ("callable", "prefixmon-worker")],  # the writer; the pool of plain sinks
+    )
+    def test_prefixmon_threads_never_take_the_agents_signals(self, tmp_path: Path, sink: str, thread: str) -> None:
         """A signal sent to the process waits for a thread of the agent's: the kernel hands a
         process-directed signal to any thread that does not block it, and a Python handler
-        caught in the writer thread sleeps until the main thread next runs (an asyncio loop
-        with no wakeup fd sleeps through its ``sleep(60)``: CI saw that SIGTERM ignored)."""
+        caught in one of ours sleeps until the main thread next runs (an asyncio loop with no
+        wakeup fd sleeps through its ``sleep(60)``: CI saw that SIGTERM ignored). A plain
+        sink still runs with the signals the agent has (a process it starts inherits them)."""
+        path = str(tmp_path / "r.jsonl")
         script = textwrap.dedent(
             f"""
             import anyio, os, signal, threading
             from prefixmon import Monitor, Toolset
             tools = Toolset()
+            masks = []
+
+            def keep(record):
+                masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
             async def main():
-                monitor = Monitor(tools, sink={str(tmp_path / "r.jsonl")!r})
+                monitor = Monitor(tools, sink=keep if {sink!r} == "callable" else {path!r})
                 async with monitor.episode(task_id="t"):
                     pass
-                assert any(t.name.startswith("prefixmon-sink") for t in threading.enumerate())
+                assert any(t.name.startswith({thread!r}) for t in threading.enumerate())
+                assert masks in ([], [set()]), masks
                 signal.signal(signal.SIGTERM, lambda *_: print("handled", flush=True))
                 signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})  # the main thread is busy
                 os.kill(os.getpid(), signal.SIGTERM)
