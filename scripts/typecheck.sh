@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Ruff over the tree (from the dev extra), then strict mypy over the package as users import
-# it (prefixmon, prefixmon.adapters, the pytest plugin's top-level module) and over the tests, examples and benchmarks. The folders are mapped to
-# import names by setuptools package-dir, which mypy cannot follow through an editable
-# install, so a tree of symlinks shows it the layout.
+# it (prefixmon, prefixmon.adapters, the pytest plugin's top-level module) and over the tests,
+# examples and benchmarks. The folders are mapped to import names by setuptools package-dir,
+# which mypy cannot follow through an editable install, so a tree of symlinks shows it the layout.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # mypy and ruff come with the dev extra; every other extra and the test tools give mypy the
