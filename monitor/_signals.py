@@ -20,6 +20,8 @@ def _named(*names: str) -> frozenset[int]:
 
 _SYNCHRONOUS: Final = _named("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGTRAP", "SIGSYS")
 """Signals a thread raises itself (a fault, ``abort``): kept, so faulthandler still reports them."""
+_SENT: Final = frozenset(signal.valid_signals()) - _SYNCHRONOUS
+"""Every signal but those: what a thread that runs none of the agent's code blocks."""
 HANDLED: Final = _named("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2")
 """The signals programs handle to stop, reload or report. A thread that also runs the agent's
 code blocks only these between calls: changing a mask of every signal costs about 50 µs (the
@@ -29,12 +31,10 @@ Mask = set[int] | None
 """A thread's signal mask; ``None`` where threads have none (Windows)."""
 
 
-def block_process_signals(signals: frozenset[int] | None = None) -> Mask:
-    """Block ``signals`` in the calling thread (by default all but those a thread raises itself); return its old mask."""
+def block_process_signals(signals: frozenset[int] = _SENT) -> Mask:
+    """Block ``signals`` in the calling thread (by default all but those it raises itself); return its old mask."""
     if not hasattr(signal, "pthread_sigmask"):
         return None
-    if signals is None:
-        signals = frozenset(signal.valid_signals()) - _SYNCHRONOUS
     old: set[int] = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     return old
 
