@@ -6,16 +6,34 @@ or a syntax error is a load-time error. It is evaluated with an activation that 
 those variables, so its cost does not depend on the size of the state. A field the
 expression reads that the observed object lacks is *not observed*, which the caller turns
 into an undetermined precondition.
+
+Beside CEL's standard library, expressions may call:
+
+- ``sum(list)``: the sum of a list of numbers (``0`` for an empty list);
+- ``seen(kind, id)``: the observed object of ``kind`` with ``id`` (a value or a list, for a
+  composite id such as ``[f.flight_number, f.date]``), looked up in O(1) while the expression
+  runs; one never observed (or that may have changed since) makes the expression
+  undetermined, unless CEL's logic decides without it (``true || ...``, a false element of
+  ``all``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from typing import Any, Final
 
 __all__ = ("Expression", "ExpressionError", "NotObserved", "compile_expression")
 
 INSTALL_HINT: Final = 'pip install "prefixmon[cel]"'
+
+Lookup = Callable[[str, Any], Mapping[str, Any]]
+"""``(kind, id) -> fields`` for ``seen()``: raises :class:`NotObserved` when the object does not decide."""
+
+_LOOKUP: ContextVar[Lookup | None] = ContextVar("prefixmon_cel_lookup", default=None)
+"""The lookup of the evaluation in progress (set around each evaluation: async- and thread-safe)."""
+
+_UNSEEN: Final = "not observed"
 
 
 class ExpressionError(Exception):
@@ -44,18 +62,22 @@ class Expression:
         self.source = source
         self.variables = variables
 
-    def evaluate(self, activation: Mapping[str, Any]) -> Any:
-        """The expression's value.
+    def evaluate(self, activation: Mapping[str, Any], lookup: Lookup | None = None) -> Any:
+        """The expression's value; ``lookup`` answers its ``seen()`` calls.
 
         Raises:
             NotObserved: it read a field or key that is absent.
             RuntimeError: any other evaluation error (a type mismatch, a division by zero).
         """
-        value = self._compiled.eval(data=activation)
+        token = _LOOKUP.set(lookup)
+        try:
+            value = self._compiled.eval(data=activation)
+        finally:
+            _LOOKUP.reset(token)
         result = value.value()
         if value.type().name() == "ERROR":
             text = str(result)
-            if text.startswith("NOT_FOUND") or "no such key" in text.lower():
+            if text.startswith("NOT_FOUND") or "no such key" in text.lower() or _UNSEEN in text:
                 raise NotObserved(text)
             raise RuntimeError(f"the expression {self.source!r} failed: {text}")
         return result
@@ -70,12 +92,50 @@ def compile_expression(source: str, variables: Iterable[str]) -> Expression:
     """
     cel = _cel()
     names = tuple(dict.fromkeys(variables))
-    env = cel.NewEnv(variables={name: cel.Type.DYN for name in names})
+    env = cel.NewEnv(variables={name: cel.Type.DYN for name in names}, functions=_functions(cel))
     try:
         compiled = env.compile(source)
     except RuntimeError as e:
         raise ExpressionError(_tidy(str(e))) from None
     return Expression(compiled, source, names)
+
+
+def _sum(values: list[Any]) -> Any:
+    total: Any = 0
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"sum() adds numbers, not {type(value).__name__}")
+        total += value
+    return total
+
+
+def _seen(kind: str, ident: Any) -> Any:
+    lookup = _LOOKUP.get()
+    if lookup is None:
+        raise LookupError(f"{_UNSEEN}: no observed objects here")
+    return dict(lookup(kind, ident))
+
+
+def _seen_fields(kind: str, ident: Any) -> Any:
+    try:
+        return _seen(kind, ident)
+    except NotObserved as e:
+        raise LookupError(f"{_UNSEEN}: {e}") from None
+
+
+def _functions(cel: Any) -> list[Any]:
+    """Declarations (with implementations) of the functions expressions may call beside CEL's own."""
+    dyn, listed = cel.Type.DYN, cel.Type.List(cel.Type.DYN)
+    return [
+        cel.FunctionDecl("sum", [cel.Overload("prefixmon_sum_list", dyn, [listed], impl=_sum)]),
+        cel.FunctionDecl(
+            "seen",
+            [
+                cel.Overload(f"prefixmon_seen_{name}", dyn, [cel.Type.STRING, type_], impl=_seen_fields)
+                for name, type_ in (("list", listed), ("string", cel.Type.STRING), ("int", cel.Type.INT))
+            ],
+        ),
+    ]
 
 
 def _tidy(message: str) -> str:

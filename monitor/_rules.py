@@ -64,14 +64,19 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
                 f"(its arguments: {', '.join(sorted(properties))})"
             )
     for var, let in rules.let.items():
-        root = let.id.split(".", 1)[0]
-        if root != "args" and root not in rules.let:
-            raise SpecError(f"{where('tools', name, 'let', var)}: tools.{name}.let.{var}: {let.id!r} starts with no known name")
+        for path in let.paths:
+            root = path.split(".", 1)[0]
+            if root != "args" and root not in rules.let:
+                raise SpecError(f"{where('tools', name, 'let', var)}: tools.{name}.let.{var}: {path!r} starts with no known name")
     refs = [*base.refs, *((path, Ref(arg.ref, user=arg.user)) for path, arg in rules.args.items() if arg.ref)]
     grounded = (*base.grounded, *(p for p, a in rules.args.items() if a.grounded and p not in base.grounded))
     grounding = {
         **base.grounding,
-        **{p: Grounded("normalized" if a.grounded is True else a.grounded) for p, a in rules.args.items() if a.grounded},
+        **{
+            p: Grounded("normalized" if a.grounded is True else a.grounded, block=a.block)
+            for p, a in rules.args.items()
+            if a.grounded
+        },
     }
     produces = (
         *base.produces,
@@ -81,7 +86,7 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
     requires = [*base.requires, *_preconditions(spec, name, rules)]
     access = rules.access or spec.defaults.access
     observe = base.observe
-    if rules.observes or rules.effects or rules.stale or binders or access != "read":
+    if rules.observes or rules.effects or rules.stale or rules.forgets or binders or access != "read":
         observe = _Observe(name, rules, writes=access != "read", then=base.observe)
     recognisers = [*spec.defaults.errors, *rules.errors]
     error_result = base.error_result
@@ -126,7 +131,35 @@ def _let(spec: SpecFile, name: str, rules: ToolRules, var: str, i: int) -> LetRu
             f"{spec.where('tools', name, 'probes', i)}: tools.{name}.probes.{i}: 'for: {var}' names no let variable "
             f"(its let: {', '.join(rules.let) or 'none'})"
         )
+    if not isinstance(let.id, str):
+        raise SpecError(
+            f"{spec.where('tools', name, 'probes', i)}: tools.{name}.probes.{i}: {var} has a composite id; "
+            "probes fill variables looked up by one path"
+        )
     return let
+
+
+_SEEN: Final = re.compile(r"(?<![\w.])seen\s*\(\s*(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')?")
+
+
+def _seen_kinds(spec: SpecFile, name: str, i: int, source: str) -> None:
+    """Every ``seen(kind, ...)`` names, as a string literal, a kind some tool of the file observes.
+
+    Raises:
+        SpecError: ``FILE:LINE: what`` (a typo would leave the rule undetermined forever).
+    """
+    observed = {rule.object for tool in spec.tools.values() for rule in tool.observes}
+    where = spec.where("tools", name, "requires", i)
+    for m in _SEEN.finditer(source):
+        literal = m.group(1)
+        if literal is None:
+            raise SpecError(f"{where}: tools.{name}.requires.{i}: seen() takes the kind as a string literal: seen(\"flight\", id)")
+        kind = literal[1:-1]
+        if kind not in observed:
+            raise SpecError(
+                f"{where}: tools.{name}.requires.{i}: seen({literal}, ...) names a kind no tool observes "
+                f"(observed kinds: {', '.join(sorted(observed)) or 'none'})"
+            )
 
 
 def _preconditions(spec: SpecFile, name: str, rules: ToolRules) -> Iterator[Precondition]:
@@ -141,6 +174,7 @@ def _preconditions(spec: SpecFile, name: str, rules: ToolRules) -> Iterator[Prec
             raise SpecError(f"{where}: tools.{name}.requires.{i}: the expression does not compile: {e}") from None
         except ImportError as e:
             raise SpecError(f"{where}: tools.{name}.requires.{i}: CEL preconditions need the cel extra: {e}") from None
+        _seen_kinds(spec, name, i, rule.expr)
         reads = _reads(rule.expr, rules.let)
         for field in _TEMPLATE.findall(rule.message or ""):
             root = field.split(".", 1)[0]
@@ -154,6 +188,7 @@ def _preconditions(spec: SpecFile, name: str, rules: ToolRules) -> Iterator[Prec
             lets=tuple((var, rules.let[var], projections[var]) for var in needed),
             constants=dict(spec.constants),
             message=rule.message,
+            last_seen=rule.last_seen,
         )
         yield Precondition(check=check, message=rule.message or f"{name}: {rule.expr} does not hold", name=check.__name__)
 
@@ -172,7 +207,7 @@ def _fields_read(expr: str, message: str, var: str, lets: Mapping[str, LetRule])
     """
     fields: set[str] = set()
     code = _STRING.sub('""', expr) + " " + " ".join(_TEMPLATE.findall(message))
-    code += " " + " ".join(let.id for let in lets.values())  # a later let's id may read this one
+    code += " " + " ".join(path for let in lets.values() for path in let.paths)  # a later let's id may read this one
     for m in re.finditer(rf"(?<![\w.]){re.escape(var)}\b(\.([A-Za-z_][A-Za-z0-9_]*))?", code):
         if m.group(2) is None:
             return None  # used as a whole (indexed, passed to a function, compared)
@@ -189,16 +224,17 @@ def _needed(reads: Iterable[str], lets: Mapping[str, LetRule]) -> list[str]:
         if var in needed:
             continue
         needed.add(var)
-        root = lets[var].id.split(".", 1)[0]
-        if root in lets:
-            todo.append(root)
+        for path in lets[var].paths:
+            root = path.split(".", 1)[0]
+            if root in lets:
+                todo.append(root)
     return [var for var in lets if var in needed]
 
 
 class _Expression:
     """A CEL precondition: binds exactly the objects it reads, by id, in O(1) each."""
 
-    __slots__ = ("__name__", "constants", "expression", "lets", "message")
+    __slots__ = ("__name__", "constants", "expression", "last_seen", "lets", "message")
 
     def __init__(
         self,
@@ -208,29 +244,41 @@ class _Expression:
         lets: tuple[tuple[str, LetRule, frozenset[str] | None], ...],
         constants: dict[str, Any],
         message: str | None,
+        last_seen: bool = False,
     ) -> None:
         self.__name__ = name
         self.expression = expression
         self.lets = lets
         self.constants = constants
         self.message = message
+        self.last_seen = last_seen
+        """Stale objects still decide (forgotten ones do not)."""
 
     def __call__(self, state: Any, args: Mapping[str, Any]) -> bool | str | Undetermined:
         values: dict[str, Any] = {"args": args, "constants": self.constants}
         objects = state.objects
         for var, let, fields in self.lets:
-            ident = resolve_path(let.id, values)
-            if ident is MISSING or ident is None:
-                return Undetermined(f"{let.id} has no value, so the {let.object} is not known")
+            ident = _ident(let.id, values)
+            if ident is MISSING:
+                return Undetermined(f"{_shown(let.id)} has no value, so the {let.object} is not known")
             seen = objects.get(let.object, ident)
             if seen is None:
                 return Undetermined(f"{let.object} {quote(ident)} was not observed")
-            if not seen.current:
+            if not self._decides(seen):
                 return Undetermined(f"{let.object} {quote(ident)} may have changed since {seen.stale_by or 'a write'} ran")
             whole = seen.fields
             values[var] = whole if fields is None else {f: whole[f] for f in fields if f in whole}
+
+        def lookup(kind: str, ident: Any) -> Mapping[str, Any]:
+            seen = objects.get(kind, ident)
+            if seen is None:
+                raise NotObserved(f"{kind} {quote(ident)} was not observed")
+            if not self._decides(seen):
+                raise NotObserved(f"{kind} {quote(ident)} may have changed since {seen.stale_by or 'a write'} ran")
+            return seen.fields  # type: ignore[no-any-return]
+
         try:
-            result = self.expression.evaluate(values)
+            result = self.expression.evaluate(values, lookup)
         except NotObserved as e:
             return Undetermined(f"{self.expression.source} reads a field that was not observed ({e})")
         if result is True:
@@ -238,6 +286,25 @@ class _Expression:
         if result is False:
             return _fill(self.message, values) if self.message else False
         raise TypeError(f"the expression {self.expression.source!r} gave {type(result).__name__}, not a bool")
+
+    def _decides(self, seen: Any) -> bool:
+        """What was seen of the object may decide: it is current, or stale but bounded and the rule reads last-seen views."""
+        return bool(seen.current or (self.last_seen and not seen.forgotten))
+
+
+def _ident(paths: str | tuple[str, ...], values: Mapping[str, Any]) -> Any:
+    """The id at a path, or the tuple of a composite id's parts; ``MISSING`` when a part has no scalar value."""
+    parts = []
+    for path in (paths,) if isinstance(paths, str) else paths:
+        value = resolve_path(path, values)
+        if value is MISSING or value is None or isinstance(value, (Mapping, list)):
+            return MISSING
+        parts.append(value)
+    return parts[0] if isinstance(paths, str) else tuple(parts)
+
+
+def _shown(paths: str | tuple[str, ...]) -> str:
+    return paths if isinstance(paths, str) else "[" + ", ".join(paths) + "]"
 
 
 def _fill(template: str, values: Mapping[str, Any]) -> str:
@@ -251,7 +318,7 @@ def _fill(template: str, values: Mapping[str, Any]) -> str:
 class _Observe:
     """After an accepted call: what a write may have changed goes stale, results are observed, declared effects apply."""
 
-    __slots__ = ("__name__", "binders", "kinds", "observes", "then", "tool", "updates", "writes")
+    __slots__ = ("__name__", "binders", "forgets", "kinds", "observes", "then", "tool", "updates", "writes")
 
     def __init__(self, tool: str, rules: ToolRules, *, writes: bool, then: Any) -> None:
         self.__name__ = "observe"
@@ -260,6 +327,7 @@ class _Observe:
         self.observes = rules.observes
         self.updates = rules.effects
         self.kinds = rules.stale
+        self.forgets = rules.forgets
         self.binders = _binders(rules)
         """References bound from the whole result: ``(kind, "." | "*" | "~REGEX")``."""
         self.then = then
@@ -278,13 +346,20 @@ class _Observe:
                 objects.stale(value, by=self.tool, depth=depth, keep=kept if value in declared else frozenset())
         for kind in self.kinds:
             objects.stale_kind(kind, by=self.tool, depth=depth)
+        for kind in self.forgets:
+            objects.stale_kind(kind, by=self.tool, depth=depth, forget=True)
         if self.binders and result is not None:
             _bind_whole(state, self.tool, self.binders, result)
         if self.observes and result is not None:
             data = _as_data(result)
             for rule in self.observes:
                 for found in _located(data, rule.at):
-                    ident = resolve_path(rule.id, values) if rule.id.startswith("args.") else found.get(rule.id, MISSING)
+                    if isinstance(rule.id, str):
+                        ident = _observed_id(rule.id, values, found)
+                    else:
+                        parts = tuple(_observed_id(path, values, found) for path in rule.id)
+                        scalar = all(p is not MISSING and p is not None and not isinstance(p, (Mapping, list)) for p in parts)
+                        ident = parts if scalar else MISSING
                     if ident is not MISSING and ident is not None and not isinstance(ident, (Mapping, list)):
                         objects.observe(rule.object, ident, found, depth=depth, tool=self.tool)
         for effect in self.updates:
@@ -295,6 +370,11 @@ class _Observe:
                 objects.forget(effect.object, ident, depth=depth, tool=self.tool)
             else:
                 objects.update(effect.object, ident, effect.set, depth=depth, tool=self.tool)
+
+
+def _observed_id(path: str, values: Mapping[str, Any], found: Mapping[str, Any]) -> Any:
+    """An object's id: a path into the call (``args.x``) or a field of the object."""
+    return resolve_path(path, values) if path.startswith("args.") else found.get(path, MISSING)
 
 
 def _binders(rules: ToolRules) -> tuple[tuple[str, str], ...]:
@@ -347,16 +427,31 @@ def _as_data(result: Any) -> Any:
 
 def _located(data: Any, at: str) -> Iterator[Mapping[str, Any]]:
     """The objects at a result path (``''`` the result itself; ``items[]`` each element)."""
-    if not at:
-        if isinstance(data, Mapping):
-            yield data
-        elif isinstance(data, list):
-            yield from (x for x in data if isinstance(x, Mapping))
+    if not at or at == "[]":
+        yield from _flat(data)
+        return
+    if ".*" in at:  # each value of the mapping(s) at the path before it
+        head, _, rest = at.partition(".*")
+        for holder in _located(data, head):
+            for value in holder.values():
+                if rest:
+                    yield from _located(value, rest.removeprefix("."))
+                elif isinstance(value, Mapping):
+                    yield value
         return
     holder = data if isinstance(data, Mapping) else {"": data}
     for _, value in values_at(holder, at):
         if isinstance(value, Mapping):
             yield value
+
+
+def _flat(data: Any, depth: int = 0) -> Iterator[Mapping[str, Any]]:
+    """A mapping, or the mappings in a list (nested lists flattened: one-stop flights come in pairs)."""
+    if isinstance(data, Mapping):
+        yield data
+    elif isinstance(data, list) and depth < 4:
+        for item in data:
+            yield from _flat(item, depth + 1)
 
 
 class _Recognise:

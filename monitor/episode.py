@@ -20,6 +20,7 @@ import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import CoroutineType, MappingProxyType
 from typing import Any, Final, NoReturn, Protocol
@@ -31,6 +32,7 @@ from .exceptions import SpecError, ToolBlocked
 from .grounding import InformedTexts
 from .policies import Intervention, Resolution
 from .records import ActionRecord, EpisodeRecord, ProbeRecord, Status, build_record, trusted_action
+from .repeats import RejectedCalls
 from .spec import ToolSpec
 from .state import TrackedState
 from .toolset import Toolset
@@ -373,6 +375,8 @@ class Episode:
         self._slots: list[ActionRecord | None] = []
         """The recorded action of each depth (``None`` while its call is being decided or runs)."""
         self._open: dict[int, PendingCall] = {}
+        self._rejected = RejectedCalls()
+        """Calls the environment refused since the last write (:mod:`prefixmon.repeats`)."""
         self._hooked: dict[int, tuple[Verdict, Any]] = {}
         """Calls waiting on a replan or escalation hook: their verdict and token, by depth."""
         self._depth_of: dict[str, int] = {}
@@ -548,6 +552,8 @@ class Episode:
     ) -> Verdict:
         try:
             verdict = predicate.check_declared(spec, self.monitor.toolset, self.state, name, args, depth, call_id)
+            if self._rejected and (repeat := self._rejected.repeat(name, verdict.args)) is not None:
+                verdict = replace(verdict, executable=False, failures=_in_cause_order(verdict.failures, repeat))
         except Exception as e:
             return self._check_failed(name, args, depth, call_id, e)
         return self._with_faults(verdict, name) if verdict.faults else verdict
@@ -856,6 +862,8 @@ class Episode:
         replacement = pending._replacement
         if pending._plain and error is None and abandoned is None and self.plan is None:  # the common case
             assert spec is not None
+            if self._rejected and not spec.metadata.get("read_only"):
+                self._rejected.forget()
             try:
                 for fault in predicate.transition(self.state, spec, pending.args, result, accepted=True):
                     self._fault(fault.where, fault.error)
@@ -896,6 +904,10 @@ class Episode:
                 failures=_in_cause_order(verdict.failures, rejection),
                 args=verdict.args,
             )
+        if rejection is not None and error is None and replacement is None:
+            self._rejected.remember(name, pending.args, depth, rejection.reason)
+        elif self._rejected and not (spec is not None and spec.metadata.get("read_only")):
+            self._rejected.forget()  # a write ran, or a call whose outcome is unknown
         error_text = abandoned or (rejection.reason if rejection is not None else None)
         token = pending._token
         if token is not None and abandoned is None and self._hooks.result:

@@ -31,6 +31,9 @@ class Observation:
     tool: str | None
     current: bool = True
     """``False`` after a write that may have changed the object and declared no effect on it."""
+    forgotten: bool = False
+    """``True`` when even what was last seen no longer bounds the object (it was deleted, or a
+    write may have changed it in any direction, e.g. a refund raising a balance)."""
     stale_by: str | None = None
     stale_depth: int | None = None
 
@@ -42,7 +45,7 @@ class ObservedObjects:
     never change what the episode observed.
     """
 
-    __slots__ = ("_by_id", "_kinds_stale", "_objects", "_parent")
+    __slots__ = ("_by_id", "_kinds_forgotten", "_kinds_stale", "_objects", "_parent")
 
     def __init__(self, parent: ObservedObjects | None = None) -> None:
         self._objects: dict[tuple[str, Hashable], Observation] = {}
@@ -50,6 +53,8 @@ class ObservedObjects:
         """``{id: kinds}``: which kinds of object have this id (a write on an id makes them stale)."""
         self._kinds_stale: dict[str, tuple[int, str]] = {}
         """``{kind: (depth, tool)}``: every object of the kind seen before ``depth`` may have changed."""
+        self._kinds_forgotten: dict[str, tuple[int, str]] = {}
+        """``{kind: (depth, tool)}``: as ``_kinds_stale``, and not even what was last seen bounds them."""
         self._parent = parent
 
     def __len__(self) -> int:
@@ -66,6 +71,13 @@ class ObservedObjects:
         found = self._objects.get(key)
         if found is None and self._parent is not None:
             found = self._parent.get(kind, id)
+        if found is not None and not found.forgotten and self._kinds_forgotten:
+            forgot = self._kinds_forgotten.get(kind)
+            if forgot is not None and found.depth < forgot[0]:
+                own = self._own(kind, key[1])
+                if own is not None:
+                    own.current, own.forgotten, own.stale_depth, own.stale_by = False, True, forgot[0], forgot[1]
+                    return own
         if found is not None and found.current and self._kinds_stale:
             staled = self._kinds_stale.get(kind)
             if staled is not None and found.depth < staled[0]:
@@ -75,9 +87,12 @@ class ObservedObjects:
                     return own
         return found
 
-    def stale_kind(self, kind: str, *, by: str, depth: int) -> None:
-        """A write may have changed any object of ``kind``: those seen before now no longer decide (O(1))."""
-        self._kinds_stale[kind] = (depth, by)
+    def stale_kind(self, kind: str, *, by: str, depth: int, forget: bool = False) -> None:
+        """A write may have changed any object of ``kind``: those seen before now no longer decide (O(1)).
+
+        With ``forget``, not even rules that read what was last seen (``last_seen``) decide from them.
+        """
+        (self._kinds_forgotten if forget else self._kinds_stale)[kind] = (depth, by)
 
     def observe(self, kind: str, id: Any, fields: Mapping[str, Any], *, depth: int, tool: str | None) -> None:
         """A result showed the object: it is current with these fields (replacing what was seen)."""
@@ -96,7 +111,7 @@ class ObservedObjects:
         """A declared effect deleted the object: what was seen of it no longer holds."""
         found = self._own(kind, _key(id))
         if found is not None:
-            found.current, found.stale_by, found.stale_depth = False, tool, depth
+            found.current, found.forgotten, found.stale_by, found.stale_depth = False, True, tool, depth
 
     def stale(self, id: Any, *, by: str, depth: int, keep: frozenset[str] = frozenset()) -> None:
         """A write that names ``id`` succeeded: every object with that id (but kinds in ``keep``) may have changed."""
@@ -125,6 +140,7 @@ class ObservedObjects:
                     depth=inherited.depth,
                     tool=inherited.tool,
                     current=inherited.current,
+                    forgotten=inherited.forgotten,
                     stale_by=inherited.stale_by,
                     stale_depth=inherited.stale_depth,
                 )
@@ -134,5 +150,12 @@ class ObservedObjects:
 
 
 def _key(id: Any) -> Hashable:
-    """Ids compare as text: ``7`` in a result and ``"7"`` in arguments name the same object."""
-    return id if isinstance(id, str) else str(id)
+    """Ids compare as text: ``7`` in a result and ``"7"`` in arguments name the same object.
+
+    A composite id (a flight on a date: ``("HAT041", "2024-05-20")``) is a tuple of texts.
+    """
+    if isinstance(id, str):
+        return id
+    if isinstance(id, (tuple, list)):
+        return tuple(part if isinstance(part, str) else str(part) for part in id)
+    return str(id)

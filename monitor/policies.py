@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 import anyio
 
@@ -38,6 +38,8 @@ __all__ = (
 )
 
 Action: TypeAlias = Literal["observe", "block", "replan", "escalate"]
+_REFUSE: Final = frozenset({"block", "replan"})
+"""Actions that keep the call from running as emitted."""
 ACTIONS: tuple[Action, ...] = ("observe", "block", "replan", "escalate")
 
 
@@ -59,7 +61,10 @@ class Policy:
     """Chooses an action per tool and per cause.
 
     Resolution: ``tools[tool]`` (an action, or ``{cause: action}``), then ``causes[cause]``,
-    then ``default``.
+    then ``default``. A failure that does not block by default (an information
+    finding: :attr:`~prefixmon.Failure.blocks`) is observed where the resolution says
+    ``block`` or ``replan`` (the call runs; ``escalate`` still asks a human), unless a
+    ``{cause: action}`` rule names its cause or its argument says ``Grounded(block=True)``.
 
     Example::
 
@@ -99,6 +104,13 @@ class Policy:
     def __call__(self, verdict: Verdict) -> Action:
         cause = verdict.cause
         rule = self.tools.get(verdict.tool)
+        if cause is not None and not verdict.failures[0].blocks:  # only a rule naming its cause blocks it
+            act = rule.get(cause) or rule.get(cause.value) if rule is not None and not isinstance(rule, str) else None
+            act = act or self.causes.get(cause) or self.causes.get(cause.value)
+            if act is not None:
+                return act
+            chosen = rule if isinstance(rule, str) else self.default
+            return "observe" if chosen in _REFUSE else chosen  # reported, the call runs (a human may still review it)
         if isinstance(rule, str):
             return rule
         if rule is not None and cause is not None:

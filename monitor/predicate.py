@@ -393,7 +393,7 @@ def _information(
             if value is None or state.seen(value, match):  # fast path: a plain argument seen
                 continue
             if not isinstance(value, (Mapping, list, tuple)):  # not seen: not looked up again
-                outcome = _ungrounded(state, spec, path, value, match)
+                outcome = _ungrounded(state, spec, path, value, match, path)
                 if isinstance(outcome, Failure):
                     return outcome
                 if outcome is not None:
@@ -402,7 +402,7 @@ def _information(
         for loc, value in values_at(args, path):
             if isinstance(value, (Mapping, list, tuple)) or state.seen(value, match):
                 continue
-            outcome = _ungrounded(state, spec, loc, value, match)
+            outcome = _ungrounded(state, spec, loc, value, match, path)
             if isinstance(outcome, Failure):
                 return outcome
             if outcome is not None:
@@ -410,7 +410,7 @@ def _information(
     return notes or None
 
 
-def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match: str) -> Failure | str | None:
+def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match: str, path: str) -> Failure | str | None:
     """A value that was not seen: how it was derived (``"amount: 150 = 3 * 50"``), the failure, or ``None``
     when there is nothing to decide: a blank string states nothing, and a pool that had to leave values out
     cannot tell that this one was never seen."""
@@ -430,6 +430,7 @@ def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match
         reason=(
             f"{spec.name}: {quote(value)} for '{loc}' did not appear in the user's messages or any earlier tool result{computed}"
         ),
+        blocks=path in spec.grounded_blocking,
     )
 
 

@@ -93,6 +93,10 @@ class Grounded:
     """
 
     match: GroundingMatch = "normalized"
+    block: bool = False
+    """Whether a value that was not seen blocks the call under a blocking policy. By default an
+    information finding is reported (span, event, record) and the call runs: the environment
+    accepts a value nobody said, so blocking it would break a working agent."""
 
     def __post_init__(self) -> None:
         if self.match not in MATCHES:
@@ -314,6 +318,8 @@ class ToolSpec:
     """``{result key: kind}`` of :attr:`produces`, derived once so no call rebuilds it."""
     grounded_match: tuple[tuple[str, GroundingMatch], ...] = field(init=False, repr=False, compare=False)
     """``(path, match)`` of every grounded argument, derived once for the information check."""
+    grounded_blocking: frozenset[str] = field(init=False, repr=False, compare=False)
+    """Paths of grounded arguments declared ``Grounded(block=True)``."""
     has_rules: bool = field(init=False, repr=False, compare=False)
     """Whether a call has anything to judge after its schema: references, preconditions or grounded arguments."""
 
@@ -325,6 +331,7 @@ class ToolSpec:
         options = self.grounding
         default = Grounded()
         object.__setattr__(self, "grounded_match", tuple((path, options.get(path, default).match) for path in self.grounded))
+        object.__setattr__(self, "grounded_blocking", frozenset(path for path, g in options.items() if g.block))
         object.__setattr__(self, "has_rules", bool(self.refs or self.requires or self.grounded))
 
 

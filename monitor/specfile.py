@@ -68,8 +68,11 @@ _PATH: Final = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
 """A value path: ``args.order_id``, ``order.user_id``."""
 _ARG_PATH: Final = re.compile(rf"^{_IDENT}(\[\])?(\.{_IDENT}(\[\])?)*$")
 """An argument path (``payment_methods[].payment_id``), as ``values_at`` reads it."""
-_LOOKUP: Final = re.compile(rf"^\s*({_IDENT})\s*\[\s*({_IDENT}(?:\.{_IDENT})*)\s*\]\s*$")
-"""``order[args.order_id]``: the observed object of a kind, by the value of a path."""
+_LOOKUP: Final = re.compile(rf"^\s*({_IDENT})\s*\[\s*({_IDENT}(?:\.{_IDENT})*(?:\s*,\s*{_IDENT}(?:\.{_IDENT})*)*)\s*\]\s*$")
+"""``order[args.order_id]``: the observed object of a kind, by the value of a path (or of several,
+for a composite id: ``flight[args.flight_number, args.date]``)."""
+_AT_PATH: Final = re.compile(rf"^(\[\]|{_IDENT}(\[\])?)(\.({_IDENT}(\[\])?|\*))*$")
+"""Where objects are in a result: ``orders[]``, ``variants.*`` (each value of a mapping)."""
 _EVIDENCE_FOR: Final = re.compile(rf"^(produces|invalidates|observes)\.{_IDENT}$")
 
 
@@ -97,6 +100,17 @@ class ArgRule(_Model):
         description="The value must have appeared in what the agent saw: true (normalized forms count), "
         "exact, or derived (a sum, difference, product or quotient of two seen numbers counts too).",
     )
+    block: bool = Field(
+        default=False,
+        description="With grounded: a value that was not seen blocks the call under a blocking policy "
+        "(by default an information finding is reported and the call runs).",
+    )
+
+    @model_validator(mode="after")
+    def _block_is_for_grounded(self) -> ArgRule:
+        if self.block and not self.grounded:
+            raise ValueError("block applies to a grounded argument: add grounded: true")
+        return self
     evidence: Evidence | None = None
 
 
@@ -104,36 +118,58 @@ class ObserveRule(_Model):
     """An object that the tool's result shows, indexed by kind and id for rules to read."""
 
     object: str = Field(pattern=f"^{_IDENT}$", description="The object's kind, e.g. order.")
-    id: str = Field(description="Where its id is: a field of the object (order_id), or a path into the call (args.user_id).")
-    at: str = Field(default="", description="Where the object is in the result: '' (the whole result), 'key', 'items[]'.")
+    id: str | tuple[str, ...] = Field(
+        description="Where its id is: a field of the object (order_id), or a path into the call (args.user_id); "
+        "a list of them for a composite id ([flight_number, args.date]: a flight on a date)."
+    )
+    at: str = Field(
+        default="",
+        description="Where the object is in the result: '' (the whole result, or each element of a list, nested lists "
+        "flattened), 'key', 'items[]', 'variants.*' (each value of a mapping).",
+    )
 
     @field_validator("id")
     @classmethod
-    def _id_path(cls, value: str) -> str:
-        if not _PATH.match(value):
-            raise ValueError(f"{value!r} is not a field name or a path like args.user_id")
-        return value
+    def _id_path(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        return _id_paths(value, "a field name or a path like args.user_id")
 
     @field_validator("at")
     @classmethod
     def _at_path(cls, value: str) -> str:
-        if value and not _ARG_PATH.match(value):
-            raise ValueError(f"{value!r} is not a result path like 'order' or 'orders[]'")
+        if value and not _AT_PATH.match(value):
+            raise ValueError(f"{value!r} is not a result path like 'order', 'orders[]' or 'variants.*'")
         return value
+
+
+def _id_paths(value: str | tuple[str, ...], what: str) -> str | tuple[str, ...]:
+    """An id path, or the non-empty list of paths of a composite id."""
+    paths = (value,) if isinstance(value, str) else value
+    if not paths:
+        raise ValueError("a composite id lists at least one path")
+    for path in paths:
+        if not _PATH.match(path):
+            raise ValueError(f"{path!r} is not {what}")
+    return value
 
 
 class LetRule(_Model):
     """A variable a tool's preconditions read: the observed object of a kind with the id at a path."""
 
     object: str = Field(pattern=f"^{_IDENT}$")
-    id: str = Field(description="Path of the id: args.order_id, or a field of an earlier variable (order.user_id).")
+    id: str | tuple[str, ...] = Field(
+        description="Path of the id: args.order_id, or a field of an earlier variable (order.user_id); "
+        "a list of paths for a composite id."
+    )
 
     @field_validator("id")
     @classmethod
-    def _id_path(cls, value: str) -> str:
-        if not _PATH.match(value):
-            raise ValueError(f"{value!r} is not a path like args.order_id")
-        return value
+    def _id_path(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        return _id_paths(value, "a path like args.order_id")
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The id's paths (one, or the parts of a composite id)."""
+        return (self.id,) if isinstance(self.id, str) else self.id
 
 
 class RequireRule(_Model):
@@ -143,6 +179,12 @@ class RequireRule(_Model):
     name: str | None = Field(default=None, pattern=f"^{_IDENT}$", description="For codes and logs (default: rule_<n>).")
     message: str | None = Field(
         default=None, description="Why the call cannot run, for the model; {args.x} and {order.status} are filled in."
+    )
+    last_seen: bool = Field(
+        default=False,
+        description="Decide from objects as last seen even after a write made them stale (stale:), for rules "
+        "such writes cannot make true: a payment method's kind, a balance they only spend. Objects a tool "
+        "forgets (forgets:) or deleted still leave the rule undetermined.",
     )
     enabled: bool = Field(default=True, description="A suggestion stays disabled until a person enables it.")
     suggested: bool = Field(default=False, description="Written by prefixmon learn as a candidate, not a known rule.")
@@ -218,6 +260,11 @@ class ToolRules(_Model):
     stale: tuple[str, ...] = Field(
         default=(), description="Object kinds the tool may change beyond those it names: what was seen of them stops deciding."
     )
+    forgets: tuple[str, ...] = Field(
+        default=(),
+        description="Object kinds the tool may change in any direction (a refund raises a balance): what was seen of "
+        "them stops deciding even for last_seen rules.",
+    )
     probes: tuple[ProbeRule, ...] = ()
     errors: tuple[ErrorRule, ...] = ()
     evidence: Evidence | None = None
@@ -246,7 +293,8 @@ class ToolRules(_Model):
                 m = _LOOKUP.match(rule)
                 if m is None:
                     raise ValueError(f"let {name}: {rule!r} is not 'kind[path]', e.g. order[args.order_id]")
-                rule = {"object": m.group(1), "id": m.group(2)}
+                parts = [p.strip() for p in m.group(2).split(",")]
+                rule = {"object": m.group(1), "id": parts[0] if len(parts) == 1 else parts}
             out[name] = rule
         return out
 

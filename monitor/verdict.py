@@ -111,6 +111,10 @@ class Failure:
     ``precondition:cellular_on``; safe for telemetry."""
     problems: tuple[ArgumentProblem, ...] = ()
     """For ``invalid_arguments``: every problem the validator reported, located."""
+    blocks: bool = True
+    """Whether a blocking policy blocks the call by default. Information findings do not
+    (``False``) unless the argument opts in (``Grounded(block=True)``): they are a policy
+    finding, reported while the call runs, not a prediction that the environment refuses it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -59,6 +59,7 @@ CORE: Final = frozenset(
         "observer",
         "monitor",
         "dry_run",
+        "repeats",
     }
 )
 """DESIGN §1: core (spec, state, predicate, policies, episode, monitor, records)."""

@@ -112,7 +112,7 @@ class TestInformationCheckOnAFullPool:
             return _result(i)
 
         @tools.tool
-        def cite(word: Annotated[str, Grounded()]) -> str:
+        def cite(word: Annotated[str, Grounded(block=True)]) -> str:
             return word
 
         return tools

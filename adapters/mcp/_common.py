@@ -138,8 +138,11 @@ def declare(
         schema: Any
         if isinstance(tool, Tool):
             name, schema, description = tool.name, tool.input_schema, tool.description or ""
+            read_only = getattr(tool.annotations, "read_only_hint", None) is True
         elif isinstance(tool, Mapping):
             name, schema, description = tool.get("name"), tool.get("inputSchema"), str(tool.get("description") or "")
+            hints = tool.get("annotations")
+            read_only = isinstance(hints, Mapping) and hints.get("readOnlyHint") is True
         else:
             raise SpecError(f"tools[{i}]: expected an MCP Tool, got {type(tool).__name__}")
         if not isinstance(name, str) or not name:
@@ -152,7 +155,9 @@ def declare(
         mode = coercion_for(schema, server_info) if coercion == "auto" else coercion
         options = {"coercion": mode, **dict(rules.get(name, {}))}
         try:
-            toolset.add_schema(name, schema, description=description, replace=True, metadata={"source": "mcp"}, **options)
+            # readOnlyHint: the server says the tool changes nothing (a refused call retried after it is refused again)
+            metadata = {"source": "mcp", **({"read_only": True} if read_only else {})}
+            toolset.add_schema(name, schema, description=description, replace=True, metadata=metadata, **options)
         except TypeError as e:  # a misspelt option
             raise SpecError(f"rules[{name!r}]: {e}; options are those of Toolset.add_schema") from e
         changed.append(name)

@@ -140,16 +140,28 @@ def _reservation_id_free(state: TrackedState, args: Mapping[str, Any]) -> bool |
     return "too many reservations: the three ids new bookings take are used"
 
 
+def _payments(args: Mapping[str, Any]) -> list[Any] | None:
+    """The payments as the tool reads them (``Payment(**item)``), or ``None`` when one is not
+    a payment (a schema failure, judged before this rule)."""
+    from tau2.domains.airline.data_model import Payment  # type: ignore[import-untyped]
+
+    try:
+        return [Payment(**item) for item in args["payment_methods"]]
+    except (TypeError, ValueError):  # not a mapping, or pydantic's ValidationError
+        return None
+
+
 @_pre("booking_payments", "each payment method must belong to the user, cover its amount, and the total must add up")
 def _booking_payments(state: TrackedState, args: Mapping[str, Any]) -> bool | str:
     db = _db(state)
     user = None if db is None else _get(db.users, args["user_id"])
-    if user is None:
+    payments = _payments(args)
+    if user is None or payments is None:
         return True
     methods = user.payment_methods
     certificates: set[str] = set()
-    for payment in args["payment_methods"]:
-        payment_id, amount = payment["payment_id"], payment["amount"]
+    for payment in payments:
+        payment_id, amount = payment.payment_id, payment.amount
         method = _get(methods, payment_id)
         if method is None:
             return f"payment method {payment_id!r} does not belong to user {args['user_id']!r}"
@@ -164,7 +176,7 @@ def _booking_payments(state: TrackedState, args: Mapping[str, Any]) -> bool | st
     n = len(args["passengers"])
     total = sum(_get(db.flights, s["flight_number"]).dates[s["date"]].prices[args["cabin"]] * n for s in args["flights"])
     total += (30 * n if args["insurance"] == "yes" else 0) + 50 * args["nonfree_baggages"]
-    paid = sum(p["amount"] for p in args["payment_methods"])
+    paid = sum(p.amount for p in payments)
     if paid != total:
         return f"the payments add up to {paid}, but the total price is {total}"
     return True

@@ -28,6 +28,7 @@ from .export import ExportCommand
 from .learn import LearnCommand
 from .replay import ReplayCommand
 from .report import ReportCommand
+from .score import ScoreCommand
 
 __all__ = ("build_parser", "main")
 
@@ -54,6 +55,7 @@ def core_commands() -> dict[str, Command]:
         "demo": DemoCommand(),
         "report": ReportCommand(),
         "replay": ReplayCommand(),
+        "score": ScoreCommand(),
         "learn": LearnCommand(),
         "export": ExportCommand(),
         "bench": BenchCommand(),

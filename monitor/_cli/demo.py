@@ -115,8 +115,11 @@ def build_toolset(phone_of: Callable[[], Phone]) -> Toolset:
         return {"status": "delivered"}
 
     @tools.tool(requires=[_positive_amount])
-    def send_money(phone_number: Annotated[str, Grounded()], amount: Annotated[float, Grounded()]) -> dict[str, str]:
+    def send_money(
+        phone_number: Annotated[str, Grounded(block=True)], amount: Annotated[float, Grounded(block=True)]
+    ) -> dict[str, str]:
         """Send money to a phone number."""
+        # Money sent to a number or amount nobody said cannot be taken back: this tool opts in to blocking.
         payments = phone_of().payments
         assert payments is not None
         payments.append((phone_number, amount))

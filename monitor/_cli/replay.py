@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 from ..commands import REPLAY_GROUP, ReplayRequest
+from ..records import BadLine
 from . import plugins
 from .args import key_value
 from .paths import check_input, check_inputs, check_output, has_content
+from .score import add_score_options, report_scores, score_file
 
 BFCL: str = "bfcl"
 """The source ``--bfcl`` names."""
@@ -51,6 +54,12 @@ class ReplayCommand:
         )
         parser.add_argument("--format", default="auto", metavar="FORMAT", help="transcript format (default: auto-detect)")
         parser.add_argument("--data", metavar="DIR", help="data folder, for sources that need one")
+        parser.add_argument(
+            "--score",
+            action="store_true",
+            help="then score the refusals against the environment's answers (what prefixmon score prints)",
+        )
+        add_score_options(parser, format_option="--score-format")
 
     def run(self, args: argparse.Namespace) -> int:
         """Check the files, hand the parsed request to its source, and refuse an empty result."""
@@ -80,7 +89,8 @@ class ReplayCommand:
             data=Path(args.data) if args.data else None,
             format=args.format,
         )
-        code: int = source.replay(request)
+        with contextlib.redirect_stdout(sys.stderr) if args.score_format == "json" else contextlib.nullcontext():
+            code: int = source.replay(request)  # (a JSON score owns stdout: the source's summary goes to stderr)
         if code in (0, 1) and not has_content(out):  # a source that found nothing to replay must not look like success
             files = ", ".join(args.files)
             print(
@@ -89,4 +99,9 @@ class ReplayCommand:
                 file=sys.stderr,
             )
             return 1
+        if code == 0 and (args.score or args.fail_on_refusal):
+            errors: list[BadLine] = []
+            score = score_file(str(out), errors)
+            score.input = ", ".join(args.files)
+            return report_scores([score], args.score_format, args.fail_on_refusal)
         return code
