@@ -119,14 +119,22 @@ def run_file(rollouts: Rollouts, rules: Rules) -> list[EpisodeRecord]:
 
 
 def observed_tau2(domain: Any, spec: Path | None) -> Toolset:
-    """The τ² agent's tools as an unmodelled tool layer: their schemas and ``spec``, nothing that reads τ²'s database."""
+    """The τ² agent's tools as an unmodelled tool layer: their schemas and ``spec``, nothing that reads τ²'s database.
+
+    The schemas are τ²'s own signatures (:func:`.tau2.toolsets.signature_schema`: nested
+    records with their required fields), read laxly as a JSON-schema server would.
+    """
     from .tau2.env import Tau2Env
+    from .tau2.toolsets import signature_schema
 
     env = Tau2Env(domain)
     tools = env.environment.tools.get_tools()
     # what an MCP server's readOnlyHint says: which tools only read
     reads = {name: {"metadata": {"read_only": True}} for name in tools if env.tool_type(name) in ("read", "think", "generic")}
-    definitions = [tool.openai_schema for tool in tools.values()]
+    definitions = [
+        {"type": "function", "function": {**tool.openai_schema["function"], "parameters": signature_schema(tool)}}
+        for tool in tools.values()
+    ]
     return Toolset.from_openai(
         definitions, rules=reads, error_result=error_text, spec=spec if spec is not None and spec.is_file() else None
     )
@@ -173,7 +181,9 @@ def openai_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     return out
 
 
-async def _replay_observed(tools: Toolset, conversations: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> list[EpisodeRecord]:
+async def _replay_observed(
+    tools: Toolset, conversations: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]
+) -> list[EpisodeRecord]:
     monitor = Monitor(tools, policy="observe")
     records = []
     for task_id, messages in conversations:
@@ -208,7 +218,9 @@ class RolloutsBench:
         parser.add_argument("--data", metavar="DIR", help="a folder of result files (default: ../shared/data/rollouts)")
         parser.add_argument("--rules", choices=("database", "observed", "both"), default="both")
         parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-        parser.add_argument("--fail-on-refusal", action="store_true", help="exit 3 when a database-backed replay refused a call that ran")
+        parser.add_argument(
+            "--fail-on-refusal", action="store_true", help="exit 3 when a database-backed replay refused a call that ran"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         """Replay and score every file; 1 for a file that is not a result file."""

@@ -904,8 +904,8 @@ class Episode:
                 failures=_in_cause_order(verdict.failures, rejection),
                 args=verdict.args,
             )
-        if rejection is not None and error is None and replacement is None:
-            self._rejected.remember(name, pending.args, depth, rejection.reason)
+        if rejection is not None and not isinstance(error, BaseException) and replacement is None:
+            self._rejected.remember(name, pending.args, depth, rejection.reason)  # an error result or message, not a raise
         elif self._rejected and not (spec is not None and spec.metadata.get("read_only")):
             self._rejected.forget()  # a write ran, or a call whose outcome is unknown
         error_text = abandoned or (rejection.reason if rejection is not None else None)

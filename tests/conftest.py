@@ -55,7 +55,9 @@ def build_contacts() -> tuple[Toolset, dict[str, dict[str, str]]]:
         return {"cellular": on}
 
     @tools.tool
-    def send_money(phone_number: Annotated[str, Grounded()], amount: Annotated[float, Grounded()]) -> dict[str, str]:
+    def send_money(
+        phone_number: Annotated[str, Grounded(block=True)], amount: Annotated[float, Grounded(block=True)]
+    ) -> dict[str, str]:
         """Send money to a phone number."""
         return {"status": "sent"}
 

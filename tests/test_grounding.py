@@ -23,6 +23,7 @@ from prefixmon import (
     Grounded,
     Monitor,
     Observer,
+    Policy,
     SpecError,
     ToolBlocked,
     Toolset,
@@ -388,8 +389,10 @@ class TestDerived:
         assert derivation("$7.50", [2.5, 3]) == "7.5 = 2.5 * 3"
 
     async def test_under_block_an_underivable_value_is_refused(self) -> None:
-        """The derived check still refuses what no pair gives."""
-        monitor = Monitor(build_tools("derived", [{"balance": 100}]), policy="block")
+        """The derived check still refuses what no pair gives (information blocks when the policy says so)."""
+        monitor = Monitor(
+            build_tools("derived", [{"balance": 100}]), policy=Policy(default="block", causes={"information": "block"})
+        )
         async with monitor.episode(task_id="b") as ep:
             await ep.call("read", {"i": 0})
             assert await ep.call("use", {"v": 200}) == "ok"  # 100 + 100

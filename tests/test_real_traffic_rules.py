@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -138,9 +138,19 @@ class TestRepeatedRejection:
                 await ep.begin("find_user_id_by_email", {"email": "noa.k@example.com"})
             ep.finish("failure")
 
+    async def test_an_error_message_the_adapter_reports_is_remembered(self) -> None:
+        """``failed("...")`` (an MCP ``isError`` result, a framework's error text) is the environment's answer: remembered."""
+        monitor = Monitor(desk(), policy="block")
+        async with monitor.episode(task_id="t") as ep:
+            pending = await ep.begin("get_user_details", {"user_id": "u9"})
+            pending.failed("user u9 not found")
+            with pytest.raises(ToolBlocked, match="refused at step 1"):
+                await ep.begin("get_user_details", {"user_id": "u9"})
+            ep.finish("failure")
+
 
 class TestInformationDoesNotBlockByDefault:
-    GROUNDED = {"book_passenger": {"grounded": ["first_name", "dob"]}}
+    GROUNDED: ClassVar[dict[str, Any]] = {"book_passenger": {"grounded": ["first_name", "dob"]}}
 
     async def test_an_ungrounded_value_is_reported_and_the_call_runs(self) -> None:
         """The environment accepts a value nobody said: under block the finding is recorded, the call runs."""

@@ -291,8 +291,11 @@ class TestRepeatedToolCallIds:
     def test_results_go_to_their_own_call(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """Each result matches the nearest preceding unmatched call with its id, so the second call gets the error."""
 
-        def call(name: str) -> dict[str, Any]:
-            return {"role": "assistant", "tool_calls": [{"id": "call_0", "function": {"name": name, "arguments": '{"x": 1}'}}]}
+        def call(name: str, x: int = 1) -> dict[str, Any]:
+            return {
+                "role": "assistant",
+                "tool_calls": [{"id": "call_0", "function": {"name": name, "arguments": f'{{"x": {x}}}'}}],
+            }
 
         messages = [
             {"role": "user", "content": "go"},
@@ -300,7 +303,7 @@ class TestRepeatedToolCallIds:
             {"role": "tool", "tool_call_id": "call_0", "content": "ok 1"},
             call("f"),
             {"role": "tool", "tool_call_id": "call_0", "content": "Error: second failed"},
-            call("f"),  # no result of its own: must not take another call's result
+            call("f", 2),  # no result of its own: must not take another call's result (not a repeat of the rejected one)
         ]
         path, tools = _transcript(tmp_path, [{"task_id": "dup", "messages": messages}])
         out = tmp_path / "records.jsonl"

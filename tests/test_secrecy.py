@@ -126,8 +126,8 @@ def secret_tools() -> Toolset:
         """Blocked by a precondition whose message quotes the arguments."""
         return "done"
 
-    @tools.tool(grounded=["amount"])
-    def pay(phone: Annotated[str, Grounded()], amount: float) -> str:
+    @tools.tool(grounded={"amount": Grounded(block=True)})
+    def pay(phone: Annotated[str, Grounded(block=True)], amount: float) -> str:
         """Grounded arguments: reasons quote the invented values."""
         return "paid"
 

@@ -201,7 +201,7 @@ class TestGroundedDefaults:
 
     async def test_a_sent_value_is_still_judged(self) -> None:
         """An invented value the agent did send is an information failure, also when it equals nothing seen."""
-        monitor = Monitor(self._tools(), policy="block")
+        monitor = Monitor(self._tools(), policy=Policy(default="block", causes={"information": "block"}))
         async with monitor.episode(task_id="t") as ep:
             ep.user("find flights to Oslo")
             with pytest.raises(ToolBlocked, match="'Bergen' for 'query'"):

