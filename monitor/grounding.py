@@ -63,8 +63,11 @@ __all__ = (
     "Number",
     "derivation",
     "fold",
+    "id_form",
+    "id_variants",
     "parse_date",
     "parse_number",
+    "stated_ids",
     "value_forms",
 )
 
@@ -131,9 +134,26 @@ _DAY_OF_YEAR: Final = "md*"
 """Tag of the month-day of a full date that was seen, which only a looked-up date without a year matches."""
 
 
+_UNICODE_FOLD: Final = str.maketrans(
+    dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d", "-")
+    | dict.fromkeys("\u2018\u2019\u201a\u201b\u2032\uff07", "'")
+    | dict.fromkeys("\u201c\u201d\u201e\u201f\u2033\uff02", '"')
+    | dict.fromkeys("\u200b\u200c\u200d\u2060\ufeff\u00ad", None)
+)
+"""How text folds the way people type it: Unicode dashes and the minus sign as ``-``, curly
+quotes as straight ones, zero-width characters and soft hyphens dropped. (Unicode spaces, such
+as U+00A0, U+202F and U+2009, are whitespace, which :func:`fold` makes one space.)"""
+
+
 def fold(text: str) -> str:
-    """``text`` casefolded, with runs of whitespace as one space and none at the ends."""
+    """``text`` casefolded, with runs of whitespace as one space and none at the ends.
+
+    Unicode dashes (U+2010..U+2015, U+2212) are ``-`` and curly quotes straight ones
+    (:data:`_UNICODE_FOLD`): ``2001\u201104\u201112`` folds as ``2001-04-12``.
+    """
     t = text.casefold()
+    if not t.isascii():
+        t = t.translate(_UNICODE_FOLD)
     if t.isprintable() and "  " not in t and t[:1] != " " and t[-1:] != " ":
         return t  # its only whitespace is single spaces (every other kind is not printable)
     if len(t) < 256 or not t.isascii():
@@ -144,6 +164,47 @@ def fold(text: str) -> str:
     while "  " in t:
         t = t.replace("  ", " ")
     return t.strip(" ")
+
+
+_ID_STRIP: Final = STRIP + "*~#"
+_ID_TOKENS: Final = re.compile(r"[^\s/,;:()\[\]{}<>\"'`=|*~#]+")
+"""Where a folded text is cut into the ids it may state (besides its whitespace-separated words)."""
+
+
+def id_form(value: str) -> str:
+    """The form an id is matched by: folded (:func:`fold`: case, Unicode dashes), without
+    surrounding whitespace, punctuation or markdown and without a leading ``#``; O(len(value)).
+
+    ``#W8855135``, ``w8855135`` and ``**(W8855135).**`` are all ``w8855135``.
+    """
+    f = value.casefold()
+    if not f.isascii():
+        f = f.translate(_UNICODE_FOLD)
+    return f.strip().strip(_ID_STRIP)
+
+
+def id_variants(value: str) -> tuple[str, str]:
+    """``value`` and its other decoration (``W1`` and ``#W1``, ``#W1`` and ``W1``), as a refusal names them."""
+    v = value.strip()
+    return (v, v[1:].lstrip()) if v[:1] == "#" else (v, "#" + v)
+
+
+_BETWEEN_WORDS: Final = str.maketrans(dict.fromkeys("\u2012\u2013\u2014\u2015", " "))
+"""Dashes that stand between words (figure, en, em dash, bar), unlike hyphens inside one."""
+
+
+def stated_ids(text: str) -> set[str]:
+    """The id forms (:func:`id_form`) a text states: each word, and each part of a word between
+    separators (``id:W1`` states ``id:w1``, ``id`` and ``w1``; ``ID is W1\u2014can`` states ``w1``);
+    O(len(text))."""
+    if not text.isascii():
+        text = text.translate(_BETWEEN_WORDS)
+    folded = fold(text.replace("--", " ") if "--" in text else text)
+    strip = _ID_STRIP
+    ids = {w.strip(strip) for w in folded.split()}  # (what id_form makes of a folded word)
+    ids.update([t.strip(strip) for t in _ID_TOKENS.findall(folded)])
+    ids.discard("")
+    return ids
 
 
 def parse_number(text: str) -> Number | None:
@@ -424,6 +485,8 @@ class FormIndex:
             f = s
         else:
             f = s.casefold()
+            if not f.isascii():
+                f = f.translate(_UNICODE_FOLD)
             if f != s:
                 forms.add(f)
         c = f[:1]

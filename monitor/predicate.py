@@ -28,6 +28,7 @@ from pydantic_core import from_json
 from ._json_depth import MAX_JSON_DEPTH, deeper_than, json_goes_deeper
 from ._trusted import trusted_constructor
 from .exceptions import ArgumentError
+from .grounding import id_variants
 from .spec import Precondition, Ref, SymbolicEffect, ToolSpec, callable_name, values_at
 from .state import TrackedState
 from .toolset import Toolset
@@ -223,16 +224,25 @@ def reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, arg
         detail = f"{quote(value)} is a {other.kind}, not a {ref.kind}"
         code = "wrong_kind"
     elif not state.user_said(value) and state.seen(value):  # seen in a result, but not bound as this kind
-        detail = f"{quote(value)} was not returned as a {ref.kind} by any earlier call"
+        detail = f"{quote(value)} was not returned as a {ref.kind} by any earlier call{_looked_for(value, ref)}"
         code = "unbound_reference"
     else:
-        detail = f"{quote(value)} was never returned by any tool"
+        detail = f"{quote(value)} was never returned by any tool{_looked_for(value, ref)}"
         code = "unbound_reference"
     return Failure(
         cause=Cause.DEPENDENCY,
         code=code,
         reason=f"{spec.name} needs a {ref.kind}{_for(arg, ref)} returned by an earlier call{source}{alt}; {detail}",
     )
+
+
+def _looked_for(value: Any, ref: Ref) -> str:
+    """Which forms of an id the dependency check looked for, and where (for the refusal's reason)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 200 or len(value.split()) > 1:
+        return ""  # (a value of several words is no id to look for in other forms)
+    forms = ", ".join(quote(v) for v in id_variants(value))
+    where = "among ids returned by tools and said by the user" if ref.user else "among ids returned by tools"
+    return f" (looked for {forms} in any case {where})"
 
 
 def _for(arg: str, ref: Ref) -> str:
@@ -553,7 +563,7 @@ def transition(
     faults: list[Fault] = []
     try:
         if result is not None and not simulate:  # a placeholder result holds nothing to index
-            state.ingest(result, produce=spec.produce_map if accepted and spec.produces else None, tool=spec.name)
+            state.ingest(result, produce=spec.produce_plan if accepted and spec.produces else None, tool=spec.name)
         if accepted and spec.invalidates:
             for path, ref in spec.refs:
                 if ref.kind in spec.invalidates:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -29,11 +30,13 @@ __all__ = (
     "PreconditionResult",
     "Probe",
     "Produce",
+    "ProducePlan",
     "Ref",
     "SymbolicEffect",
     "ToolSpec",
     "callable_name",
     "plan_effect",
+    "produce_plan",
     "resolve_path",
     "values_at",
 )
@@ -269,10 +272,78 @@ class Probe:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Produce:
-    """Values under ``key`` anywhere in a result are bound as references of ``kind``."""
+    """Where a result holds references of ``kind``; ``key`` is one of:
+
+    - ``name``: every value under the key ``name`` anywhere in the result (a scalar, or each
+      scalar of a list under it: ``{"orders": ["#W1", "#W2"]}``);
+    - ``name.*`` / ``name{}``: every scalar value / every key of the mappings under ``name``
+      (``{"variants": {"1008292230": {...}}}`` holds item ids as keys);
+    - ``*`` / ``{}``: every scalar value (or list item) / every key of the result itself
+      (``{"Bookshelf": "8600330539"}`` holds product ids as values);
+    - ``.``: the result as a whole (a text or number answer);
+    - ``~REGEX``: every match of the pattern (its first group, when it has one) in the result's text.
+
+    A plain ``name`` also covers a text answer: the id-like words of a result that is plain text
+    (not JSON) count as the kinds the tool produces by name (``Certificate certificate_3221322
+    added to user ...``; words with a digit, not amounts or dates).
+    """
 
     kind: str
     key: str
+
+
+_WHOLE_KEYS: Final = frozenset((".", "*", "{}"))
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePlan:
+    """A tool's ``produces`` sorted by how each is found (see :class:`Produce`), made once per tool."""
+
+    keys: Mapping[str, str]
+    """``{result key: kind}``: found while the result is walked (and the kinds a text answer names)."""
+    values: tuple[tuple[str, str], ...] = ()
+    """``(key, kind)``: the values of the mappings under ``key`` (``key.*``)."""
+    mapping_keys: tuple[tuple[str, str], ...] = ()
+    """``(key, kind)``: the keys of the mappings under ``key`` (``key{}``)."""
+    whole: tuple[tuple[str, str], ...] = ()
+    """``(form, kind)`` with form ``.``, ``*`` or ``{}``: read from the result itself."""
+    patterns: tuple[tuple[re.Pattern[str], str], ...] = ()
+    """``(pattern, kind)`` of ``~REGEX``."""
+
+    @property
+    def special(self) -> bool:
+        """Whether anything beyond result keys is declared (the result is then read once more)."""
+        return bool(self.values or self.mapping_keys or self.whole or self.patterns)
+
+
+def produce_plan(produce: Mapping[str, str]) -> ProducePlan:
+    """``{key: kind}`` (a tool's ``produces``) as a :class:`ProducePlan`; O(len(produce)).
+
+    Raises:
+        SpecError: a ``~REGEX`` that does not compile.
+    """
+    keys: dict[str, str] = {}
+    values: list[tuple[str, str]] = []
+    mapping_keys: list[tuple[str, str]] = []
+    whole: list[tuple[str, str]] = []
+    patterns: list[tuple[re.Pattern[str], str]] = []
+    for key, kind in produce.items():
+        if key in _WHOLE_KEYS:
+            whole.append((key, kind))
+        elif key[:1] == "~" and len(key) > 1:
+            try:
+                patterns.append((re.compile(key[1:]), kind))
+            except re.error as e:
+                raise SpecError(f"produces {kind}: {key[1:]!r} is not a regular expression ({e})") from None
+        elif key.endswith(".*") and len(key) > 2:
+            values.append((key[:-2], kind))
+        elif key.endswith("{}") and len(key) > 2:
+            mapping_keys.append((key[:-2], kind))
+        else:
+            keys[key] = kind
+    if not (values or mapping_keys or whole or patterns):
+        return ProducePlan(MappingProxyType(keys))
+    return ProducePlan(MappingProxyType(keys), tuple(values), tuple(mapping_keys), tuple(whole), tuple(patterns))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -316,6 +387,8 @@ class ToolSpec:
     also applied to the results of probes, which change nothing else."""
     produce_map: Mapping[str, str] = field(init=False, repr=False, compare=False)
     """``{result key: kind}`` of :attr:`produces`, derived once so no call rebuilds it."""
+    produce_plan: ProducePlan = field(init=False, repr=False, compare=False)
+    """:attr:`produces` sorted by how each is found (:func:`produce_plan`), derived once."""
     grounded_match: tuple[tuple[str, GroundingMatch], ...] = field(init=False, repr=False, compare=False)
     """``(path, match)`` of every grounded argument, derived once for the information check."""
     grounded_blocking: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -325,6 +398,7 @@ class ToolSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "produce_map", MappingProxyType({p.key: p.kind for p in self.produces}))
+        object.__setattr__(self, "produce_plan", produce_plan(self.produce_map))
         unknown = [path for path in self.grounding if path not in self.grounded]
         if unknown:
             raise SpecError(f"tool {self.name!r}: grounding options for arguments that are not grounded: {', '.join(unknown)}")

@@ -6,6 +6,7 @@ of the state. Tool results are walked once, when they arrive, never per check.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -16,8 +17,9 @@ from typing import Any, Final
 from pydantic_core import from_json
 
 from ._json_depth import loads_refused
-from .grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fold
+from .grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fold, id_form, stated_ids
 from .observed import ObservedObjects
+from .spec import ProducePlan, produce_plan
 from .verdict import quote
 
 __all__ = (
@@ -68,6 +70,34 @@ def _long(text: str) -> Hashable:
     return ("\x00long", len(text), hash(text))
 
 
+def _id_like(word: str) -> bool:
+    """Whether a word of a text answer may be an id: a digit and a letter or ``_`` in it
+    (``certificate_3221322``, ``W2378156``), or six digits or more (``8600330539``); not an
+    amount (``300``, ``$1,286.00``) or a date (``2024-05-01``)."""
+    if len(word) < 2 or len(word) > 200:
+        return False
+    if word.isdigit():
+        return len(word) >= 6 and word.isascii()
+    has_digit = has_letter = False
+    for c in word:
+        if c.isdigit():
+            has_digit = True
+        elif c.isalpha() or c == "_":
+            has_letter = True
+        if has_digit and has_letter:
+            return True
+    return False
+
+
+def _number_part(form: str) -> str | None:
+    """The number of an id form of one or two letters before five digits or more (``w9502127`` -> ``9502127``)."""
+    i = 0
+    while i < len(form) and i < 3 and form[i].isascii() and form[i].isalpha():
+        i += 1
+    rest = form[i:]
+    return rest if 1 <= i <= 2 and len(rest) >= 5 and rest.isascii() and rest.isdigit() else None
+
+
 def _key(value: Any) -> Hashable | None:
     """A hashable lookup key for a scalar, or ``None`` for values that are not ids."""
     if type(value) is str:  # the common id
@@ -99,6 +129,7 @@ class TrackedState:
         "_bindings",
         "_exposed",
         "_forms",
+        "_id_forms",
         "_informed",
         "_objects",
         "_pool",
@@ -106,6 +137,7 @@ class TrackedState:
         "_pool_lossy",
         "_shared_exposed",
         "_texts",
+        "_user_ids",
         "_user_texts",
         "depth",
         "env",
@@ -128,6 +160,10 @@ class TrackedState:
         self._shared_exposed: frozenset[str] = exposed if type(exposed) is frozenset else frozenset()
         self._exposed: set[str] | None = None if type(exposed) is frozenset else set(exposed or ())
         self._bindings: dict[Hashable, dict[str, Binding]] = {}
+        self._id_forms: dict[str, Hashable] = {}
+        """``{id form: bound value}`` of bound values whose :func:`~prefixmon.grounding.id_form` differs from
+        the value (``w1``: ``#W1``): a value in another form finds its binding in O(len(value)) (the first value
+        bound in a form keeps it)."""
         self._objects: ObservedObjects | None = None
         self._pool: set[Hashable] = set()
         self._pool_bytes = 0
@@ -137,7 +173,9 @@ class TrackedState:
         self._texts: list[str] = []
         """Every text informed (casefolded, runs of whitespace as one space), searched by substring for :meth:`seen`."""
         self._user_texts: list[str] = []
-        """The user's texts among them, for :meth:`user_said`."""
+        """The user's texts among them, for :meth:`user_said` of values of several words."""
+        self._user_ids: set[str] = set()
+        """The id forms the user's texts state (:func:`~prefixmon.grounding.stated_ids`), for :meth:`user_said`."""
         self._forms = FormIndex()
         """Normalised forms of what is in the pool and the texts, and the recent numbers."""
         self._informed = informed
@@ -184,6 +222,9 @@ class TrackedState:
         kinds = self._bindings.get(key)
         if kinds is None:
             kinds = self._bindings[key] = {}
+            form = id_form(key) if type(key) is str else str(key) if type(key) is int else None
+            if form and form != key:  # found in another form too (W1 for #W1, "8600330539" for 8600330539)
+                self._id_forms.setdefault(form, key)
         else:
             existing = kinds.get(kind)
             if existing is not None and existing.current:
@@ -191,23 +232,55 @@ class TrackedState:
         kinds[kind] = Binding(kind=kind, depth=self.depth if depth is None else depth, tool=tool)
 
     def invalidate(self, kind: str, value: Any, *, by: str | None = None) -> None:
-        """Mark the binding of ``value`` as ``kind`` stale (e.g. the record was deleted)."""
+        """Mark the binding of ``value`` as ``kind`` stale (e.g. the record was deleted), in any of its forms."""
         key = _key(value)
-        binding = self._bindings.get(key, {}).get(kind) if key is not None else None
-        if binding is not None and binding.current:
-            binding.current = False
-            binding.stale_depth = self.depth
-            binding.stale_by = by
+        if key is None:
+            return
+        for kinds in (self._bindings.get(key), *self._form_kinds(key)):
+            binding = kinds.get(kind) if kinds else None
+            if binding is not None and binding.current:
+                binding.current = False
+                binding.stale_depth = self.depth
+                binding.stale_by = by
 
     def binding(self, value: Any, kind: str | None = None) -> Binding | None:
-        """The binding of ``value`` (as ``kind``, or as any kind), if one exists."""
+        """The binding of ``value`` (as ``kind``, or as any kind), if one exists.
+
+        ``value`` as it is first; else in its id form (:func:`~prefixmon.grounding.id_form`:
+        ``W1`` finds ``#W1``, ``#w1`` finds ``W1``), a current binding before a stale one.
+        """
         key = value if type(value) is str else _key(value)
         kinds = self._bindings.get(key) if key is not None else None
-        if not kinds:
+        if kinds:
+            b = kinds.get(kind) if kind is not None else next(iter(kinds.values()))
+            if b is not None:
+                return b
+        if key is None:
             return None
-        if kind is not None:
-            return kinds.get(kind)
-        return next(iter(kinds.values()))
+        found = None
+        for kinds in self._form_kinds(key):
+            b = (kinds.get(kind) if kind is not None else next(iter(kinds.values()))) if kinds else None
+            if b is not None:
+                if b.current:
+                    return b
+                found = found or b
+        return found
+
+    def _form_kinds(self, key: Hashable) -> tuple[dict[str, Binding] | None, dict[str, Binding] | None]:
+        """The bindings of ``key``'s id form: of the value bound as that form, and of the first bound in another
+        form with it (``#W1`` for ``W1``); two dict lookups after O(len(key)) to find the form."""
+        if type(key) is str:
+            form: Hashable = id_form(key)
+        elif type(key) is int:
+            form = str(key)
+        else:
+            return (None, None)
+        bindings = self._bindings
+        other = self._id_forms.get(form) if type(form) is str else None
+        return (
+            bindings.get(form) if form != key else None,  # (the value itself is the exact lookup's business)
+            bindings.get(other) if other is not None and other != key else None,
+        )
 
     def is_bound(self, kind: str, value: Any) -> bool:
         """Whether ``value`` is a current reference of ``kind``."""
@@ -275,20 +348,27 @@ class TrackedState:
             self._texts.append(folded)
             if user:
                 self._user_texts.append(folded)
+                self._user_ids.update(stated_ids(value))
         else:
             self.ingest(value)
 
-    def ingest(self, result: Any, *, produce: Mapping[str, str] | None = None, tool: str | None = None) -> None:
-        """Index a tool result's leaves into the pool, binding values under ``produce`` keys.
+    def ingest(self, result: Any, *, produce: Mapping[str, str] | ProducePlan | None = None, tool: str | None = None) -> None:
+        """Index a tool result's leaves into the pool, binding the references ``produce`` says it holds.
 
         Args:
             result: the result (JSON text is parsed when it looks like an object or array).
-            produce: ``{key: kind}``: values found under ``key`` are bound as ``kind``.
+            produce: ``{key: kind}`` (see :class:`~prefixmon.spec.Produce` for the forms of
+                ``key``: values under a result key, mapping values and keys, the result itself,
+                pattern matches), or a tool's :attr:`~prefixmon.spec.ToolSpec.produce_plan`.
             tool: the producing tool, for messages.
         """
+        plan = None if not produce else produce if isinstance(produce, ProducePlan) else produce_plan(produce)
+        raw = result
         t = type(result)
         if t is int:  # a count or an id: no walk
             self._pool_number(result)
+            if plan is not None and plan.special:
+                self._bind_special(raw, result, plan, tool)
             return
         if isinstance(result, (str, bytes)) and result[:1] in ("{", "[", b"{", b"["):
             try:
@@ -299,11 +379,92 @@ class TrackedState:
         if t is str:  # plain text (an MCP server's usual answer): its leaf, no walk
             if result not in self._pool:
                 self._pool_text(result)
+            if plan is not None:
+                if plan.keys:  # the ids a text answer names count as the kinds the tool produces
+                    self._bind_named(result, plan.keys, tool)
+                if plan.special:
+                    self._bind_special(raw, result, plan, tool)
             return
         budget = [MAX_WALK_ITEMS]
-        self._walk(result, None, produce or _NO_PRODUCE, tool, 0, budget)
+        self._walk(result, None, plan.keys if plan is not None else _NO_PRODUCE, tool, 0, budget)
         if budget[0] <= 0:  # the rest of the result was not indexed
             self._pool_lossy = True
+        if plan is not None and plan.special:
+            self._bind_special(raw, result, plan, tool)
+
+    def _bind_named(self, text: str, keys: Mapping[str, str], tool: str | None) -> None:
+        """Bind the id-like words of a text answer (:func:`_id_like`) as each kind ``keys`` produces; O(len(text))."""
+        if len(text) > MAX_TOKENISED_LENGTH:
+            return
+        kinds = dict.fromkeys(keys.values())
+        for word in text.split():
+            word = word.strip(_STRIP + "*~")
+            if _id_like(word):
+                for kind in kinds:
+                    self.bind(kind, word, tool=tool)
+
+    def _bind_special(self, raw: Any, data: Any, plan: ProducePlan, tool: str | None) -> None:
+        """Bind what ``plan`` finds beyond result keys: the result itself, mapping values and keys, pattern matches."""
+        if hasattr(data, "model_dump") and not isinstance(data, (Mapping, list, tuple)):
+            data = data.model_dump()
+        for how, kind in plan.whole:
+            if how == ".":
+                value = data.strip() if isinstance(data, str) else data
+                if value != "":
+                    self.bind(kind, value, tool=tool)
+            elif isinstance(data, Mapping):
+                for v in data.keys() if how == "{}" else data.values():
+                    if how == "{}" or not isinstance(v, (list, tuple)):
+                        self.bind(kind, v, tool=tool)
+                    else:
+                        for item in v:
+                            self.bind(kind, item, tool=tool)
+            elif how == "*" and isinstance(data, (list, tuple)):
+                for item in data:
+                    self.bind(kind, item, tool=tool)
+        if plan.values or plan.mapping_keys:
+            self._bind_under(data, dict(plan.values), dict(plan.mapping_keys), tool, 0, [MAX_WALK_ITEMS])
+        if plan.patterns:
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
+            if text is None:
+                try:
+                    text = json.dumps(data, default=str, ensure_ascii=False)
+                except (TypeError, ValueError, RecursionError):
+                    text = str(data)
+            for pattern, kind in plan.patterns:
+                for m in pattern.finditer(text):
+                    found = m.group(1) if pattern.groups else m.group()
+                    if found:
+                        self.bind(kind, found, tool=tool)
+
+    def _bind_under(
+        self,
+        obj: Any,
+        values: Mapping[str, str],
+        keys: Mapping[str, str],
+        tool: str | None,
+        level: int,
+        budget: list[int],
+    ) -> None:
+        """Bind the values (``key.*``) and keys (``key{}``) of the mappings found under those keys."""
+        if level > MAX_WALK_DEPTH or budget[0] <= 0:
+            return
+        budget[0] -= 1
+        if isinstance(obj, Mapping):
+            for k, v in obj.items():
+                if isinstance(v, Mapping):
+                    if k in values:
+                        for item in v.values():
+                            self.bind(values[k], item, tool=tool)
+                    if k in keys:
+                        for item in v:
+                            self.bind(keys[k], item, tool=tool)
+                if isinstance(v, (Mapping, list, tuple)):
+                    self._bind_under(v, values, keys, tool, level + 1, budget)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                if isinstance(v, (Mapping, list, tuple)):
+                    self._bind_under(v, values, keys, tool, level + 1, budget)
 
     def _parse_refused(self, text: str | bytes, why: str) -> Any:
         """JSON text pydantic's parser refused (``why``) as ``json.loads`` parses it (``text``
@@ -518,8 +679,24 @@ class TrackedState:
         return not self._pool_lossy
 
     def user_said(self, value: Any) -> bool:
-        """Whether ``value`` appears in the user's messages (text given with ``inform(..., user=True)``)."""
+        """Whether ``value`` appears in the user's messages (text given with ``inform(..., user=True)``).
+
+        A value of one word is looked up by its id form (:func:`~prefixmon.grounding.id_form`:
+        case, a leading ``#``, surrounding punctuation and markdown, Unicode dashes), and an id of
+        one or two letters before five digits or more also by its number (the user says "order
+        9502127" of ``#W9502127``): set lookups, O(len(value)), whatever was said. A value of
+        several words is searched in the user's texts (casefolded, runs of whitespace as one space).
+        """
         if value is None or isinstance(value, bool):
             return False
-        needle = fold(str(value))
-        return bool(needle) and any(needle in text for text in self._user_texts)
+        text = value if type(value) is str else str(value)
+        needle = fold(text)
+        if not needle:
+            return False
+        if " " not in needle:
+            form = id_form(needle)
+            if form in self._user_ids:
+                return True
+            number = _number_part(form)
+            return number is not None and number in self._user_ids
+        return any(needle in t for t in self._user_texts)

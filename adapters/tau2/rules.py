@@ -30,7 +30,17 @@ from typing import Any, Final
 from prefixmon import Precondition, Ref, TrackedState
 
 # τ² derives airline and retail from τ-bench: the same reference kinds (v1 trajectories replay on τ²)
-from ..taubench.toolsets import FLIGHT, ITEM, ORDER, PAYMENT, PRODUCT, RESERVATION, RESERVATION_PRODUCES, USER
+from ..taubench.toolsets import (
+    CERTIFICATE_PRODUCES,
+    FLIGHT,
+    ITEM,
+    ORDER,
+    PAYMENT,
+    PRODUCT,
+    RESERVATION,
+    RESERVATION_PRODUCES,
+    USER,
+)
 from .env import Domain, Tau2Env
 
 __all__ = ("RULES", "ToolRules", "refusal")
@@ -294,7 +304,11 @@ def _airline() -> dict[str, ToolRules]:
         "list_all_airports": ToolRules(),
         "search_direct_flight": ToolRules(produces=(("flight_number", "flight_number"),)),
         "search_onestop_flight": ToolRules(produces=(("flight_number", "flight_number"),)),
-        "send_certificate": ToolRules(refs={"user_id": USER}, requires=(user, _certificate_free)),
+        "send_certificate": ToolRules(
+            refs={"user_id": USER},
+            requires=(user, _certificate_free),
+            produces=CERTIFICATE_PRODUCES,
+        ),
         "transfer_to_human_agents": ToolRules(),
         "update_reservation_baggages": ToolRules(
             refs={"reservation_id": RESERVATION, "payment_id": PAYMENT},
@@ -505,7 +519,7 @@ def _retail() -> dict[str, ToolRules]:
         "get_user_details": ToolRules(
             refs={"user_id": USER}, requires=(user,), produces=(("order_id", "orders"), ("payment_method_id", "id"))
         ),
-        "list_all_product_types": ToolRules(),
+        "list_all_product_types": ToolRules(produces=(("product_id", "*"),)),  # {product name: product id}
         "modify_pending_order_address": ToolRules(
             refs={"order_id": ORDER}, requires=(order, pendingish), produces=ORDER_PRODUCES, grounded=address
         ),

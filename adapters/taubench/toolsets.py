@@ -22,8 +22,9 @@ Without an ``env`` the database preconditions cannot be decided and hold.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import functools
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from prefixmon import Grounded, Precondition, Ref, Toolset, ToolSpec, TrackedState
-from prefixmon.jsonlines import too_deep
 
 from . import _airline, _retail
 from ._calculator import CALCULATOR_CHARS, evaluate
@@ -40,15 +40,18 @@ from .data import Domain, data_dir, load_schemas
 from .sandbox import WRITE_TOOLS, Sandbox, is_error_result
 
 __all__ = (
+    "CERTIFICATE_PRODUCES",
     "FLIGHT",
     "ITEM",
     "ORDER",
     "ORDER_PRODUCES",
     "PAYMENT",
     "PRODUCT",
+    "RECORDS_STORED_AS_GIVEN",
     "RESERVATION",
     "RESERVATION_PRODUCES",
     "SPECS",
+    "STORED_AS_GIVEN",
     "USER",
     "USER_PRODUCES",
     "Check",
@@ -488,31 +491,8 @@ def _mirror(name: str) -> Effect:
     return effect
 
 
-def _bind_text_result(kind: str) -> Effect:
-    """Binds a bare-string result (a user id) as ``kind``."""
-
-    def effect(state: TrackedState, args: Mapping[str, Any], result: Any) -> None:
-        if isinstance(result, str) and result and not is_error_result(result):
-            state.bind(kind, result.strip(), tool=None)
-
-    effect.__name__ = f"bind_{kind}"
-    return effect
-
-
-def _bind_product_ids(state: TrackedState, args: Mapping[str, Any], result: Any) -> None:
-    if isinstance(result, str) and too_deep(result):  # no mapping json could read without recursing near the limit
-        return
-    mapping = json.loads(result) if isinstance(result, str) else result
-    if isinstance(mapping, Mapping):
-        for product_id in mapping.values():
-            state.bind("product_id", product_id, tool="list_all_product_types")
-
-
-def _bind_certificate(state: TrackedState, args: Mapping[str, Any], result: Any) -> None:
-    if isinstance(result, str):
-        for word in result.split():
-            if word.startswith("certificate_"):
-                state.bind("payment_method_id", word, tool="send_certificate")
+CERTIFICATE_PRODUCES: Final = (("payment_method_id", r"~\bcertificate_\d+\b"),)
+"""send_certificate answers "Certificate certificate_3221322 added to user ...": a payment method from then on."""
 
 
 def _inform_number(state: TrackedState, args: Mapping[str, Any], result: Any) -> None:
@@ -547,7 +527,7 @@ def _rules(domain: Domain) -> dict[str, ToolRules]:
             "send_certificate": ToolRules(
                 refs={"user_id": USER},
                 requires=(user_exists,),
-                effects=(_bind_certificate,),
+                produces=CERTIFICATE_PRODUCES,
                 # The policy computes compensation (per passenger, per night): derived from seen numbers.
                 grounded={"amount": Grounded("derived")},
             ),
@@ -585,12 +565,10 @@ def _rules(domain: Domain) -> dict[str, ToolRules]:
             requires=(order_exists, delivered, _items_in_order, _replacements_valid, _items_payment(rounded=True)),
             produces=ORDER_PRODUCES,
         ),
-        "find_user_id_by_email": ToolRules(
-            requires=(_email_known,), effects=(_bind_text_result("user_id"),), grounded=("email",)
-        ),
+        "find_user_id_by_email": ToolRules(requires=(_email_known,), produces=(("user_id", "."),), grounded=("email",)),
         "find_user_id_by_name_zip": ToolRules(
             requires=(_name_zip_known,),
-            effects=(_bind_text_result("user_id"),),
+            produces=(("user_id", "."),),  # the answer is the user id
             grounded=("first_name", "last_name", "zip"),
         ),
         "get_order_details": ToolRules(refs={"order_id": ORDER}, requires=(order_exists,), produces=ORDER_PRODUCES),
@@ -600,7 +578,7 @@ def _rules(domain: Domain) -> dict[str, ToolRules]:
             produces=(("product_id", "product_id"), ("item_id", "item_id")),
         ),
         "get_user_details": ToolRules(refs={"user_id": USER}, requires=(user_exists,), produces=USER_PRODUCES["retail"]),
-        "list_all_product_types": ToolRules(effects=(_bind_product_ids,)),
+        "list_all_product_types": ToolRules(produces=(("product_id", "*"),)),  # {product name: product id}
         "modify_pending_order_address": ToolRules(
             refs={"order_id": ORDER}, requires=(order_exists, pending), produces=ORDER_PRODUCES, grounded=address
         ),
@@ -625,6 +603,55 @@ def _rules(domain: Domain) -> dict[str, ToolRules]:
         "think": ToolRules(),
         "transfer_to_human_agents": ToolRules(),
     }
+
+
+STORED_AS_GIVEN: Final[frozenset[tuple[str, str]]] = frozenset(
+    {
+        ("book_reservation", "total_baggages"),
+        ("update_reservation_baggages", "total_baggages"),
+        ("send_certificate", "amount"),
+    }
+)
+"""``(tool, argument)`` numbers the airline tools only store, never compute with: ``"2"`` runs, so
+they are read laxly (a number or its text); the other numbers meet arithmetic, where text raises."""
+
+RECORDS_STORED_AS_GIVEN: Final[frozenset[tuple[str, str]]] = frozenset(
+    {("book_reservation", "passengers"), ("update_reservation_passengers", "passengers")}
+)
+"""``(tool, argument)`` lists of records the airline tools store as given without reading a field:
+the fields their schemas call required are not (a passenger without ``dob`` is booked)."""
+
+
+def _as_the_tool_reads(name: str, parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``parameters`` (τ-bench's ``get_info`` schema) without what the tool does not require.
+
+    The tool reads a record by key only where it uses a field (``payment_methods[].payment_id``
+    raises ``KeyError`` when absent; a passenger's fields are never read).
+    """
+    schema = copy.deepcopy(dict(parameters or {"type": "object", "properties": {}}))
+    for tool, argument in RECORDS_STORED_AS_GIVEN:
+        items = schema.get("properties", {}).get(argument, {}).get("items") if tool == name else None
+        if isinstance(items, dict):
+            items.pop("required", None)
+    return schema
+
+
+def _validator(name: str, schema: Mapping[str, Any]) -> Any:
+    """JSON types checked strictly, and the :data:`STORED_AS_GIVEN` numbers laxly (``"2"`` passes)."""
+    lax = {arg for tool, arg in STORED_AS_GIVEN if tool == name}
+    if not lax:
+        return None
+    properties = schema.get("properties", {})
+    probe = Toolset()
+    strict = {**schema, "properties": {k: ({} if k in lax else v) for k, v in properties.items()}}
+    loose = {"type": "object", "properties": {k: properties[k] for k in lax if k in properties}}
+    check_strict = probe.add_schema("strict", strict, coercion="strict", unknown="forbid").validate
+    check_lax = probe.add_schema("lax", loose, coercion="lax", unknown="allow").validate
+
+    def validate(args: dict[str, Any]) -> dict[str, Any]:
+        return check_lax(check_strict(args))
+
+    return validate
 
 
 def toolset(domain: Domain, *, data: str | os.PathLike[str] | None = None) -> Toolset:
@@ -657,9 +684,10 @@ def _specs(domain: Domain, root: Path) -> tuple[ToolSpec, ...]:
         effects: Iterable[Effect] = rule.effects
         if name in WRITE_TOOLS[domain]:
             effects = (*rule.effects, _mirror(name))
-        tools.add_schema(
+        schema = _as_the_tool_reads(name, function.get("parameters"))
+        spec = tools.add_schema(
             name,
-            function.get("parameters"),
+            schema,
             description=function.get("description", ""),
             requires=rule.requires,
             effects=effects,
@@ -673,6 +701,9 @@ def _specs(domain: Domain, root: Path) -> tuple[ToolSpec, ...]:
             coercion="strict",
             unknown="forbid",
         )
+        validate = _validator(name, schema)
+        if validate is not None:
+            tools.add(dataclasses.replace(spec, validate=validate), replace=True)
         seen.append(name)
     missing = sorted(set(rules) - set(seen))
     if missing:
