@@ -174,21 +174,18 @@ class TestWholeResults:
             async with monitor.episode(task_id="t") as ep:
                 ep.user("My email is a@example.com.")
                 for tool, args, result in (
-                    ("get_user", {"user_id": "user_1111_0"}, "Error: user not found"),
+                    ("get_user", {"user_id": "user_1111_0"}, '{"user_id": "user_1111_0", "orders": []}'),  # guessed, and it ran
                     ("find_user", {"email": "a@example.com"}, "user_1111_0\n"),
                     ("get_user", {"user_id": "user_1111_0"}, '{"user_id": "user_1111_0", "orders": []}'),
                     ("user_directory", {}, '{"bo": "user_2222_1"}'),
                     ("get_user", {"user_id": "user_2222_1"}, '{"user_id": "user_2222_1", "orders": []}'),
-                    ("get_product", {"product_id": "4455667788"}, "Error: product not found"),
+                    ("get_product", {"product_id": "4455667788"}, '{"product_id": "4455667788", "name": "Desk Lamp"}'),
                     ("list_products", {}, '{"Desk Lamp": "4455667788", "T-Shirt": "1122334455"}'),
                     ("get_product", {"product_id": "4455667788"}, '{"product_id": "4455667788", "name": "Desk Lamp"}'),
                 ):
                     pending = await ep.begin(tool, args)
                     verdicts.append(pending.verdict.executable)
-                    if result.startswith("Error:"):
-                        pending.failed(result)
-                    else:
-                        pending.done(result)
+                    pending.done(result)
             return verdicts
 
         assert anyio.run(run) == [False, True, True, True, True, False, True, True]
