@@ -238,8 +238,8 @@ class RolloutsBench:
         if args.format == "json":
             print(json.dumps({k: json.loads(render_scores(v, "json")) for k, v in tables.items()}, indent=2))
         else:
-            for rules, scores in tables.items():
-                what = "database-backed rules / the real τ² environment" if rules == "database" else "observation-only spec files"
+            for kind, scores in tables.items():
+                what = "database-backed rules / the real τ² environment" if kind == "database" else "observation-only spec files"
                 print(f"\n{what}:")
                 print(render_scores(scores, args.format))
         refused = sum(sum(s.refused_ok.values()) for s in tables.get("database", ()))

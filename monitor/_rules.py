@@ -100,7 +100,7 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
         Probe(
             name=p.for_,
             object=(let := _let(spec, name, rules, p.for_, i)).object,
-            id=let.id,
+            id=let.paths[0],  # _let refuses a composite id here
             call=p.call,
             args=dict(p.args),
             budget=spec.probe_budget,
@@ -153,7 +153,7 @@ def _seen_kinds(spec: SpecFile, name: str, i: int, source: str) -> None:
     for m in _SEEN.finditer(source):
         literal = m.group(1)
         if literal is None:
-            raise SpecError(f"{where}: tools.{name}.requires.{i}: seen() takes the kind as a string literal: seen(\"flight\", id)")
+            raise SpecError(f'{where}: tools.{name}.requires.{i}: seen() takes the kind as a string literal: seen("flight", id)')
         kind = literal[1:-1]
         if kind not in observed:
             raise SpecError(

@@ -552,7 +552,7 @@ class Episode:
     ) -> Verdict:
         try:
             verdict = predicate.check_declared(spec, self.monitor.toolset, self.state, name, args, depth, call_id)
-            if self._rejected and (repeat := self._rejected.repeat(name, verdict.args)) is not None:
+            if self._rejected and verdict.args is not None and (repeat := self._rejected.repeat(name, verdict.args)) is not None:
                 verdict = replace(verdict, executable=False, failures=_in_cause_order(verdict.failures, repeat))
         except Exception as e:
             return self._check_failed(name, args, depth, call_id, e)

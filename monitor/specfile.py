@@ -111,6 +111,7 @@ class ArgRule(_Model):
         if self.block and not self.grounded:
             raise ValueError("block applies to a grounded argument: add grounded: true")
         return self
+
     evidence: Evidence | None = None
 
 
