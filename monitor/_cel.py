@@ -9,7 +9,19 @@ into an undetermined precondition.
 
 Beside CEL's standard library, expressions may call:
 
-- ``sum(list)``: the sum of a list of numbers (``0`` for an empty list);
+- ``sum(list)``: the sum of a list of numbers (``0`` for an empty list; a ``double`` when any
+  element is one). CEL compares ints with doubles but does not add them: write
+  ``double(sum(a)) - double(sum(b))`` where either may hold prices with cents;
+- ``time(string)``: the timestamp of an ISO date or date-time (``"2024-05-20"`` is its
+  midnight; ``"2024-05-15T15:00:00"``, ``"2024-05-15 15:00:00"``, with ``Z`` or an offset or
+  without). A time without an offset is read in the policy's own clock zone (all naive times
+  are compared in that one zone), so ``time(f.date) < time(constants.now)`` says "before
+  the policy's current time" and ``time(constants.now) - time(r.created_at) <= duration("24h")``
+  "booked within a day"; CEL's ``timestamp``/``duration`` arithmetic applies. A value that is
+  not such a date makes the expression undetermined, not false;
+- ``zip(a, b)``: the pairs ``[a[0], b[0]], [a[1], b[1]], ...`` (as long as the shorter list), for
+  lists whose elements correspond by position: ``zip(args.item_ids, args.new_item_ids).all(p,
+  p[0] != p[1])``;
 - ``seen(kind, id)``: the observed object of ``kind`` with ``id`` (a value or a list, for a
   composite id such as ``[f.flight_number, f.date]``), looked up in O(1) while the expression
   runs; one never observed (or that may have changed since) makes the expression
@@ -19,8 +31,10 @@ Beside CEL's standard library, expressions may call:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
+from datetime import UTC, datetime
 from typing import Any, Final
 
 __all__ = ("Expression", "ExpressionError", "NotObserved", "compile_expression")
@@ -34,6 +48,10 @@ _LOOKUP: ContextVar[Lookup | None] = ContextVar("prefixmon_cel_lookup", default=
 """The lookup of the evaluation in progress (set around each evaluation: async- and thread-safe)."""
 
 _UNSEEN: Final = "not observed"
+_UNDECIDED: Final = "cannot decide"
+"""Marks a helper's failure on a value it cannot read (a date that is not one): undetermined, not false."""
+_ISO_TIME: Final = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?(?:Z|[+-]\d{2}:\d{2})?$")
+"""What ``time()`` reads: an ISO date, or date and time, with an optional ``Z`` or offset."""
 
 
 class ExpressionError(Exception):
@@ -77,7 +95,7 @@ class Expression:
         result = value.value()
         if value.type().name() == "ERROR":
             text = str(result)
-            if text.startswith("NOT_FOUND") or "no such key" in text.lower() or _UNSEEN in text:
+            if text.startswith("NOT_FOUND") or "no such key" in text.lower() or _UNSEEN in text or _UNDECIDED in text:
                 raise NotObserved(text)
             raise RuntimeError(f"the expression {self.source!r} failed: {text}")
         return result
@@ -104,9 +122,24 @@ def _sum(values: list[Any]) -> Any:
     total: Any = 0
     for value in values:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"sum() adds numbers, not {type(value).__name__}")
+            raise LookupError(f"{_UNDECIDED}: sum() adds numbers, not {type(value).__name__}")
         total += value
     return total
+
+
+def _zip(first: list[Any], second: list[Any]) -> list[list[Any]]:
+    return [[a, b] for a, b in zip(first, second, strict=False)]
+
+
+def _time(text: str) -> datetime:
+    """An ISO date or date-time as an aware timestamp (naive ones in one fixed zone: the policy clock's)."""
+    if not _ISO_TIME.match(text):
+        raise LookupError(f"{_UNDECIDED}: {text[:40]!r} is not an ISO date or date-time")
+    try:
+        value = datetime.fromisoformat(text.replace(" ", "T", 1).replace("Z", "+00:00"))
+    except ValueError:  # matches the pattern but is no date: 2024-02-30
+        raise LookupError(f"{_UNDECIDED}: {text[:40]!r} is not a date") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _seen(kind: str, ident: Any) -> Any:
@@ -128,6 +161,8 @@ def _functions(cel: Any) -> list[Any]:
     dyn, listed = cel.Type.DYN, cel.Type.List(cel.Type.DYN)
     return [
         cel.FunctionDecl("sum", [cel.Overload("prefixmon_sum_list", dyn, [listed], impl=_sum)]),
+        cel.FunctionDecl("zip", [cel.Overload("prefixmon_zip_lists", cel.Type.List(listed), [listed, listed], impl=_zip)]),
+        cel.FunctionDecl("time", [cel.Overload("prefixmon_time_string", cel.Type.TIMESTAMP, [cel.Type.STRING], impl=_time)]),
         cel.FunctionDecl(
             "seen",
             [

@@ -280,7 +280,10 @@ class _Expression:
         try:
             result = self.expression.evaluate(values, lookup)
         except NotObserved as e:
-            return Undetermined(f"{self.expression.source} reads a field that was not observed ({e})")
+            text = str(e)
+            if "cannot decide" in text:  # a helper could not read a value (time() of what is not a date)
+                return Undetermined(f"{self.expression.source} could not be decided ({text})")
+            return Undetermined(f"{self.expression.source} reads a field that was not observed ({text})")
         if result is True:
             return True
         if result is False:
@@ -361,6 +364,9 @@ class _Observe:
                         scalar = all(p is not MISSING and p is not None and not isinstance(p, (Mapping, list)) for p in parts)
                         ident = parts if scalar else MISSING
                     if ident is not MISSING and ident is not None and not isinstance(ident, (Mapping, list)):
+                        if rule.fields:  # fields from the call: the product a variant was listed under
+                            extra = {k: resolve_path(path, values) for k, path in rule.fields.items()}
+                            found = {**found, **{k: v for k, v in extra.items() if v is not MISSING}}
                         objects.observe(rule.object, ident, found, depth=depth, tool=self.tool)
         for effect in self.updates:
             ident = resolve_path(effect.id, values)

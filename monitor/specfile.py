@@ -74,6 +74,8 @@ for a composite id: ``flight[args.flight_number, args.date]``)."""
 _AT_PATH: Final = re.compile(rf"^(\[\]|{_IDENT}(\[\])?)(\.({_IDENT}(\[\])?|\*))*$")
 """Where objects are in a result: ``orders[]``, ``variants.*`` (each value of a mapping)."""
 _EVIDENCE_FOR: Final = re.compile(rf"^(produces|invalidates|observes)\.{_IDENT}$")
+_CLOCK: Final = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?$")
+"""``constants.now``: the policy's current time, an ISO date-time (what ``time()`` reads)."""
 
 
 class _Model(BaseModel):
@@ -129,10 +131,24 @@ class ObserveRule(_Model):
         "flattened), 'key', 'items[]', 'variants.*' (each value of a mapping).",
     )
 
+    fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="Fields to add from the call, {name: args.path}: a variant listed under a product gets "
+        "{product_id: args.product_id}.",
+    )
+
     @field_validator("id")
     @classmethod
     def _id_path(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
         return _id_paths(value, "a field name or a path like args.user_id")
+
+    @field_validator("fields")
+    @classmethod
+    def _field_paths(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, path in value.items():
+            if not re.match(f"^{_IDENT}$", name) or not (_PATH.match(path) and path.startswith("args.")):
+                raise ValueError(f"fields.{name}: {path!r} is not a path into the call like args.product_id")
+        return value
 
     @field_validator("at")
     @classmethod
@@ -332,10 +348,25 @@ class SpecFile(_Model):
     """A spec file: rules for tools, constants for expressions, probe limits."""
 
     schema_: Literal["prefixmon.spec/1"] = Field(alias="schema", description="Format version.")
-    constants: dict[str, Any] = Field(default_factory=dict, description="Named values expressions read as constants.<name>.")
+    constants: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Named values expressions read as constants.<name>. 'now' is the policy's clock (an ISO date-time, "
+        "e.g. 2024-05-15T15:00:00): expressions compare dates with it through time(), e.g. time(f.date) < time(constants.now).",
+    )
     defaults: Defaults = Field(default_factory=Defaults)
     tools: dict[str, ToolRules] = Field(default_factory=dict)
     probe_budget: int = Field(default=8, ge=0, description="Probes the monitor makes at most per episode.")
+
+    @field_validator("constants")
+    @classmethod
+    def _clock(cls, value: dict[str, Any]) -> dict[str, Any]:
+        now = value.get("now")
+        if now is not None and not (isinstance(now, str) and _CLOCK.match(now)):
+            raise ValueError(
+                f"now: {now!r} is not an ISO date-time like '2024-05-15T15:00:00' (the policy's current time; quote it in YAML)"
+            )
+        return value
+
     probe_timeout: float = Field(default=5.0, gt=0, description="Seconds a probe may take before it is abandoned.")
 
     _source: str = PrivateAttr(default="<spec>")
