@@ -242,16 +242,19 @@ def _content_text(content: Any) -> str:
 def feed_messages(episode: Episode, messages: Iterable[ChatCompletionMessageParam | Mapping[str, Any]]) -> None:
     """Add what the agent has seen in a chat history to the information pool.
 
-    User messages go in as user information; tool replies as tool information. Feeding the
-    same history again is harmless.
+    User messages go in as user information; tool replies as tool information; the assistant's
+    own text is noted (:meth:`Episode.assistant`: ids it made up do not count as the user's when
+    the user repeats them). Feeding the same history again is harmless.
     """
     for msg in messages:
         role = _get(msg, "role")
-        text = _content_text(_get(msg, "content")) if role in ("user", "tool", "function") else ""
+        text = _content_text(_get(msg, "content")) if role in ("user", "tool", "function", "assistant") else ""
         if not text:
             continue
         if role == "user":
             episode.user(text)
+        elif role == "assistant":
+            episode.assistant(text)
         else:
             episode.inform(text)
 
@@ -298,10 +301,10 @@ def feed_input(episode: Episode, items: str | Iterable[ResponseInputItemParam | 
         return
     for item in items:
         kind, role = _get(item, "type"), _get(item, "role")
-        if role == "user" and kind in (None, "message"):
+        if role in ("user", "assistant") and kind in (None, "message"):
             text = _content_text(_get(item, "content"))
             if text:
-                episode.user(text)
+                (episode.user if role == "user" else episode.assistant)(text)
         elif kind == "function_call_output":
             text = _content_text(_get(item, "output"))
             if text:

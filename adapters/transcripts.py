@@ -268,6 +268,8 @@ async def replay_messages(ep: Episode, messages: Sequence[Mapping[str, Any]]) ->
         elif role in ("system", "developer"):
             ep.inform(_text(message.get("content")))
         elif role == "assistant":
+            if isinstance(text := message.get("content"), str) and text:
+                ep.assistant(text)
             for j, tool_call in enumerate(message.get("tool_calls") or ()):
                 function = tool_call.get("function") or {}
                 name = str(function.get("name", ""))

@@ -17,10 +17,11 @@ from typing import Any, Final
 
 from ._cel import Expression, ExpressionError, NotObserved, compile_expression
 from ._json_depth import loads
-from .exceptions import SpecError
+from ._validation import Validator
+from .exceptions import ArgumentError, SpecError
 from .spec import MISSING, Grounded, Precondition, Probe, Produce, Ref, ToolSpec, resolve_path, values_at
 from .specfile import LetRule, SpecFile, ToolRules
-from .verdict import Undetermined, quote
+from .verdict import ArgumentProblem, Undetermined, quote
 
 __all__ = ("check_probes", "compile_tool")
 
@@ -84,6 +85,7 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
     )
     binders = tuple((k, v) for k, v in rules.produces.items() if v in (".", "*") or v[0] == "~")
     requires = [*base.requires, *_preconditions(spec, name, rules)]
+    patterns = tuple((path, re.compile(arg.pattern)) for path, arg in rules.args.items() if arg.pattern is not None)
     access = rules.access or spec.defaults.access
     observe = base.observe
     if rules.observes or rules.effects or rules.stale or rules.forgets or binders or access != "read":
@@ -111,6 +113,7 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
     return dataclasses.replace(
         base,
         description=rules.description if rules.description is not None else base.description,
+        validate=_Patterned(base.validate, patterns) if patterns else base.validate,
         refs=tuple(refs),
         grounded=tuple(dict.fromkeys(grounded)),
         grounding=grounding,
@@ -122,6 +125,32 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
         metadata=metadata,
         probes=(*base.probes, *probes),
     )
+
+
+class _Patterned:
+    """``validate``, then every string at a patterned path must match its pattern in full."""
+
+    __slots__ = ("patterns", "validate")
+
+    def __init__(self, validate: Validator, patterns: tuple[tuple[str, re.Pattern[str]], ...]) -> None:
+        self.validate = validate
+        self.patterns = patterns
+
+    def __call__(self, args: dict[str, Any]) -> dict[str, Any]:
+        args = self.validate(args)
+        problems = [
+            ArgumentProblem(
+                kind="value",
+                location=(loc,),
+                message=f"must be written as {quote(pattern.pattern)} (the spec's pattern), got {quote(value)}",
+            )
+            for path, pattern in self.patterns
+            for loc, value in values_at(args, path)
+            if type(value) is str and pattern.fullmatch(value) is None
+        ]
+        if problems:
+            raise ArgumentError(problems)
+        return args
 
 
 def _let(spec: SpecFile, name: str, rules: ToolRules, var: str, i: int) -> LetRule:

@@ -485,6 +485,19 @@ class Episode:
         except Exception as e:
             self._fault("tracking what the user said", e)
 
+    def assistant(self, text: str) -> None:
+        """Note what the agent itself wrote (its message text; tool calls go through :meth:`call`).
+
+        It is not information the agent has seen. An id in it that the agent was not given (no
+        tool returned it, the user did not say it) is the agent's own: if the user repeats it, it
+        still does not count as stated by the user, so a call that refers to it fails the
+        dependency check (a flight number from a table the agent made up, echoed by the user).
+        """
+        try:
+            self.state.agent_wrote(text)
+        except Exception as e:
+            self._fault("tracking what the agent wrote", e)
+
     def inform(self, value: Any) -> None:
         """Add other information the agent has seen (a system prompt, a policy document) to the pool.
 

@@ -223,6 +223,12 @@ def reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, arg
     if other is not None:
         detail = f"{quote(value)} is a {other.kind}, not a {ref.kind}"
         code = "wrong_kind"
+    elif ref.user and state.agent_made_up(value):
+        detail = (
+            f"{quote(value)} was first written by the agent itself, not returned by a tool or said by the user "
+            "(the user repeating it is no evidence that it exists)"
+        )
+        code = "unbound_reference"
     elif not state.user_said(value) and state.seen(value):  # seen in a result, but not bound as this kind
         detail = f"{quote(value)} was not returned as a {ref.kind} by any earlier call{_looked_for(value, ref)}"
         code = "unbound_reference"

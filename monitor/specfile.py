@@ -107,6 +107,21 @@ class ArgRule(_Model):
         description="With grounded: a value that was not seen blocks the call under a blocking policy "
         "(by default an information finding is reported and the call runs).",
     )
+    pattern: str | None = Field(
+        default=None,
+        description="A string value must match this regular expression in full (the domain's id format, "
+        "e.g. '[a-z]+_[a-z]+_[0-9]+'); otherwise the call fails the schema check. Other types are the schema's.",
+    )
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"pattern {value!r} is not a regular expression: {e}") from None
+        return value
 
     @model_validator(mode="after")
     def _block_is_for_grounded(self) -> ArgRule:

@@ -126,6 +126,7 @@ class TrackedState:
     """
 
     __slots__ = (
+        "_agent_ids",
         "_bindings",
         "_exposed",
         "_forms",
@@ -176,6 +177,8 @@ class TrackedState:
         """The user's texts among them, for :meth:`user_said` of values of several words."""
         self._user_ids: set[str] = set()
         """The id forms the user's texts state (:func:`~prefixmon.grounding.stated_ids`), for :meth:`user_said`."""
+        self._agent_ids: set[str] = set()
+        """Id forms the agent wrote before any tool returned them or the user said them (:meth:`agent_wrote`)."""
         self._forms = FormIndex()
         """Normalised forms of what is in the pool and the texts, and the recent numbers."""
         self._informed = informed
@@ -348,9 +351,34 @@ class TrackedState:
             self._texts.append(folded)
             if user:
                 self._user_texts.append(folded)
-                self._user_ids.update(stated_ids(value))
+                stated = stated_ids(value)
+                self._user_ids.update(stated - self._agent_ids if self._agent_ids else stated)
         else:
             self.ingest(value)
+
+    def agent_wrote(self, text: str) -> None:
+        """Note the ids the agent's own text states that it was not given: no tool returned them, the
+        user did not say them and they are in nothing informed.
+
+        The agent can make an id up (a flight number in a table it wrote, an order number it
+        guessed); when the user then repeats it, that is no evidence the id exists, so such ids
+        never count as said by the user (:meth:`user_said`). Not information either: what the
+        agent wrote is not something it saw. O(len(text)).
+        """
+        if not isinstance(text, str) or not text or len(text) > MAX_TOKENISED_LENGTH:
+            return
+        for form in stated_ids(text):
+            if (
+                _id_like(form)
+                and form not in self._user_ids
+                and self.binding(form) is None
+                and not self._forms.find_folded(form, self._pool)  # seen in a result or the system prompt
+            ):
+                self._agent_ids.add(form)
+
+    def agent_made_up(self, value: Any) -> bool:
+        """Whether ``value`` (in any id form) is an id the agent wrote first (:meth:`agent_wrote`)."""
+        return bool(self._agent_ids) and isinstance(value, str) and id_form(fold(value)) in self._agent_ids
 
     def ingest(self, result: Any, *, produce: Mapping[str, str] | ProducePlan | None = None, tool: str | None = None) -> None:
         """Index a tool result's leaves into the pool, binding the references ``produce`` says it holds.

@@ -481,3 +481,18 @@ class TestRunResponses:
         assert outputs == [
             {"type": "function_call_output", "call_id": "k", "output": result_text({"contacts": [CONTACTS["p-17"]]})}
         ]
+
+
+async def test_feed_messages_keeps_ids_the_assistant_made_up_from_the_user() -> None:
+    """The assistant writes an id no tool returned; the user repeats it: it is still the assistant's."""
+    async with Monitor(toolset_from_openai(CHAT_TOOLS), policy="observe").episode(task_id="echo") as ep:
+        feed_messages(
+            ep,
+            [
+                {"role": "user", "content": "Who is p-17?"},
+                {"role": "assistant", "content": "p-17 is Fredrik; his manager is p-99."},
+                {"role": "user", "content": "Then text p-99 instead."},
+            ],
+        )
+        assert ep.state.user_said("p-17") and not ep.state.agent_made_up("p-17")
+        assert ep.state.agent_made_up("p-99") and not ep.state.user_said("p-99")

@@ -250,3 +250,73 @@ class TestThroughAMonitor:
             ep.user("The order ID is W8855135.")
             verdict = ep.check("get_order_details", {"order_id": "#W8855135"})
         assert verdict.executable, verdict.reason
+
+
+class TestIdsTheAgentMadeUp:
+    """An id the agent wrote before it was given one, then repeated by the user, is not stated.
+
+    A real τ² airline run: the agent writes a table of "available direct flights" (HAT900 to
+    HAT904) that no search returned; the user picks "flight HAT902"; the booking fails with
+    ``Flight HAT902 not found``. What the user repeats from the agent is no evidence the id exists.
+    """
+
+    MADE_UP = "Available direct flights:\n| May 27 | HAT902 | 07:00 | $500 |\n| May 28 | #W7777777 | ... |"
+
+    def test_repeated_by_the_user_it_is_still_the_agents(self) -> None:
+        state = TrackedState()
+        state.agent_wrote(self.MADE_UP)
+        state.inform("I'd like the May 28 one, #W7777777 please.", user=True)
+        assert not state.user_said("#W7777777") and state.agent_made_up("W7777777")
+        reason = _dependency(state, "get_order_details", {"order_id": "#W7777777"})
+        assert reason is not None and "first written by the agent itself" in reason
+
+    def test_ids_the_agent_was_given_are_not_its_own(self) -> None:
+        """The user said it first, a tool returned it first, or a tool returns it later."""
+        said_first = _state(user=("my order is W7777777",))
+        said_first.agent_wrote("Looking up order #W7777777 now.")
+        said_first.inform("yes, #W7777777", user=True)
+        assert _dependency(said_first, "get_order_details", {"order_id": "#W7777777"}) is None
+
+        returned_first = TrackedState()
+        _ran(returned_first, "get_user_details", {"user_id": "u"}, json.dumps({"orders": ["#W7777777"]}))
+        returned_first.agent_wrote("You have one order, #W7777777.")
+        assert _dependency(returned_first, "get_order_details", {"order_id": "#W7777777"}) is None
+        assert not returned_first.agent_made_up("#W7777777")
+
+        returned_later = TrackedState()
+        returned_later.agent_wrote(self.MADE_UP)
+        _ran(returned_later, "get_user_details", {"user_id": "u"}, json.dumps({"orders": ["#W7777777"]}))
+        assert _dependency(returned_later, "get_order_details", {"order_id": "#W7777777"}) is None
+
+    def test_words_and_amounts_are_not_ids(self) -> None:
+        state = TrackedState()
+        state.agent_wrote("The total is $500 for 2 passengers, on 2024-05-27 at 07:00.")
+        assert not state._agent_ids
+
+    async def test_a_transcript_replay_reads_the_agents_text(self) -> None:
+        """:func:`replay_messages` feeds assistant text, so the echoed id is refused."""
+        from prefixmon.adapters.transcripts import replay_messages
+
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": "Which orders do I have?"},
+            {"role": "assistant", "content": "You have order #W7777777 (a lamp)."},
+            {"role": "user", "content": "Right, cancel #W7777777."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_order_details", "arguments": '{"order_id": "#W7777777"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "Error: order not found"},
+        ]
+        async with Monitor(TOOLS, policy="observe").episode(task_id="t") as ep:
+            await replay_messages(ep, messages)
+            ep.finish("failure")
+        assert ep.record is not None
+        action = ep.record.actions[0]
+        assert action.cause is Cause.DEPENDENCY and "first written by the agent" in (action.reason or "")

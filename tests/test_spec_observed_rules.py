@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from prefixmon import Cause, Monitor, SpecError, Toolset
-from prefixmon.specfile import parse_spec
+from prefixmon.specfile import load_spec, parse_spec
 
 pytest.importorskip("cel_expr_python")
 
@@ -212,6 +212,43 @@ class TestConstructs:
             )
 
 
+class TestIdFormats:
+    """``pattern``: an id written in a form the domain never uses fails before the call (schema)."""
+
+    SPEC = """\
+schema: prefixmon.spec/1
+tools:
+  get_user_details: {access: read, args: {user_id: {pattern: "[a-z]+_[a-z]+_[0-9]+"}}}
+  book: {access: write, args: {"flights[].flight_number": {pattern: "HAT[0-9]{3}"}}}
+"""
+
+    def tools(self) -> Toolset:
+        return Toolset.from_openai(DESK, error_result=_error).apply_spec(parse_spec(self.SPEC))
+
+    async def test_a_name_for_a_user_id(self) -> None:
+        """ "I'm Anya Garcia" and the agent sends the name as the user id."""
+        v = await _verdicts(self.tools(), [("get_user_details", {"user_id": "Anya Garcia"}, "Error: user not found")])
+        assert v[0].cause is Cause.SCHEMA and "'Anya Garcia'" in (v[0].reason or ""), v[0].reason
+        v = await _verdicts(self.tools(), [("get_user_details", {"user_id": "anya_garcia_5901"}, "{}")])
+        assert v[0].executable, v[0].reason
+
+    async def test_inside_list_items(self) -> None:
+        flights = [{"flight_number": "HAT233", "date": "2024-05-24"}, {"flight_number": "UA 233", "date": "2024-05-24"}]
+        v = await _verdicts(self.tools(), [("book", {"flights": flights}, "Error: x")])
+        assert v[0].cause is Cause.SCHEMA and "flights[1].flight_number" in (v[0].reason or ""), v[0].reason
+
+    async def test_the_whole_value_must_match(self) -> None:
+        """A pattern matches in full: a well-formed id inside other text is still another form."""
+        v = await _verdicts(self.tools(), [("get_user_details", {"user_id": "id anya_garcia_5901"}, "Error: x")])
+        assert v[0].cause is Cause.SCHEMA
+
+    def test_a_bad_pattern_is_named_with_its_line(self, tmp_path: Path) -> None:
+        spec = tmp_path / "bad.yaml"
+        spec.write_text("schema: prefixmon.spec/1\ntools:\n  get_user_details:\n    args: {user_id: {pattern: '[a-z'}}\n")
+        with pytest.raises(SpecError, match=r"bad\.yaml:4: .*not a regular expression"):
+            load_spec(spec)
+
+
 SHOP = [
     _fn("get_product_details", product_id=STR),
     _fn("get_order_details", order_id=STR),
@@ -365,6 +402,18 @@ class TestAirlineSpecs:
         )
         assert v[-1].executable, v[-1].reason
 
+    async def test_ids_in_a_form_the_domain_never_uses(self, tools: Any) -> None:
+        """A name or a reservation id sent as the user id; a reservation id in lower case."""
+        for name, args in (
+            ("get_user_details", {"user_id": "Lena Ortiz"}),
+            ("get_user_details", {"user_id": "K2L9QP"}),
+            ("get_reservation_details", {"reservation_id": "k2l9qp"}),
+        ):
+            v = await _verdicts(tools(), [(name, args, "Error: not found")], user=AIR_SAYS)
+            assert v[0].cause is Cause.SCHEMA, (args, v[0])
+        v = await _verdicts(tools(), AIR_READS[:2], user=AIR_SAYS)
+        assert all(x.executable for x in v)
+
     async def test_total_does_not_add_up(self, tools: Any) -> None:
         pay = [{"payment_id": "credit_card_3303", "amount": 110}]  # the old reservation's price, not the fare searched
         await self.check(tools, ("book_reservation", air_booking(payments=pay), "Error: x"), "do not add up")
@@ -447,6 +496,14 @@ class TestRetailSpecs:
         v = await _verdicts(tools(), [*RETAIL_READS, call], user="I'm omar_lind_7781.")
         assert v[-1].cause is Cause.PRECONDITION, v[-1]
         assert rule in (v[-1].reason or ""), v[-1].reason
+
+    async def test_an_order_id_without_its_w(self, tools: Any) -> None:
+        """The user says "order 9502127": ``#9502127`` is no order id, ``#W9502127`` is the one meant."""
+        says = "My order number is 9502127."
+        v = await _verdicts(tools(), [("get_order_details", {"order_id": "#9502127"}, "Error: order not found")], user=says)
+        assert v[0].cause is Cause.SCHEMA and "#W[0-9]{7}" in (v[0].reason or ""), v[0].reason
+        v = await _verdicts(tools(), [("get_order_details", {"order_id": "#W9502127"}, "{}")], user=says)
+        assert v[0].executable, v[0].reason
 
     async def test_exchange_of_a_pending_order(self, tools: Any) -> None:
         args = {

@@ -143,6 +143,8 @@ async def _replay_messages(ep: Episode, env: Tau2Env, messages: Sequence[Mapping
             ep.user(content)
         elif role == "system" and isinstance(content, str):
             ep.inform(content)
+        elif role == "assistant" and isinstance(content, str) and content:
+            ep.assistant(content)
         for call in message.get("tool_calls") or ():
             if not isinstance(call, Mapping):
                 continue
