@@ -369,6 +369,9 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
         for message in state.get("messages", ()):
             if isinstance(message, HumanMessage):
                 episode.user(_text(message.content))
+            elif isinstance(message, AIMessage):
+                if text := _text(message.content):
+                    episode.assistant(text)
             elif isinstance(message, ToolMessage):
                 episode.inform(_result_value(message))
         self._live[episode.id] = _Live(episode=episode)

@@ -65,6 +65,7 @@ try:
         ModelResponse,
         ModelRetry,
         RunContext,
+        TextPart,
         ToolCallPart,
         ToolFailed,
         ToolReturnPart,
@@ -295,7 +296,10 @@ class MonitorCapability(AbstractCapability[Any]):
         task_id = self.task_id(ctx) if callable(self.task_id) else self.task_id
         episode = self.monitor.open_episode(task_id, labels)
         for message in ctx.messages:
-            if not isinstance(message, ModelRequest):
+            if isinstance(message, ModelResponse):
+                for said in message.parts:
+                    if isinstance(said, TextPart) and said.content:
+                        episode.assistant(said.content)
                 continue
             for part in message.parts:
                 if isinstance(part, UserPromptPart):

@@ -624,3 +624,47 @@ class TestDeeplyNestedResults:
         (record,) = records
         assert [(a.call_id, a.decision, a.reached_environment) for a in record.actions] == [("d2", Decision.ALLOW, True)]
         assert record.status != "error"
+
+
+@pytest.mark.parametrize(("first", "executable"), [("agent", False), ("user", True)])
+async def test_an_id_the_model_made_up_in_an_earlier_turn(first: str, executable: bool) -> None:
+    """History: the model wrote flight HAT902 no tool returned, the user repeats it: the booking is refused.
+
+    When the user named it first, the same booking runs.
+    """
+    from prefixmon import Ref
+
+    said = "Book flight HAT902 for me." if first == "user" else "Which direct flights are there?"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return call("book", {"flight_number": "HAT902"}, "b1")
+        return AIMessage("done")
+
+    @tool
+    def book(flight_number: str) -> str:
+        """Book a flight."""
+        return "Error: Flight HAT902 not found"
+
+    rules = Toolset()
+    rules.add_schema(
+        "book",
+        {"type": "object", "properties": {"flight_number": {"type": "string"}}},
+        refs={"flight_number": Ref("flight_number", user=True)},
+    )
+    records: list[EpisodeRecord] = []
+    monitor = Monitor(rules, policy="block", sink=records.append)
+    agent = create_agent(ScriptedChatModel(script=script), tools=[book], middleware=[MonitorMiddleware(monitor)])
+    await agent.ainvoke(
+        {
+            "messages": [
+                HumanMessage(said),
+                AIMessage("Direct flights: | May 27 | HAT902 | $500 |"),
+                HumanMessage("Yes, HAT902 please."),
+            ]
+        }
+    )
+    (record,) = records
+    assert record.actions[0].executable is executable, record.actions[0].reason
+    if not executable:
+        assert "first written by the agent itself" in (record.actions[0].reason or "")

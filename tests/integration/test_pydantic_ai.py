@@ -507,3 +507,44 @@ class TestEpisodeLifetime:
         assert tool.parent is not None and episode.context is not None
         assert tool.parent.span_id == episode.context.span_id
         assert episode.attributes is not None and episode.attributes["prefixmon.episode.id"] == app.records[0].episode_id
+
+
+@pytest.mark.parametrize(("first", "executable"), [("agent", False), ("user", True)])
+async def test_an_id_the_model_made_up_in_an_earlier_turn(first: str, executable: bool) -> None:
+    """History: the model wrote flight HAT902 no tool returned, the user repeats it: the booking is refused.
+
+    When the user named it first, the same booking runs.
+    """
+    from pydantic_ai.messages import UserPromptPart
+
+    said = "Book flight HAT902 for me." if first == "user" else "Which direct flights are there?"
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(said)]),
+        ModelResponse(parts=[TextPart("Direct flights: | May 27 | HAT902 | $500 |")]),
+    ]
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if sum(isinstance(m, ModelResponse) for m in messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("book", {"flight_number": "HAT902"}, tool_call_id="b1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    rules = Toolset()
+    rules.add_schema(
+        "book",
+        {"type": "object", "properties": {"flight_number": {"type": "string"}}},
+        refs={"flight_number": Ref("flight_number", user=True)},
+    )
+    records: list[EpisodeRecord] = []
+    agent: Agent[None, str] = Agent(
+        FunctionModel(script), capabilities=[MonitorCapability(Monitor(rules, policy="block", sink=records.append))]
+    )
+
+    @agent.tool_plain
+    def book(flight_number: str) -> str:
+        return "Error: Flight HAT902 not found"
+
+    await agent.run("Yes, HAT902 please.", message_history=history)
+    (record,) = records
+    assert record.actions[0].executable is executable, record.actions[0].reason
+    if not executable:
+        assert "first written by the agent itself" in (record.actions[0].reason or "")
