@@ -69,6 +69,17 @@ def _tools() -> Toolset:
 TOOLS = _tools()
 
 
+def flight_booking() -> Toolset:
+    """``book(flight_number)``, whose flight number must have been returned by a tool or said by the user."""
+    tools = Toolset()
+    tools.add_schema(
+        "book",
+        {"type": "object", "properties": {"flight_number": {"type": "string"}}},
+        refs={"flight_number": Ref("flight_number", user=True)},
+    )
+    return tools
+
+
 def _state(*, user: tuple[str, ...] = ()) -> TrackedState:
     state = TrackedState()
     for text in user:

@@ -20,6 +20,7 @@ from prefixmon.adapters.taubench.sandbox import is_error_result
 from prefixmon.adapters.taubench.toolsets import STORED_AS_GIVEN, toolset
 
 from .test_tau2_signature_schemas import variants
+from .test_taubench import BOOKING
 
 
 def accepts(tools: Toolset, name: str, args: dict[str, Any]) -> bool:
@@ -34,17 +35,9 @@ def accepts(tools: Toolset, name: str, args: dict[str, Any]) -> bool:
 # -- τ-bench v1 ---------------------------------------------------------------------------------
 # mia_li_3668 books JFK -> ATL -> SEA on 2024-05-20 in economy: 152 + 103 = 255
 V1_BOOKING: dict[str, Any] = {
-    "user_id": "mia_li_3668",
-    "origin": "JFK",
-    "destination": "SEA",
-    "flight_type": "one_way",
-    "cabin": "economy",
-    "flights": [{"flight_number": "HAT136", "date": "2024-05-20"}, {"flight_number": "HAT039", "date": "2024-05-20"}],
-    "passengers": [{"first_name": "Mia", "last_name": "Li", "dob": "1990-04-05"}],
+    **BOOKING,
     "payment_methods": [{"payment_id": "credit_card_4421486", "amount": 255}],
     "total_baggages": 0,
-    "nonfree_baggages": 0,
-    "insurance": "no",
 }
 
 

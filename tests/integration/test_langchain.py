@@ -23,6 +23,7 @@ from prefixmon import Cause, Decision, Deny, EpisodeRecord, Monitor, Outcome, Po
 from prefixmon.adapters.langchain import MonitorMiddleware, interrupt_escalation, parse_answer
 
 from ..test_bounds import collections_watched
+from ..test_real_traffic_ids import flight_booking
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -632,8 +633,6 @@ async def test_an_id_the_model_made_up_in_an_earlier_turn(first: str, executable
 
     When the user named it first, the same booking runs.
     """
-    from prefixmon import Ref
-
     said = "Book flight HAT902 for me." if first == "user" else "Which direct flights are there?"
 
     def script(messages: list[BaseMessage]) -> AIMessage:
@@ -646,12 +645,7 @@ async def test_an_id_the_model_made_up_in_an_earlier_turn(first: str, executable
         """Book a flight."""
         return "Error: Flight HAT902 not found"
 
-    rules = Toolset()
-    rules.add_schema(
-        "book",
-        {"type": "object", "properties": {"flight_number": {"type": "string"}}},
-        refs={"flight_number": Ref("flight_number", user=True)},
-    )
+    rules = flight_booking()
     records: list[EpisodeRecord] = []
     monitor = Monitor(rules, policy="block", sink=records.append)
     agent = create_agent(ScriptedChatModel(script=script), tools=[book], middleware=[MonitorMiddleware(monitor)])

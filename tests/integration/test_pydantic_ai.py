@@ -51,6 +51,8 @@ from prefixmon import (
 )
 from prefixmon.adapters.pydantic_ai import MonitorCapability, deferred_approval
 
+from ..test_real_traffic_ids import flight_booking
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
@@ -528,12 +530,7 @@ async def test_an_id_the_model_made_up_in_an_earlier_turn(first: str, executable
             return ModelResponse(parts=[ToolCallPart("book", {"flight_number": "HAT902"}, tool_call_id="b1")])
         return ModelResponse(parts=[TextPart("done")])
 
-    rules = Toolset()
-    rules.add_schema(
-        "book",
-        {"type": "object", "properties": {"flight_number": {"type": "string"}}},
-        refs={"flight_number": Ref("flight_number", user=True)},
-    )
+    rules = flight_booking()
     records: list[EpisodeRecord] = []
     agent: Agent[None, str] = Agent(
         FunctionModel(script), capabilities=[MonitorCapability(Monitor(rules, policy="block", sink=records.append))]
