@@ -51,7 +51,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError('pip install "prefixmon[openai]"') from e
 from pydantic import BaseModel
 
-from prefixmon import Episode, EpisodeRecord, Monitor, Outcome, PendingCall, ToolBlocked, Toolset
+from prefixmon import Episode, EpisodeRecord, Monitor, Outcome, PendingCall, ToolBlocked, ToolCall, Toolset
 from prefixmon.episode import cancellation
 from prefixmon.specfile import SpecFile
 
@@ -139,13 +139,21 @@ async def _execute(pending: PendingCall, execute: Executor | None) -> Any:
     return await pending.run(lambda args: execute(name, args))  # inside the observers' contexts
 
 
-async def _run_one(
-    episode: Episode, name: str, arguments: str, call_id: str | None, execute: Executor | None, raise_errors: bool
-) -> str:
-    try:
-        pending = await episode.begin(name, arguments, call_id=call_id)
-    except ToolBlocked as blocked:
-        return str(blocked)
+async def _run_batch(
+    episode: Episode, calls: list[tuple[str, str | None, str]], execute: Executor | None, raise_errors: bool
+) -> list[tuple[str | None, str]]:
+    """Judge the calls of one message as a batch, then run the admitted ones in order: (call id, reply text)."""
+    begun = await episode.begin_batch(
+        [ToolCall(name=name, args=arguments, call_id=call_id) for name, call_id, arguments in calls]
+    )
+    replies: list[tuple[str | None, str]] = []
+    for (_, call_id, _), pending in zip(calls, begun, strict=True):
+        text = str(pending) if isinstance(pending, ToolBlocked) else await _run_one(pending, execute, raise_errors)
+        replies.append((call_id, text))
+    return replies
+
+
+async def _run_one(pending: PendingCall, execute: Executor | None, raise_errors: bool) -> str:
     try:
         result = await _execute(pending, execute)
     except ToolBlocked as blocked:  # an observed call of an undeclared tool, and no execute= to run it
@@ -196,8 +204,10 @@ async def run_tool_calls(
 ) -> list[ChatCompletionToolMessageParam]:
     """Run every tool call of a chat completions assistant message through ``episode``.
 
-    Calls run one after another in message order (consecutive depths). A blocked call is
-    not run; its reply is the monitor's model-readable reason.
+    The calls are judged together, as one batch (:meth:`Episode.begin_batch`: none sees what
+    another returns; a reference only a sibling produces is refused and names it), then run
+    one after another in message order (consecutive depths). A blocked call is not run; its
+    reply is the monitor's model-readable reason.
 
     Args:
         episode: the running episode.
@@ -209,11 +219,10 @@ async def run_tool_calls(
     Returns:
         One ``{"role": "tool", "tool_call_id": ..., "content": ...}`` per call, in order.
     """
-    replies: list[ChatCompletionToolMessageParam] = []
-    for name, call_id, arguments in _chat_calls(message):
-        content = await _run_one(episode, name, arguments, call_id, execute, raise_errors)
-        replies.append({"role": "tool", "tool_call_id": call_id or "", "content": content})
-    return replies
+    return [
+        {"role": "tool", "tool_call_id": call_id or "", "content": content}
+        for call_id, content in await _run_batch(episode, _chat_calls(message), execute, raise_errors)
+    ]
 
 
 def assistant_message_param(message: ChatCompletionMessage) -> ChatCompletionAssistantMessageParam:
@@ -287,11 +296,10 @@ async def run_function_calls(
     Returns:
         One ``{"type": "function_call_output", "call_id": ..., "output": ...}`` per call.
     """
-    outputs: list[FunctionCallOutput] = []
-    for name, call_id, arguments in _function_calls(output):
-        text = await _run_one(episode, name, arguments, call_id, execute, raise_errors)
-        outputs.append({"type": "function_call_output", "call_id": call_id, "output": text})
-    return outputs
+    return [
+        {"type": "function_call_output", "call_id": call_id, "output": text}
+        for call_id, text in await _run_batch(episode, _function_calls(output), execute, raise_errors)
+    ]
 
 
 def feed_input(episode: Episode, items: str | Iterable[ResponseInputItemParam | Mapping[str, Any]]) -> None:

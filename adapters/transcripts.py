@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import from_json
 
-from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, Toolset
+from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, ToolCall, Toolset
 from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.jsonlines import JsonLine, iter_json_lines, ordinal, too_deep
 from prefixmon.learn import SNIFF_BYTES, Call, Message, Transcript
@@ -164,6 +164,10 @@ class ReplayStats:
     """Calls with no recorded result (a truncated conversation)."""
     divergences: tuple[tuple[str, str], ...] = ()
     """Writes the recorded environment accepted but the replica sandbox rejected."""
+    batches: int = 0
+    """Messages of several calls judged as one batch (:meth:`Episode.begin_batch`)."""
+    recorded_sequences: int = 0
+    """Messages of several calls replayed one by one: a call used what an earlier one returned."""
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -253,14 +257,16 @@ async def replay_messages(ep: Episode, messages: Sequence[Mapping[str, Any]]) ->
     """Feed one conversation into an open episode.
 
     User messages enter the information pool; system and developer messages are
-    information too; each assistant tool call is judged pre-call (``ep.begin``), then its
+    information too; the assistant's text is noted (``ep.assistant``); each assistant tool call
+    is judged pre-call (``ep.begin``; the calls of one message together, ``ep.begin_batch``,
+    unless the message is a recorded sequence: see :func:`_recorded_sequence`), then its
     recorded ``role: tool`` result (matched by ``tool_call_id``, else the next unmatched
     tool message) is applied with ``pending.done``. A ``tool_call_id`` used again in a later
     turn matches each result to the nearest preceding unmatched call with that id.
     """
     matched = _match_results(messages)
     unmatched: list[int] = [i for i, m in enumerate(messages) if m.get("role") == "tool" and m.get("tool_call_id") is None]
-    calls = missing = 0
+    calls = missing = batches = sequences = 0
     for i, message in enumerate(messages):
         role = message.get("role")
         if role == "user":
@@ -270,20 +276,33 @@ async def replay_messages(ep: Episode, messages: Sequence[Mapping[str, Any]]) ->
         elif role == "assistant":
             if isinstance(text := message.get("content"), str) and text:
                 ep.assistant(text)
+            emitted: list[tuple[ToolCall, str | None]] = []
             for j, tool_call in enumerate(message.get("tool_calls") or ()):
                 function = tool_call.get("function") or {}
-                name = str(function.get("name", ""))
-                call_id = tool_call.get("id")
-                calls += 1
                 if (i, j) in matched:
                     result: str | None = _text(messages[matched[i, j]].get("content"))
                 elif unmatched:
                     result = _text(messages[unmatched.pop(0)].get("content"))
                 else:
                     result = None
-                try:
-                    pending = await ep.begin(name, function.get("arguments"), call_id=call_id)
-                except ToolBlocked:
+                call = ToolCall(name=str(function.get("name", "")), args=function.get("arguments"), call_id=tool_call.get("id"))
+                emitted.append((call, result))
+            calls += len(emitted)
+            if len(emitted) > 1 and not _recorded_sequence(ep, emitted):
+                batches += 1
+                begun = await ep.begin_batch([call for call, _ in emitted])
+            else:
+                sequences += len(emitted) > 1
+                begun = None
+            for k, (call, result) in enumerate(emitted):
+                if begun is not None:
+                    pending = begun[k]
+                else:
+                    try:
+                        pending = await ep.begin(call.name, call.args, call_id=call.call_id)
+                    except ToolBlocked as blocked:
+                        pending = blocked
+                if isinstance(pending, ToolBlocked):
                     continue  # recorded as not executable; nothing ran in the replayed state
                 if result is None:
                     missing += 1
@@ -291,7 +310,44 @@ async def replay_messages(ep: Episode, messages: Sequence[Mapping[str, Any]]) ->
                 else:
                     pending.done(result)
     divergences = tuple(getattr(ep.state.env, "divergences", ()))
-    return ReplayStats(calls=calls, missing_results=missing, divergences=divergences)
+    return ReplayStats(
+        calls=calls, missing_results=missing, divergences=divergences, batches=batches, recorded_sequences=sequences
+    )
+
+
+def _recorded_sequence(ep: Episode, emitted: Sequence[tuple[ToolCall, str | None]]) -> bool:
+    """Whether a message's calls were recorded one after another, not emitted together.
+
+    Some agent loops record several rounds of calls as one message (LangChain's, in τ²'s
+    files). A call then uses a value that only an earlier call of the message returned, which
+    a model emitting them together could not have seen: that message is replayed call by call.
+    """
+    results: list[str] = []
+    for call, result in emitted:
+        if results:
+            for value in _strings(call.args):
+                if len(value) >= 3 and not ep.state.seen(value) and any(value in r for r in results):
+                    return True
+        if result:
+            results.append(result)
+    return False
+
+
+def _strings(value: Any, depth: int = 0) -> Iterator[str]:
+    """The string leaves of a call's arguments (JSON text parsed; bounded depth)."""
+    if isinstance(value, (str, bytes)) and depth == 0:
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return
+    if isinstance(value, str):
+        yield value
+    elif depth < 8 and isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v, depth + 1)
+    elif depth < 8 and isinstance(value, list):
+        for v in value:
+            yield from _strings(v, depth + 1)
 
 
 def _outcome(reward: float | None, outcome: str | None) -> str:

@@ -28,6 +28,7 @@ from typing import Any, Final, NoReturn, Protocol
 from . import predicate
 from ._dispatch import NO_OBSERVERS, Entered, start_episode
 from ._probes import probe
+from .batch import Batch
 from .exceptions import SpecError, ToolBlocked
 from .grounding import InformedTexts
 from .policies import Intervention, Resolution
@@ -567,6 +568,13 @@ class Episode:
             verdict = predicate.check_declared(spec, self.monitor.toolset, self.state, name, args, depth, call_id)
             if self._rejected and verdict.args is not None and (repeat := self._rejected.repeat(name, verdict.args)) is not None:
                 verdict = replace(verdict, executable=False, failures=_in_cause_order(verdict.failures, repeat))
+            batch = self.state.batch
+            if (
+                batch is not None
+                and verdict.args is not None
+                and (twice := batch.duplicate(name, verdict.args, spec)) is not None
+            ):
+                verdict = replace(verdict, executable=False, failures=_in_cause_order(verdict.failures, twice))
         except Exception as e:
             return self._check_failed(name, args, depth, call_id, e)
         return self._with_faults(verdict, name) if verdict.faults else verdict
@@ -622,6 +630,42 @@ class Episode:
         """
         admitted = self._admit(name, args, call_id)
         return admitted if type(admitted) is PendingCall else await admitted  # type: ignore[misc]
+
+    async def begin_batch(
+        self, calls: Sequence[ToolCall | tuple[str, Mapping[str, Any] | str | bytes | None] | tuple[str, Any, str | None]]
+    ) -> list[PendingCall | ToolBlocked]:
+        """Emit every call of one assistant message: judge each against the state before the batch.
+
+        What one call returns is applied only when it is reported (``done``), so no call of the
+        batch sees another's result; a reference only a sibling produces is a dependency failure
+        naming it, and a side-effecting call repeated in the batch is reported
+        (:mod:`prefixmon.batch`). The calls take consecutive depths in message order.
+
+        Args:
+            calls: :class:`ToolCall` s or ``(name, args[, call_id])`` tuples.
+
+        Returns:
+            per call, in order, the call to run (report it with ``done`` or ``failed``) or the
+            :class:`ToolBlocked` that says why it is not run (``str()`` is for the model).
+        """
+        batch = [
+            c if isinstance(c, ToolCall) else ToolCall(name=c[0], args=c[1], call_id=c[2] if len(c) > 2 else None) for c in calls
+        ]
+        state = self.state
+        outer, state.batch = state.batch, Batch([c.name for c in batch]) if len(batch) > 1 else None
+        out: list[PendingCall | ToolBlocked] = []
+        try:
+            for i, call in enumerate(batch):
+                if state.batch is not None:
+                    state.batch.index = i
+                try:
+                    admitted = self._admit(call.name, call.args, call.call_id)
+                    out.append(admitted if type(admitted) is PendingCall else await admitted)  # type: ignore[misc]
+                except ToolBlocked as blocked:
+                    out.append(blocked)
+        finally:
+            state.batch = outer
+        return out
 
     async def begin_unchecked(
         self, name: str, args: Mapping[str, Any] | str | bytes | None = None, *, call_id: str | None = None, error: Exception

@@ -216,6 +216,8 @@ def reference_failure(toolset: Toolset, state: TrackedState, spec: ToolSpec, arg
         )
     if ref.user and state.user_said(value):
         return None
+    if state.batch is not None and (sibling := state.batch.sibling_failure(toolset, spec, arg, ref.kind, value)) is not None:
+        return sibling
     producers = toolset.producers_of(ref.kind)
     source = f" ({', '.join(producers)} {'produces' if len(producers) == 1 else 'produce'} them)" if producers else ""
     alt = " or given by the user" if ref.user else ""

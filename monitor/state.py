@@ -12,7 +12,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import from_json
 
@@ -21,6 +21,9 @@ from .grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fo
 from .observed import ObservedObjects
 from .spec import ProducePlan, produce_plan
 from .verdict import quote
+
+if TYPE_CHECKING:
+    from .batch import Batch
 
 __all__ = (
     "MAX_POOL_BYTES",
@@ -140,6 +143,7 @@ class TrackedState:
         "_texts",
         "_user_ids",
         "_user_texts",
+        "batch",
         "depth",
         "env",
         "facts",
@@ -158,6 +162,8 @@ class TrackedState:
         self.env = env
         self.depth = 0
         self.turn = 0
+        self.batch: Batch | None = None
+        """The batch of calls being judged together (:mod:`prefixmon.batch`), if any."""
         self._shared_exposed: frozenset[str] = exposed if type(exposed) is frozenset else frozenset()
         self._exposed: set[str] | None = None if type(exposed) is frozenset else set(exposed or ())
         self._bindings: dict[Hashable, dict[str, Binding]] = {}

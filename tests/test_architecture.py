@@ -60,6 +60,7 @@ CORE: Final = frozenset(
         "monitor",
         "dry_run",
         "repeats",
+        "batch",
     }
 )
 """DESIGN §1: core (spec, state, predicate, policies, episode, monitor, records)."""

@@ -179,7 +179,11 @@ class TestRunToolCalls:
     """One assistant message's tool calls, run through an episode."""
 
     async def test_parallel_calls_get_consecutive_depths_in_order(self) -> None:
-        """Calls of one message run in message order, at depths 1..n, with the model's call ids."""
+        """Calls of one message are judged as one batch and run in message order, at depths 1..n.
+
+        The send uses an id only its sibling search returns: the model could not have seen it,
+        so it is refused and told to wait; sent again in the next message, it runs.
+        """
         contacts = Contacts()
         monitor = monitor_for(contacts)
         message = assistant(
@@ -189,12 +193,24 @@ class TestRunToolCalls:
         )
         async with monitor.episode(task_id="parallel") as ep:
             replies = await run_tool_calls(ep, message)
+            again = await run_tool_calls(ep, assistant(call("call_d", "send_message", '{"person_id": "p-17", "text": "hi"}')))
         assert [r["tool_call_id"] for r in replies] == ["call_a", "call_b", "call_c"]
-        assert json.loads(str(replies[2]["content"])) == {"status": "sent", "to": "+1 555 0100"}
+        assert "search_contacts (call 1 of this batch) produces them but has not returned" in str(replies[2]["content"])
+        assert json.loads(str(again[0]["content"])) == {"status": "sent", "to": "+1 555 0100"}
         assert ep.record is not None
-        assert [(a.depth, a.call_id) for a in ep.record.actions] == [(1, "call_a"), (2, "call_b"), (3, "call_c")]
-        assert ep.record.executable and ep.record.fed == 4
+        assert [(a.depth, a.call_id) for a in ep.record.actions] == [(1, "call_a"), (2, "call_b"), (3, "call_c"), (4, "call_d")]
+        assert ep.record.fed == 3 and ep.record.first_failure is not None
+        assert ep.record.first_failure.cause is Cause.DEPENDENCY
         assert [name for name, _ in contacts.ran] == ["search_contacts", "search_contacts", "send_message"]
+
+    async def test_independent_parallel_calls_are_unaffected(self) -> None:
+        """Two different searches in one message both run."""
+        contacts = Contacts()
+        message = assistant(call("a", "search_contacts", '{"name": "fred"}'), call("b", "search_contacts", '{"name": "olsen"}'))
+        async with monitor_for(contacts).episode(task_id="independent") as ep:
+            await run_tool_calls(ep, message)
+        assert ep.record is not None and ep.record.executable
+        assert [name for name, _ in contacts.ran] == ["search_contacts", "search_contacts"]
 
     @pytest.mark.parametrize(
         "arguments",
@@ -338,10 +354,8 @@ class TestInformationPool:
         """A grounded text is information-executable only after the user message that contains it is fed."""
         rules: dict[str, dict[str, Any]] = {**RULES, "send_message": {"refs": {"person_id": "person_id"}, "grounded": ["text"]}}
         contacts = Contacts()
-        message = assistant(
-            call("c1", "search_contacts", '{"name": "fred"}'),
-            call("c2", "send_message", '{"person_id": "p-17", "text": "running late"}'),
-        )
+        search = assistant(call("c1", "search_contacts", '{"name": "fred"}'))
+        send = assistant(call("c2", "send_message", '{"person_id": "p-17", "text": "running late"}'))
         for fed, executable in ((False, False), (True, True)):
             monitor = Monitor(toolset_from_openai(CHAT_TOOLS, functions=contacts.functions(), rules=rules), policy="observe")
             async with monitor.episode(task_id="grounded") as ep:
@@ -349,7 +363,8 @@ class TestInformationPool:
                     feed_messages(
                         ep, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Text Fredrik: running late"}]
                     )
-                await run_tool_calls(ep, message)
+                await run_tool_calls(ep, search)
+                await run_tool_calls(ep, send)
             assert ep.record is not None and ep.record.executable is executable
             if not executable:
                 assert ep.record.actions[1].cause is Cause.INFORMATION

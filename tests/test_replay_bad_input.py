@@ -317,7 +317,7 @@ class TestRepeatedToolCallIds:
 
     def test_parallel_calls_with_one_id_match_in_order(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """Two calls of one message sharing an id take their results in order."""
-        calls = [{"id": "c", "function": {"name": "f", "arguments": '{"x": 1}'}}] * 2
+        calls = [{"id": "c", "function": {"name": "f", "arguments": f'{{"x": {x}}}'}} for x in (1, 2)]
         messages = [
             {"role": "user", "content": "go"},
             {"role": "assistant", "tool_calls": calls},
