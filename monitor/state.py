@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from .batch import Batch
 
 __all__ = (
+    "MAX_AGENT_IDS",
+    "MAX_AGENT_TEXT",
     "MAX_POOL_BYTES",
     "MAX_TOKENISED_LENGTH",
     "MAX_WALK_DEPTH",
@@ -42,6 +44,10 @@ _NO_PRODUCE: Final[Mapping[str, str]] = MappingProxyType({})
 MAX_TOKENISED_LENGTH: Final = 2_000
 """Strings up to this length are also indexed word by word; longer ones from tool results are
 pooled as their length and hash only (an exact match still counts as seen)."""
+MAX_AGENT_IDS: Final = 10_000
+"""Ids the agent made up that an episode remembers (:meth:`TrackedState.agent_wrote`); past it, no more are noted."""
+MAX_AGENT_TEXT: Final = 100_000
+"""Characters of one agent message read for the ids it states (the rest is not)."""
 MAX_POOL_BYTES: Final = 8 * 2**20
 """About how much memory one episode's information pool may hold verbatim: every pooled string
 counts its length plus 80 bytes (what CPython spends on a small string and its set slot), every
@@ -371,9 +377,9 @@ class TrackedState:
         never count as said by the user (:meth:`user_said`). Not information either: what the
         agent wrote is not something it saw. O(len(text)).
         """
-        if not isinstance(text, str) or not text or len(text) > MAX_TOKENISED_LENGTH:
+        if not isinstance(text, str) or not text or len(self._agent_ids) >= MAX_AGENT_IDS:
             return
-        for form in stated_ids(text):
+        for form in stated_ids(text[:MAX_AGENT_TEXT]):
             if (
                 _id_like(form)
                 and form not in self._user_ids

@@ -331,3 +331,15 @@ class TestIdsTheAgentMadeUp:
         assert ep.record is not None
         action = ep.record.actions[0]
         assert action.cause is Cause.DEPENDENCY and "first written by the agent" in (action.reason or "")
+
+
+def test_a_long_agent_message_and_the_bound() -> None:
+    """A table longer than the pool's word limit is still read; past MAX_AGENT_IDS nothing more is noted."""
+    from prefixmon.state import MAX_AGENT_IDS
+
+    state = TrackedState()
+    state.agent_wrote("| flight | date |\n" + "| HAT100 | May 2 |\n" * 200 + "| HAT902 | May 27 |")
+    assert state.agent_made_up("HAT902")
+    state._agent_ids.update(f"x{i}y" for i in range(MAX_AGENT_IDS))
+    state.agent_wrote("and W1234567")
+    assert not state.agent_made_up("W1234567")
