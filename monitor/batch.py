@@ -45,14 +45,22 @@ DUPLICATE: Final = "duplicate_call"
 class Batch:
     """The calls of one message while they are judged: what siblings produce, which writes were seen."""
 
-    __slots__ = ("_repeated", "_writes", "index", "names")
+    __slots__ = ("_writes", "index", "names", "repeated")
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], toolset: Toolset) -> None:
         self.names = tuple(names)
         self.index = 0
         """The position of the call being judged."""
-        self._repeated = {n for i, n in enumerate(self.names) if n in self.names[:i]}
-        """Tools called more than once in the batch: only their calls can be duplicates."""
+        once: set[str] = set()
+        self.repeated: set[str] = set()
+        """Side-effecting tools called more than once in the batch: only their calls can be duplicates."""
+        for name in self.names:
+            if name in once:
+                spec = toolset.get(name)
+                if spec is None or not spec.metadata.get("read_only"):
+                    self.repeated.add(name)
+            else:
+                once.add(name)
         self._writes: dict[tuple[str, object], tuple[int, Mapping[str, Any]]] = {}
 
     def sibling_producing(self, toolset: Toolset, kind: str) -> tuple[int, str] | None:
@@ -82,9 +90,9 @@ class Batch:
             ),
         )
 
-    def duplicate(self, name: str, args: Mapping[str, Any], spec: ToolSpec | None) -> Failure | None:
+    def duplicate(self, name: str, args: Mapping[str, Any]) -> Failure | None:
         """The finding of a side-effecting call the batch already holds, else ``None`` (and the call is noted)."""
-        if name not in self._repeated or (spec is not None and spec.metadata.get("read_only")):
+        if name not in self.repeated:
             return None
         try:
             key: tuple[str, object] = (name, frozenset(args.items()))  # flat arguments: hashed as they are

@@ -571,8 +571,9 @@ class Episode:
             batch = self.state.batch
             if (
                 batch is not None
+                and name in batch.repeated
                 and verdict.args is not None
-                and (twice := batch.duplicate(name, verdict.args, spec)) is not None
+                and (twice := batch.duplicate(name, verdict.args)) is not None
             ):
                 verdict = replace(verdict, executable=False, failures=_in_cause_order(verdict.failures, twice))
         except Exception as e:
@@ -648,18 +649,21 @@ class Episode:
             per call, in order, the call to run (report it with ``done`` or ``failed``) or the
             :class:`ToolBlocked` that says why it is not run (``str()`` is for the model).
         """
-        batch = [
-            c if isinstance(c, ToolCall) else ToolCall(name=c[0], args=c[1], call_id=c[2] if len(c) > 2 else None) for c in calls
-        ]
         state = self.state
-        outer, state.batch = state.batch, Batch([c.name for c in batch]) if len(batch) > 1 else None
+        outer = state.batch
+        batch = state.batch = (
+            Batch([c.name if type(c) is ToolCall else c[0] for c in calls], self.monitor.toolset) if len(calls) > 1 else None
+        )
         out: list[PendingCall | ToolBlocked] = []
         try:
-            for i, call in enumerate(batch):
-                if state.batch is not None:
-                    state.batch.index = i
+            for i, c in enumerate(calls):
+                if batch is not None:
+                    batch.index = i
                 try:
-                    admitted = self._admit(call.name, call.args, call.call_id)
+                    if type(c) is ToolCall:
+                        admitted = self._admit(c.name, c.args, c.call_id)
+                    else:
+                        admitted = self._admit(c[0], c[1], c[2] if len(c) > 2 else None)
                     out.append(admitted if type(admitted) is PendingCall else await admitted)  # type: ignore[misc]
                 except ToolBlocked as blocked:
                     out.append(blocked)
