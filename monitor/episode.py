@@ -652,7 +652,7 @@ class Episode:
         state = self.state
         outer = state.batch
         batch = state.batch = (
-            Batch([c.name if type(c) is ToolCall else c[0] for c in calls], self.monitor.toolset) if len(calls) > 1 else None
+            Batch([c.name if isinstance(c, ToolCall) else c[0] for c in calls], self.monitor.toolset) if len(calls) > 1 else None
         )
         out: list[PendingCall | ToolBlocked] = []
         try:
@@ -660,7 +660,7 @@ class Episode:
                 if batch is not None:
                     batch.index = i
                 try:
-                    if type(c) is ToolCall:
+                    if isinstance(c, ToolCall):
                         admitted = self._admit(c.name, c.args, c.call_id)
                     else:
                         admitted = self._admit(c[0], c[1], c[2] if len(c) > 2 else None)
