@@ -2,7 +2,9 @@
 
 An expression is compiled and type-checked once, when its spec file is loaded, against the
 variables it may read (``args``, the objects its rule binds, ``constants``); an undeclared name
-or a syntax error is a load-time error. It is evaluated with an activation that holds only
+or a syntax error is a load-time error. :meth:`Expression.tree` gives its checked syntax tree,
+from which :func:`check_reads` checks the fields it reads of values whose JSON Schema is known
+(a spec's arguments and constants). It is evaluated with an activation that holds only
 those variables, so its cost does not depend on the size of the state. A field the
 expression reads that the observed object lacks is *not observed*, which the caller turns
 into an undetermined precondition.
@@ -31,13 +33,35 @@ Beside CEL's standard library, expressions may call:
 
 from __future__ import annotations
 
+import difflib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-__all__ = ("Expression", "ExpressionError", "NotObserved", "compile_expression")
+__all__ = (
+    "Aggregate",
+    "Call",
+    "Comprehension",
+    "Constant",
+    "Expression",
+    "ExpressionError",
+    "Ident",
+    "Node",
+    "NotObserved",
+    "Select",
+    "Shape",
+    "UnknownField",
+    "check_reads",
+    "close_name",
+    "compile_expression",
+    "element_shape",
+    "field_shape",
+    "unknown_field",
+)
 
 INSTALL_HINT: Final = 'pip install "prefixmon[cel]"'
 
@@ -80,6 +104,17 @@ class Expression:
         self.source = source
         self.variables = variables
 
+    def tree(self) -> Node | None:
+        """The checked syntax tree (macros expanded into comprehensions), for the loader's name checks.
+
+        ``None`` when the runtime's serialised form is not the ``cel.expr.CheckedExpr`` this
+        reads (another runtime version): the expression still runs, unchecked beyond CEL's own.
+        """
+        try:
+            return _checked_tree(self._compiled.serialize())
+        except (ValueError, IndexError, KeyError, AttributeError, RuntimeError):
+            return None
+
     def evaluate(self, activation: Mapping[str, Any], lookup: Lookup | None = None) -> Any:
         """The expression's value; ``lookup`` answers its ``seen()`` calls.
 
@@ -116,6 +151,349 @@ def compile_expression(source: str, variables: Iterable[str]) -> Expression:
     except RuntimeError as e:
         raise ExpressionError(_tidy(str(e))) from None
     return Expression(compiled, source, names)
+
+
+# -- the syntax tree ------------------------------------------------------------------------------
+# cel-expr-python has no Python AST; its ``serialize()`` is a ``google.protobuf.Any`` holding a
+# ``cel.expr.CheckedExpr`` (cel-spec's checked.proto / syntax.proto). The few fields the name checks
+# read are decoded here from the wire format, so no generated proto module is needed.
+
+
+@dataclass(frozen=True, slots=True)
+class Ident:
+    """A name: a variable, a macro's loop variable or accumulator."""
+
+    name: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    """``operand.field``; ``test`` for ``has(operand.field)``."""
+
+    operand: Node
+    field: str
+    test: bool
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A function or operator (``_[_]`` is indexing, ``_&&_`` a conjunction); ``target`` for ``x.f(...)``."""
+
+    function: str
+    target: Node | None
+    args: tuple[Node, ...]
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    """A literal; ``value`` holds strings and integers (other literals are ``None``)."""
+
+    value: str | int | None
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """A list, map or message literal: the expressions in it (keys and values)."""
+
+    items: tuple[Node, ...]
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Comprehension:
+    """What ``all``, ``exists``, ``exists_one``, ``map`` and ``filter`` expand to.
+
+    ``iter_var`` (and ``iter_var2``) are bound in ``condition`` and ``step`` to each element of
+    ``range`` (a list's elements, a map's keys); ``accu_var`` in ``condition``, ``step`` and ``result``.
+    """
+
+    iter_var: str
+    iter_var2: str
+    range: Node
+    accu_var: str
+    init: Node
+    condition: Node
+    step: Node
+    result: Node
+    offset: int
+
+
+Node = Ident | Select | Call | Constant | Aggregate | Comprehension
+"""One node of an expression's syntax tree."""
+
+_Fields = dict[int, list[int | bytes]]
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _message(buf: bytes) -> _Fields:
+    """A protobuf message's fields, ``{number: [values]}`` (varints as ints, the rest as bytes)."""
+    out: _Fields = {}
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        wire = key & 7
+        value: int | bytes
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 2:
+            size, i = _varint(buf, i)
+            value, i = buf[i : i + size], i + size
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            value, i = buf[i : i + width], i + width
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+        out.setdefault(key >> 3, []).append(value)
+    return out
+
+
+def _one(fields: _Fields, number: int) -> bytes:
+    values = fields.get(number)
+    value = values[-1] if values else b""
+    if not isinstance(value, bytes):
+        raise ValueError(f"field {number} is not a message")
+    return value
+
+
+def _text(fields: _Fields, number: int) -> str:
+    return _one(fields, number).decode("utf-8")
+
+
+def _number(fields: _Fields, number: int) -> int:
+    values = fields.get(number)
+    value = values[-1] if values else 0
+    if not isinstance(value, int):
+        raise ValueError(f"field {number} is not a number")
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _checked_tree(serialized: bytes) -> Node:
+    """The tree of a serialised ``Any(cel.expr.CheckedExpr)``, with source offsets from its source info."""
+    wrapper = _message(serialized)
+    if not _text(wrapper, 1).endswith("cel.expr.CheckedExpr"):
+        raise ValueError("not a CheckedExpr")
+    checked = _message(_one(wrapper, 2))
+    positions: dict[int, int] = {}
+    for entry in _message(_one(checked, 5)).get(4, []):  # SourceInfo.positions: map<int64, int32>
+        if isinstance(entry, bytes):
+            pair = _message(entry)
+            positions[_number(pair, 1)] = _number(pair, 2)
+    return _node(_one(checked, 4), positions, 0)
+
+
+def _node(buf: bytes, positions: Mapping[int, int], depth: int) -> Node:
+    """One ``cel.expr.Expr``: ``id`` 2, then one of const 3, ident 4, select 5, call 6, list 7, struct 8, comprehension 9."""
+    if depth > 500:
+        raise ValueError("nested too deeply")
+    fields = _message(buf)
+    offset = positions.get(_number(fields, 2), -1)
+
+    def sub(body: _Fields, number: int) -> Node:
+        return _node(_one(body, number), positions, depth + 1)
+
+    if 4 in fields:
+        return Ident(_text(_message(_one(fields, 4)), 1), offset)
+    if 5 in fields:
+        body = _message(_one(fields, 5))
+        return Select(sub(body, 1), _text(body, 2), bool(_number(body, 3)), offset)
+    if 6 in fields:
+        body = _message(_one(fields, 6))
+        target = sub(body, 1) if 1 in body else None
+        args = tuple(_node(a, positions, depth + 1) for a in body.get(3, []) if isinstance(a, bytes))
+        return Call(_text(body, 2), target, args, offset)
+    if 7 in fields:
+        body = _message(_one(fields, 7))
+        return Aggregate(tuple(_node(e, positions, depth + 1) for e in body.get(1, []) if isinstance(e, bytes)), offset)
+    if 8 in fields:
+        items: list[Node] = []
+        for entry in _message(_one(fields, 8)).get(2, []):  # CreateStruct.entries: map_key 3, value 4
+            if isinstance(entry, bytes):
+                body = _message(entry)
+                items += [sub(body, n) for n in (3, 4) if n in body]
+        return Aggregate(tuple(items), offset)
+    if 9 in fields:
+        body = _message(_one(fields, 9))
+        return Comprehension(
+            iter_var=_text(body, 1),
+            iter_var2=_text(body, 8),
+            range=sub(body, 2),
+            accu_var=_text(body, 3),
+            init=sub(body, 4),
+            condition=sub(body, 5),
+            step=sub(body, 6),
+            result=sub(body, 7),
+            offset=offset,
+        )
+    if 3 in fields:  # Constant: int64 3, string 6 (the values name checks use)
+        body = _message(_one(fields, 3))
+        value: str | int | None = _text(body, 6) if 6 in body else _number(body, 3) if 3 in body else None
+        return Constant(value, offset)
+    raise ValueError("an expression node of no known kind")
+
+
+# -- fields an expression reads ---------------------------------------------------------------------
+class UnknownField(ValueError):
+    """An expression or path reads a field its value's schema does not declare; the message names both."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What is known of a value's fields: a JSON Schema node (in its document, for local ``$ref``s) and its name.
+
+    A spec's arguments have the tool's schema, its constants the file's values; observed objects
+    and whatever an expression computes have none (``None``): results show their fields.
+    """
+
+    node: Any
+    root: Any
+    label: str
+    """What has the fields, in a message: ``search``, ``args.payment``, ``an element of args.items``."""
+    noun: str = "field"
+
+
+def close_name(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'query'?`` for a name one typo away from a known one, else nothing."""
+    near = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
+def _schema(node: Any, root: Any) -> Mapping[str, Any] | None:
+    """``node`` with local ``$ref``s followed and a one-branch ``anyOf``/``oneOf``/``allOf`` (an optional value) opened."""
+    for _ in range(32):
+        if not isinstance(node, Mapping):
+            return None
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            if not ref.startswith("#"):
+                return None
+            target: Any = root
+            for part in ref[1:].strip("/").split("/") if ref.strip("#/") else ():
+                target = target.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(target, Mapping) else None
+            node = target
+            continue
+        if "properties" not in node and "items" not in node:
+            branches = next((node[k] for k in ("anyOf", "oneOf", "allOf") if isinstance(node.get(k), list)), None)
+            if branches is not None:
+                kept = [b for b in branches if not (isinstance(b, Mapping) and b.get("type") == "null")]
+                if len(kept) != 1:
+                    return None
+                node = kept[0]
+                continue
+        return node
+    return None
+
+
+def _declared(shape: Shape) -> Mapping[str, Any] | None:
+    """The fields a shape declares when they are all it may have; ``None`` when any name may be one."""
+    node = _schema(shape.node, shape.root)
+    properties = node.get("properties") if node is not None else None
+    if node is None or not isinstance(properties, Mapping):
+        return None
+    extra = node.get("additionalProperties")
+    if extra is True or isinstance(extra, Mapping) or node.get("patternProperties"):
+        return None
+    return properties
+
+
+def unknown_field(shape: Shape | None, field: str) -> str | None:
+    """Why ``field`` is not one of ``shape``'s (``search has no argument 'qery' (...)``), or ``None``."""
+    declared = _declared(shape) if shape is not None else None
+    if shape is None or declared is None or field in declared:
+        return None
+    known = f"its {shape.noun}s: {', '.join(sorted(declared))}" if declared else f"it has no {shape.noun}s"
+    return f"{shape.label} has no {shape.noun} {field!r} ({known}{close_name(field, declared)})"
+
+
+def field_shape(shape: Shape | None, field: str, shown: str) -> Shape | None:
+    """The shape of ``shape``'s ``field`` (written ``shown``).
+
+    Raises:
+        UnknownField: ``shape`` declares its fields and ``field`` is not one: ``shown: why``.
+    """
+    problem = unknown_field(shape, field)
+    if problem:
+        raise UnknownField(f"{shown}: {problem}")
+    declared = _declared(shape) if shape is not None else None
+    if shape is None or declared is None:
+        return None
+    return Shape(declared[field], shape.root, shown)
+
+
+def element_shape(shape: Shape | None, shown: str) -> Shape | None:
+    """The shape of an element of a list-valued ``shape`` (its ``items``), written ``an element of shown``."""
+    node = _schema(shape.node, shape.root) if shape is not None else None
+    items = node.get("items") if node is not None else None
+    if shape is None or not isinstance(items, Mapping):
+        return None
+    return Shape(items, shape.root, f"an element of {shown}")
+
+
+def check_reads(node: Node, scope: Mapping[str, Shape | None]) -> Shape | None:
+    """Check every field an expression reads of a value with a shape; returns the node's own shape.
+
+    A macro's loop variable stands for an element of the list it runs over (a map's keys have
+    no shape) and shadows an outer name of the same spelling; its accumulator has no shape.
+
+    Raises:
+        UnknownField: the first field read that its value does not declare.
+    """
+    if isinstance(node, Ident):
+        return scope.get(node.name)
+    if isinstance(node, Select):
+        return field_shape(check_reads(node.operand, scope), node.field, _written(node))
+    if isinstance(node, Call):
+        if node.target is not None:
+            check_reads(node.target, scope)
+        shapes = [check_reads(arg, scope) for arg in node.args]
+        if node.function == "_[_]" and len(node.args) == 2:
+            key = node.args[1]
+            if isinstance(key, Constant) and isinstance(key.value, str):
+                return field_shape(shapes[0], key.value, _written(node))
+            return element_shape(shapes[0], _written(node.args[0]))
+        return None
+    if isinstance(node, Aggregate):
+        for item in node.items:
+            check_reads(item, scope)
+        return None
+    if isinstance(node, Comprehension):
+        element = element_shape(check_reads(node.range, scope), _written(node.range))
+        check_reads(node.init, scope)
+        inner = {**scope, node.accu_var: None}
+        if node.iter_var2:  # two variables: a list's index and element (a map's key and value)
+            inner.update({node.iter_var: None, node.iter_var2: element})
+        else:
+            inner[node.iter_var] = element
+        check_reads(node.condition, inner)
+        check_reads(node.step, inner)
+        check_reads(node.result, {**scope, node.accu_var: None})
+    return None
+
+
+def _written(node: Node) -> str:
+    """How a node is written, for messages: ``args.items[0].qty``."""
+    if isinstance(node, Ident):
+        return node.name
+    if isinstance(node, Select):
+        return f"{_written(node.operand)}.{node.field}"
+    if isinstance(node, Call) and node.function == "_[_]" and len(node.args) == 2:
+        key = node.args[1]
+        index = json.dumps(key.value) if isinstance(key, Constant) and key.value is not None else "..."
+        return f"{_written(node.args[0])}[{index}]"
+    return "(...)"
 
 
 def _sum(values: list[Any]) -> Any:

@@ -7,12 +7,31 @@ structlog after the monitor was built still takes effect.
 
 from __future__ import annotations
 
+import contextlib
 import logging as std_logging
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
 
-__all__ = ("STDLIB_LOGGER", "get_logger")
+__all__ = ("STDLIB_LOGGER", "get_logger", "listening")
+
+Listener = Callable[[str, dict[str, Any]], bool]
+_LISTENERS: ContextVar[tuple[Listener, ...]] = ContextVar("prefixmon_log_listeners", default=())
+"""Who hears events besides the loggers, in this context (:func:`listening`)."""
+
+
+@contextlib.contextmanager
+def listening(listener: Listener) -> Iterator[None]:
+    """While the block runs (in this context), ``listener(event, fields)`` hears every event logged,
+    whichever route the event takes (structlog or stdlib, configured or not); a listener that
+    returns ``True`` has handled it, and it is not logged. The CLI prints a spec's warnings so."""
+    token = _LISTENERS.set((*_LISTENERS.get(), listener))
+    try:
+        yield
+    finally:
+        _LISTENERS.reset(token)
 
 STDLIB_LOGGER = "prefixmon"
 """The stdlib logger prefixmon's events go to when structlog is not configured."""
@@ -31,6 +50,9 @@ class _Logger:
         self._std = std_logging.getLogger(STDLIB_LOGGER)
 
     def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
+        for listener in _LISTENERS.get():
+            if listener(event, fields):
+                return
         if structlog.is_configured():
             getattr(structlog.get_logger(STDLIB_LOGGER), std_logging.getLevelName(level).lower())(event, **fields)
             return

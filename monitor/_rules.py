@@ -4,18 +4,34 @@ Nothing here is a second predicate: a spec file becomes ordinary :class:`~prefix
 fields (``refs``, ``grounded``, ``produces``, ``invalidates``, ``requires``, ``effects``,
 ``error_result``, ``metadata``, ``probes``), which the predicate checks like hand-written
 ones. Every problem a file can have is found here, when it is applied to a toolset, and
-named with the file and line.
+named with the file and line: among them every name a rule reads that nothing declares (an
+argument the tool's schema lacks, a constant the file does not give, a ``let`` of a kind no
+tool observes), which would otherwise leave the rule undetermined on every call.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from ._cel import Expression, ExpressionError, NotObserved, compile_expression
+from ._cel import (
+    Expression,
+    ExpressionError,
+    Node,
+    NotObserved,
+    Shape,
+    UnknownField,
+    check_reads,
+    close_name,
+    compile_expression,
+    element_shape,
+    field_shape,
+    unknown_field,
+)
 from ._json_depth import loads
 from ._validation import Validator
 from .exceptions import ArgumentError, SpecError
@@ -23,7 +39,7 @@ from .spec import MISSING, Grounded, Precondition, Probe, Produce, Ref, ToolSpec
 from .specfile import LetRule, SpecFile, ToolRules
 from .verdict import ArgumentProblem, Undetermined, quote
 
-__all__ = ("check_probes", "compile_tool")
+__all__ = ("check_kinds", "check_probes", "compile_tool", "observed_kinds")
 
 _TEMPLATE: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
 _STRING: Final = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
@@ -46,29 +62,113 @@ def check_probes(spec: SpecFile, lookup: Callable[[str], ToolSpec | None]) -> No
                     f"{where}: tools.{name}.probes.{i}: {probe.call} is not declared read-only (access: read); "
                     "the monitor only probes with tools that change nothing"
                 )
+            shape = _arguments(target)
+            for key in probe.args:  # a misspelt argument of the probe's tool: the probe fails every time
+                problem = unknown_field(shape, key)
+                if problem:
+                    raise SpecError(f"{where}: tools.{name}.probes.{i}: {problem}")
 
 
-def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) -> ToolSpec:
+def observed_kinds(spec: SpecFile, tools: Iterable[ToolSpec]) -> frozenset[str]:
+    """Object kinds something observes: the file's ``observes`` and those of spec rules already on ``tools``."""
+    kinds = {rule.object for rules in spec.tools.values() for rule in rules.observes}
+    for tool in tools:
+        kinds.update(rule.object for step in _observations(tool) for rule in step.observes)
+    return frozenset(kinds)
+
+
+def check_kinds(spec: SpecFile, tools: Iterable[ToolSpec]) -> list[tuple[str, str, str]]:
+    """A ``let`` of a kind nothing observes is an error; a ``ref`` kind nothing produces is returned, to warn of.
+
+    Returns:
+        ``(FILE:LINE, kind, message)`` of each ``ref`` no tool produces.
+
+    ``tools`` is the whole toolset after the merge (the file's tools compiled). A let nothing can
+    ever bind leaves every rule that reads it undetermined. A ref nothing produces refuses every
+    call with one, unless the user states it (``user: true``) or the episode is given it when it
+    starts (``monitor.episode(bindings=...)``, declared with the file's ``given``), which the
+    loader cannot see: so that one warns rather than fails.
+
+    Raises:
+        SpecError: ``FILE:LINE: what``.
+    """
+    tools = list(tools)
+    observed = observed_kinds(spec, tools)
+    producers: dict[str, set[str]] = {}
+    for tool in tools:
+        for produce in tool.produces:
+            producers.setdefault(produce.kind, set()).add(tool.name)
+        for step in _observations(tool):
+            for kind, _ in step.binders:
+                producers.setdefault(kind, set()).add(tool.name)
+    found: list[tuple[str, str, str]] = []
+    for name, rules in spec.tools.items():
+        for var, let in rules.let.items():
+            if let.object not in observed:
+                kinds = ", ".join(sorted(observed)) or "none"
+                raise SpecError(
+                    f"{spec.where('tools', name, 'let', var)}: tools.{name}.let.{var}: no tool observes objects of kind "
+                    f"{let.object!r} (observed kinds: {kinds}{close_name(let.object, observed)}), "
+                    "so every rule that reads it is undetermined"
+                )
+        for path, arg in rules.args.items():
+            if arg.ref is None or arg.user or arg.ref in producers or arg.ref in spec.given:
+                continue
+            near = difflib.get_close_matches(arg.ref, list(producers), n=1)
+            hint = (
+                f"; did you mean {near[0]!r} (produced by {', '.join(sorted(producers[near[0]]))})?"
+                if near
+                else f"; kinds tools produce: {_listed(producers)}"
+            )
+            where = spec.where("tools", name, "args", path)
+            message = (
+                f"{where}: tools.{name}.args.{path}: no tool produces references of kind {arg.ref!r}, so every call "
+                f"with one is refused unless the episode is given them (monitor.episode(bindings=...); say so with "
+                f"given: [{arg.ref}]){hint}"
+            )
+            found.append((where, arg.ref, message))
+    return found
+
+
+def _listed(producers: Mapping[str, set[str]]) -> str:
+    """``order_id (get_order, list_orders), user_id (find_user)``, or ``none``."""
+    return ", ".join(f"{kind} ({', '.join(sorted(tools))})" for kind, tools in sorted(producers.items())) or "none"
+
+
+def compile_tool(
+    spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec, *, observed: frozenset[str] | None = None
+) -> ToolSpec:
     """``base`` with the file's rules for it merged in (the tool's own rules come first).
+
+    ``observed``: object kinds observed before this file (other files' rules on the toolset),
+    which ``seen()`` may name besides the file's own.
 
     Raises:
         SpecError: a bad argument path, an unknown name in a ``let``, an expression that does
-            not compile or reads an undeclared name; ``FILE:LINE: what``.
+            not compile or reads an undeclared name (an argument the tool's schema does not
+            declare, a constant the file does not give); ``FILE:LINE: what``.
     """
     where = spec.where
-    properties = base.parameters.get("properties") if isinstance(base.parameters, Mapping) else None
+    roots: dict[str, Shape | None] = {"args": _arguments(base), "constants": _constants(spec), **dict.fromkeys(rules.let)}
     for path in rules.args:
-        top = re.split(r"[.\[]", path, maxsplit=1)[0]
-        if isinstance(properties, Mapping) and properties and top not in properties:
-            raise SpecError(
-                f"{where('tools', name, 'args', path)}: tools.{name}.args: {name} has no argument {top!r} "
-                f"(its arguments: {', '.join(sorted(properties))})"
-            )
+        _check_arg_path(roots["args"], path, f"{where('tools', name, 'args', path)}: tools.{name}.args.{path}: ")
     for var, let in rules.let.items():
         for path in let.paths:
             root = path.split(".", 1)[0]
             if root != "args" and root not in rules.let:
                 raise SpecError(f"{where('tools', name, 'let', var)}: tools.{name}.let.{var}: {path!r} starts with no known name")
+            _check_path(roots, path, path, f"{where('tools', name, 'let', var)}: tools.{name}.let.{var}: ")
+    for j, shows in enumerate(rules.observes):
+        prefix = f"{where('tools', name, 'observes', j)}: tools.{name}.observes.{j}: "
+        for path in ((shows.id,) if isinstance(shows.id, str) else shows.id) + tuple(shows.fields.values()):
+            if path.startswith("args."):  # (else a field of the object)
+                _check_path(roots, path, path, prefix)
+    for j, effect in enumerate(rules.effects):
+        _check_path(roots, effect.id, effect.id, f"{where('tools', name, 'effects', j)}: tools.{name}.effects.{j}: ")
+    for j, probe in enumerate(rules.probes):
+        for value in probe.args.values():
+            if isinstance(value, str) and value.split(".", 1)[0] in roots:  # a path, as Probe.arguments reads it
+                _check_path(roots, value, value, f"{where('tools', name, 'probes', j)}: tools.{name}.probes.{j}: ")
     refs = [*base.refs, *((path, Ref(arg.ref, user=arg.user)) for path, arg in rules.args.items() if arg.ref)]
     grounded = (*base.grounded, *(p for p, a in rules.args.items() if a.grounded and p not in base.grounded))
     grounding = {
@@ -84,7 +184,7 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
         *(Produce(kind=k, key=v) for k, v in rules.produces.items() if v not in (".", "*") and v[0] != "~"),
     )
     binders = tuple((k, v) for k, v in rules.produces.items() if v in (".", "*") or v[0] == "~")
-    requires = [*base.requires, *_preconditions(spec, name, rules)]
+    requires = [*base.requires, *_preconditions(spec, name, rules, roots, observed or frozenset())]
     patterns = tuple((path, re.compile(arg.pattern)) for path, arg in rules.args.items() if arg.pattern is not None)
     access = rules.access or spec.defaults.access
     observe = base.observe
@@ -125,6 +225,69 @@ def compile_tool(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec) ->
         metadata=metadata,
         probes=(*base.probes, *probes),
     )
+
+
+# -- names a rule reads ----------------------------------------------------------------------------
+def _arguments(tool: ToolSpec) -> Shape | None:
+    """The shape of a tool's arguments: its parameters schema."""
+    return Shape(tool.parameters, tool.parameters, tool.name, "argument") if isinstance(tool.parameters, Mapping) else None
+
+
+def _constants(spec: SpecFile) -> Shape:
+    """The shape of ``constants``: every key the file gives, and no other."""
+    schema = _value_schema(dict(spec.constants), 0)
+    return Shape(schema, schema, "the file", "constant")
+
+
+def _value_schema(value: Any, depth: int) -> dict[str, Any]:
+    """A closed object schema of a mapping's keys (nested mappings too); other values have none."""
+    if isinstance(value, Mapping) and depth < 32:
+        properties = {str(k): _value_schema(v, depth + 1) for k, v in value.items()}
+        return {"type": "object", "properties": properties, "additionalProperties": False}
+    return {}
+
+
+def _walk(tree: Node, roots: Mapping[str, Shape | None], prefix: str) -> None:
+    """:func:`check_reads` of an expression, its problem a ``SpecError`` after ``prefix`` (``FILE:LINE: where: ``)."""
+    try:
+        check_reads(tree, roots)
+    except UnknownField as e:
+        raise SpecError(f"{prefix}{e}") from None
+
+
+def _check_path(roots: Mapping[str, Shape | None], path: str, shown: str, prefix: str) -> None:
+    """Every step of a dotted path (``args.payment.method``) is a field its value declares, where it declares them."""
+    first, *rest = path.split(".")
+    shape = roots.get(first)
+    walked = first
+    try:
+        for part in rest:
+            walked = f"{walked}.{part}"
+            shape = field_shape(shape, part, shown if walked == path else walked)
+    except UnknownField as e:
+        raise SpecError(f"{prefix}{e}") from None
+
+
+def _check_arg_path(shape: Shape | None, path: str, prefix: str) -> None:
+    """An argument path (``items[].item_id``, relative to the arguments): each name declared, ``[]`` into list items."""
+    walked = "args"
+    for part in path.split("."):
+        name = part.removesuffix("[]")
+        problem = unknown_field(shape, name)
+        if problem:
+            raise SpecError(f"{prefix}{problem}")
+        walked = f"{walked}.{name}"
+        shape = field_shape(shape, name, walked)
+        if part.endswith("[]"):
+            shape = element_shape(shape, walked)
+
+
+def _observations(tool: ToolSpec) -> Iterator[_Observe]:
+    """The spec rules observing a tool's results: its own, then those of earlier files (``then``)."""
+    step = tool.observe
+    while isinstance(step, _Observe):
+        yield step
+        step = step.then
 
 
 class _Patterned:
@@ -171,13 +334,13 @@ def _let(spec: SpecFile, name: str, rules: ToolRules, var: str, i: int) -> LetRu
 _SEEN: Final = re.compile(r"(?<![\w.])seen\s*\(\s*(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')?")
 
 
-def _seen_kinds(spec: SpecFile, name: str, i: int, source: str) -> None:
-    """Every ``seen(kind, ...)`` names, as a string literal, a kind some tool of the file observes.
+def _seen_kinds(spec: SpecFile, name: str, i: int, source: str, before: frozenset[str]) -> None:
+    """Every ``seen(kind, ...)`` names, as a string literal, a kind some tool of the file (or ``before`` it) observes.
 
     Raises:
         SpecError: ``FILE:LINE: what`` (a typo would leave the rule undetermined forever).
     """
-    observed = {rule.object for tool in spec.tools.values() for rule in tool.observes}
+    observed = before | {rule.object for tool in spec.tools.values() for rule in tool.observes}
     where = spec.where("tools", name, "requires", i)
     for m in _SEEN.finditer(source):
         literal = m.group(1)
@@ -191,7 +354,9 @@ def _seen_kinds(spec: SpecFile, name: str, i: int, source: str) -> None:
             )
 
 
-def _preconditions(spec: SpecFile, name: str, rules: ToolRules) -> Iterator[Precondition]:
+def _preconditions(
+    spec: SpecFile, name: str, rules: ToolRules, roots: Mapping[str, Shape | None], observed: frozenset[str]
+) -> Iterator[Precondition]:
     variables = ("args", "constants", *rules.let)
     for i, rule in enumerate(rules.requires):
         if not rule.enabled:
@@ -200,15 +365,20 @@ def _preconditions(spec: SpecFile, name: str, rules: ToolRules) -> Iterator[Prec
         try:
             expression = compile_expression(rule.expr, variables)
         except ExpressionError as e:
-            raise SpecError(f"{where}: tools.{name}.requires.{i}: the expression does not compile: {e}") from None
+            known = f" (it may read {', '.join(variables)})" if "undeclared reference" in str(e) else ""
+            raise SpecError(f"{where}: tools.{name}.requires.{i}: the expression does not compile: {e}{known}") from None
         except ImportError as e:
             raise SpecError(f"{where}: tools.{name}.requires.{i}: CEL preconditions need the cel extra: {e}") from None
-        _seen_kinds(spec, name, i, rule.expr)
+        _seen_kinds(spec, name, i, rule.expr, observed)
+        tree = expression.tree()
+        if tree is not None:
+            _walk(tree, roots, f"{where}: tools.{name}.requires.{i}: ")
         reads = _reads(rule.expr, rules.let)
         for field in _TEMPLATE.findall(rule.message or ""):
             root = field.split(".", 1)[0]
             if root not in variables:
                 raise SpecError(f"{where}: tools.{name}.requires.{i}: the message reads {{{field}}}, which names nothing")
+            _check_path(roots, field, f"the message reads {{{field}}}", f"{where}: tools.{name}.requires.{i}: ")
         needed = _needed(reads, rules.let)
         projections = {var: _fields_read(rule.expr, rule.message or "", var, rules.let) for var in needed}
         check = _Expression(

@@ -13,9 +13,19 @@ verdict must refuse only what the server would refuse:
   the schema does not mention are accepted (``unknown="forbid"`` refuses them,
   ``unknown="allow"`` strips them first as zod does);
 - ``format`` is an annotation unless ``assert_formats=True``;
-- ``coercion="lax"`` accepts what pydantic's lax mode accepts (``"3"`` for an integer, ``1``
-  for a boolean, JSON text for a list argument as the Python MCP SDK pre-parses it, a naive
-  ISO datetime for ``date-time``); ``"strict"`` accepts JSON types as they are (zod, ajv);
+- ``coercion`` says how the server reads values (:data:`Coercion`): ``"lax"`` as pydantic's
+  lax mode (``"3"`` for an integer, ``1`` for a boolean, JSON text for a list argument as the
+  Python MCP SDK pre-parses it, a naive ISO datetime for ``date-time``); ``"strict"`` JSON
+  types as they are (ajv, ``jsonschema``); ``"zod"`` as strict, except what zod may coerce or
+  strip; ``"unknown"`` as any common server may read them;
+- what a mode only *may* accept (:data:`Reading`) is not refused until the server refuses
+  such a value (:meth:`JsonSchemaValidator.learn` reads its answers): under ``"lax"``,
+  ``null`` for an optional argument without a default (a schema rewritten without its
+  ``null`` branch); under ``"zod"``, a number read with ``Number()`` and properties the
+  schema forbids (``z.object`` strips them); under ``"unknown"``, pydantic's lax reading,
+  ``Number()`` and the optional ``null``;
+- ``pattern`` also matches as Python's ``re`` reads it (a Unicode digit for ``\\d``, as
+  pydantic and the Python ``jsonschema`` do), except under ``"zod"`` (JavaScript's reading);
 - only local ``$ref`` s (``#/...``, and ids inside the schema) are resolved. A remote or file
   reference is never fetched: the part it names accepts any value (the monitor cannot know
   what it says, so it refuses nothing because of it) and the reference is listed in
@@ -33,13 +43,28 @@ import math
 import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 import jsonschema_rs
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, SchemaValidator, to_jsonable_python
 
-from ._coercion import LAX_FORMATS, MAX_DEPTH, coerce, json_type, object_nodes, pre_parse, schema_at
+from ._coercion import (
+    LAX_FORMATS,
+    MAX_DEPTH,
+    Reading,
+    Readings,
+    Tolerance,
+    coerce,
+    json_type,
+    object_nodes,
+    optional_without_default,
+    path_text,
+    pre_parse,
+    python_matches,
+    schema_at,
+)
 from ._log import get_logger
 from .exceptions import ArgumentError, SpecError
 from .verdict import ArgumentProblem, Location
@@ -48,6 +73,7 @@ __all__ = (
     "MAX_PROBLEMS",
     "Coercion",
     "JsonSchemaValidator",
+    "Reading",
     "UnknownArguments",
     "Validator",
     "model_validator",
@@ -57,9 +83,14 @@ __all__ = (
 Validator = Callable[[dict[str, Any]], dict[str, Any]]
 """Validates and normalises a dict of arguments; raises :class:`ArgumentError`."""
 
-Coercion: TypeAlias = Literal["lax", "strict"]
-"""``lax``: what pydantic's lax mode accepts (Python MCP SDK / FastMCP servers); ``strict``:
-JSON types as they are (zod, ajv: TypeScript servers)."""
+Coercion: TypeAlias = Literal["lax", "strict", "zod", "unknown"]
+"""How the server reads argument values. ``lax``: what pydantic's lax mode accepts (Python MCP
+SDK / FastMCP servers); ``strict``: JSON types as they are (ajv, ``jsonschema``: mcp 1.x's
+low-level ``Server``); ``zod``: as strict, but a number may be read with JavaScript's
+``Number()`` (``z.coerce.number()`` publishes a plain ``number``) and properties the schema
+forbids may be stripped (``z.object`` publishes ``additionalProperties: false``); ``unknown``:
+not known (a value pydantic's lax mode or ``Number()`` reads as fitting, or ``null`` for an
+optional argument, is not refused until the server refuses one)."""
 
 UnknownArguments: TypeAlias = Literal["schema", "forbid", "allow"]
 """Arguments the schema's ``properties`` do not name: ``schema`` as the schema says
@@ -146,6 +177,8 @@ def _preview(value: Any, limit: int = 40) -> str:
 
 def _got(value: Any) -> str:
     kind = json_type(value)
+    if kind == "null":
+        return "got null"
     if kind in ("array", "object"):
         return f"got an {kind}"
     return f"got {kind} {_preview(value)}"
@@ -316,6 +349,7 @@ class JsonSchemaValidator:
         "_iter_errors",
         "_known",
         "_patterns",
+        "_readings",
         "_root",
         "assert_formats",
         "coercion",
@@ -335,7 +369,7 @@ class JsonSchemaValidator:
         assert_formats: bool = False,
     ) -> None:
         if coercion not in get_args(Coercion):
-            raise SpecError(f"tool {name!r}: coercion must be 'lax' or 'strict', got {coercion!r}")
+            raise SpecError(f"tool {name!r}: coercion must be 'lax', 'strict', 'zod' or 'unknown', got {coercion!r}")
         if unknown not in get_args(UnknownArguments):
             raise SpecError(f"tool {name!r}: unknown must be 'schema', 'forbid' or 'allow', got {unknown!r}")
         self.name = name
@@ -373,6 +407,7 @@ class JsonSchemaValidator:
         self._patterns: tuple[re.Pattern[str], ...] = ()
         if unknown == "forbid" and not _says_extra(prepared):
             self._known, self._patterns = _known_names(prepared)
+        self._readings = Readings(coercion, prepared)
 
     def __repr__(self) -> str:
         options = f"dialect={self.dialect!r}, coercion={self.coercion!r}, unknown={self.unknown!r}"
@@ -389,13 +424,129 @@ class JsonSchemaValidator:
             instance = self._as_json(args)
             if self._is_valid(instance):
                 return args
-        errors = self._errors(instance)
+        errors, _ = self._judge(instance)
+        if errors:
+            raise _error(errors, lambda e: self._hint(e, instance))
+        return args
+
+    def _judge(self, instance: Any) -> tuple[list[jsonschema_rs.ValidationError], list[Tolerance]]:
+        """The errors the server certainly refuses ``instance`` for, and what was tolerated on the way.
+
+        First as the mode certainly reads values, then, where errors remain, as it only may
+        (:data:`Reading`, less what :meth:`learn` ruled out).
+        """
+        errors = self._settled(instance, self._errors(instance))
+        if not errors:
+            return [], []
         repaired = self._repair(instance, errors)
         if repaired is not instance:
-            if self._is_valid(repaired):
-                return args
-            errors = self._errors(repaired)
-        raise _error(errors)
+            errors = self._settled(repaired, self._errors(repaired))
+            if not errors:
+                return [], []
+            instance = repaired
+        if self._readings.may:
+            tolerated, patched = self._tolerate(instance, errors)
+            if tolerated and not self._settled(patched, self._errors(patched)):
+                return [], tolerated
+        return errors, []
+
+    def _settled(self, instance: Any, errors: list[jsonschema_rs.ValidationError]) -> list[jsonschema_rs.ValidationError]:
+        """``errors`` less the pattern mismatches Python's ``re`` matches (outside ``"zod"``)."""
+        if self.coercion == "zod" or not errors:
+            return errors
+        K = jsonschema_rs.ValidationErrorKind
+        out = []
+        for e in errors:
+            if isinstance(e.kind, K.Pattern) and isinstance(e.instance, str) and python_matches(e.kind.pattern, e.instance):
+                continue
+            out.append(e)
+        return out
+
+    def _tolerate(self, instance: Any, errors: list[jsonschema_rs.ValidationError]) -> tuple[list[Tolerance], Any]:
+        """``instance`` as the server may read it where the errors are, and each reading applied."""
+        K = jsonschema_rs.ValidationErrorKind
+        readings = self._readings
+        patch = _Patch(instance)
+        out: list[Tolerance] = []
+        for e in errors:
+            k = e.kind
+            path = list(e.instance_path)
+            if isinstance(k, (K.AdditionalProperties, K.UnevaluatedProperties)):
+                if readings.open("extra", "properties"):
+                    patch.drop(path, k.unexpected)
+                    out.append(Tolerance(location=_loc(path), readings=("extra",), key="properties"))
+                continue
+            if not path or not isinstance(k, (K.Type, K.AnyOf, K.OneOfNotValid, K.Enum, K.Constant)):
+                continue
+            found, value = _value_at(instance, path)
+            if not found:
+                continue
+            node = schema_at(self._root, path)
+            if value is None and optional_without_default(self._root, path, node):
+                if readings.open("absent", where := path_text(path)):
+                    patch.drop(path[:-1], (str(path[-1]),))
+                    out.append(Tolerance(location=_loc(path), readings=("absent",), key=where))
+                continue
+            applied, new, key = readings.read(value, node, len(path))
+            if applied:
+                patch.set(path, new)
+                out.append(Tolerance(location=_loc(path), readings=applied, key=key))
+        return out, patch.root
+
+    def _hint(self, e: jsonschema_rs.ValidationError, instance: Any) -> str:
+        """What a refused type mismatch gets added when some server reads the value as fitting:
+        that this server refused such values before, or the mode that refuses it."""
+        path = list(e.instance_path)
+        if not isinstance(e.kind, jsonschema_rs.ValidationErrorKind.Type) or not path:
+            return ""
+        fitting = []
+        for reading, new, key in self._readings.candidates(e.instance, schema_at(self._root, path), len(path)):
+            patch = _Patch(instance)
+            patch.set(path, new)
+            if not any(list(x.instance_path) == path for x in self._errors(patch.root)):
+                fitting.append((reading, new, key))
+        for reading, _, key in fitting:
+            if self._readings.refused(reading, key):
+                return f" (the server refused such a value for {key} arguments earlier in this session)"
+        for reading, new, _ in fitting:
+            if reading == "lax" and self.coercion != "lax":
+                return f" (read with coercion={self.coercion!r}; coercion='lax' reads it as {_preview(new)})"
+        return ""
+
+    def tolerated(self, args: dict[str, Any]) -> tuple[str, ...]:
+        """What ``args`` fit the schema only by (``"number at 'n'"``): the readings the server
+        may or may not make; empty when they fit as the mode certainly reads them, or not at all."""
+        return tuple(f"{', '.join(t.readings)} at {path_text(t.location) or 'the arguments'!r}" for t in self._tolerated(args))
+
+    def learn(self, args: dict[str, Any], *, refused: bool, error: str = "") -> tuple[str, ...]:
+        """Learn how the server reads values from its answer to a call whose ``args`` this validator passed.
+
+        A call that fit only by readings the server may make (:meth:`tolerated`) tells which
+        it makes: accepted, each reading is confirmed (and never ruled out later); refused as
+        invalid (``refused``; ``error`` is the server's message), the reading is ruled out for
+        values of that type (``null`` for that argument; stripped properties) and such values
+        are refused from then on. When several readings applied, only those at an argument the
+        message names (``"n"``, ``'n'``, ``at n`` or ``n:``) are ruled out.
+
+        Returns:
+            the readings ruled out, as ``"number for integer"`` (empty when nothing changed).
+        """
+        if not self._readings.may:
+            return ()
+        return self._readings.learn(self._tolerated(args), refused=refused, error=error)
+
+    def _tolerated(self, args: dict[str, Any]) -> list[Tolerance]:
+        """The readings ``args`` passed by (none when they fit as the mode certainly reads them, or do not fit)."""
+        try:
+            if self._is_valid(args):  # the common case: nothing to tolerate
+                return []
+            instance: Any = args
+        except ValueError:
+            instance = None
+        try:
+            return self._judge(self._as_json(args) if instance is None else instance)[1]
+        except ArgumentError:
+            return []
 
     def _repair(self, instance: Any, errors: list[jsonschema_rs.ValidationError]) -> Any:
         """``instance`` as the server would read it, changed only where an error is.
@@ -461,14 +612,17 @@ class JsonSchemaValidator:
             )
 
 
-def _error(errors: list[jsonschema_rs.ValidationError]) -> ArgumentError:
+def _error(
+    errors: list[jsonschema_rs.ValidationError], hint: Callable[[jsonschema_rs.ValidationError], str] | None = None
+) -> ArgumentError:
     problems: list[ArgumentProblem] = []
     total = 0
     for e in errors:
+        extra = hint(e) if hint is not None else ""
         for p in _problems(e):
             total += 1
             if len(problems) < MAX_PROBLEMS:
-                problems.append(p)
+                problems.append(replace(p, message=p.message + extra) if extra else p)
     if not problems:  # the validator refused without saying why (should not happen)
         problems.append(ArgumentProblem(kind="root", location=(), message="arguments do not fit the schema"))
         total = 1
@@ -602,7 +756,8 @@ def schema_validator(
     Args:
         name: the tool, for error messages.
         schema: the arguments' schema; its ``$schema`` names the dialect (2020-12 when absent).
-        coercion: ``"lax"`` (pydantic-based servers) or ``"strict"`` (zod / ajv).
+        coercion: how the server reads values (:data:`Coercion`): ``"lax"`` (pydantic-based
+            servers), ``"strict"`` (ajv, ``jsonschema``), ``"zod"`` or ``"unknown"``.
         unknown: arguments the schema does not name: ``"schema"`` (as the schema says),
             ``"forbid"`` or ``"allow"`` (see :data:`UnknownArguments`).
         assert_formats: assert ``format`` (as the coercion mode reads it) instead of treating

@@ -368,6 +368,11 @@ class SpecFile(_Model):
         description="Named values expressions read as constants.<name>. 'now' is the policy's clock (an ISO date-time, "
         "e.g. 2024-05-15T15:00:00): expressions compare dates with it through time(), e.g. time(f.date) < time(constants.now).",
     )
+    given: tuple[str, ...] = Field(
+        default=(),
+        description="Reference kinds the application binds when an episode starts (monitor.episode(bindings=...)): "
+        "a ref of one of these kinds needs no tool that produces it.",
+    )
     defaults: Defaults = Field(default_factory=Defaults)
     tools: dict[str, ToolRules] = Field(default_factory=dict)
     probe_budget: int = Field(default=8, ge=0, description="Probes the monitor makes at most per episode.")

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from . import _rules
 from ._json_depth import MAX_JSON_DEPTH, deep_line, deeper_than
+from ._log import get_logger
 from ._validation import Coercion, UnknownArguments, model_validator, schema_validator
 from .exceptions import SpecError
 from .grounding import MATCHES, GroundingMatch
@@ -284,10 +285,17 @@ class Toolset:
 
         Raises:
             SpecError: the file is bad: ``FILE:LINE: what is wrong`` (an unknown tool, a bad path,
-                an expression that does not compile, ...). Nothing is changed then.
+                an expression that does not compile, a name a rule reads that nothing declares,
+                a ``let`` of a kind nothing observes, ...). Nothing is changed then.
+
+        A ``ref`` kind no tool produces, that the user does not state (``user: true``) and the
+        file does not declare ``given``, is logged as the warning ``spec_ref_never_produced``
+        (every call with one is refused unless the episode is given it when it starts, which
+        the file cannot show).
         """
         loaded = spec if isinstance(spec, SpecFile) else parse_spec(spec) if isinstance(spec, Mapping) else load_spec(spec)
         compiled: dict[str, ToolSpec] = {}
+        observed = _rules.observed_kinds(loaded, self._specs.values())
         for name, rules in loaded.tools.items():
             base = self._specs.get(name)
             if base is None:
@@ -298,10 +306,13 @@ class Toolset:
                         "give its parameters to declare it here"
                     )
                 base = Toolset().add_schema(name, rules.parameters, description=rules.description or "")
-            compiled[name] = _rules.compile_tool(loaded, name, rules, base)
+            compiled[name] = _rules.compile_tool(loaded, name, rules, base, observed=observed)
         _rules.check_probes(loaded, lambda n: compiled.get(n) or self._specs.get(n))
+        found = _rules.check_kinds(loaded, {**self._specs, **compiled}.values())
         for tool in compiled.values():
             self.add(tool, replace=True)
+        for where, kind, message in found:
+            get_logger().warning("spec_ref_never_produced", where=where, kind=kind, message=message)
         return self
 
     @classmethod

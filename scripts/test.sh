@@ -31,5 +31,20 @@ else
   echo "scripts/test.sh: ToolSandbox source not found at $toolsandbox (set PREFIXMON_TOOLSANDBOX_SRC);" \
     "its integration tests will be skipped" >&2
 fi
+# The MCP reference servers (PyPI and npm packages) have their own install script; without them
+# tests/integration/test_mcp_servers.py skips (its reason says the same). Checked as that file checks.
+mcp_dir="${PREFIXMON_MCP_SERVERS:-${XDG_CACHE_HOME:-$HOME/.cache}/prefixmon/mcp-servers}"
+mcp_missing=()
+for need in py/bin/mcp-server-time py/bin/mcp-server-git node/node_modules/@modelcontextprotocol/server-everything \
+  node/node_modules/@modelcontextprotocol/server-filesystem node/node_modules/@modelcontextprotocol/server-memory; do
+  [ -e "$mcp_dir/$need" ] || mcp_missing+=("$mcp_dir/$need")
+done
+for tool in node git; do
+  command -v "$tool" >/dev/null 2>&1 || mcp_missing+=("$tool")
+done
+if [ "${#mcp_missing[@]}" -gt 0 ]; then
+  echo "scripts/test.sh: the MCP reference servers are not installed, so tests/integration/test_mcp_servers.py" \
+    "will be skipped; to run them: bash scripts/mcp_servers.sh (missing: ${mcp_missing[*]})" >&2
+fi
 cd "$root"
 exec "$root/.venv/bin/python" -m pytest "$@"

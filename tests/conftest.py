@@ -6,8 +6,19 @@ import os
 from typing import Annotated, Any
 
 import pytest
+import structlog
 
 from prefixmon import Grounded, Precondition, Ref, Toolset, TrackedState
+
+
+@pytest.fixture(autouse=True)
+def _structlog_as_found() -> Any:
+    """structlog unconfigured after a test that found it so: ``capture_logs`` restores the processors
+    but leaves structlog "configured", which would send later tests' events past the stdlib logger."""
+    configured = structlog.is_configured()
+    yield
+    if not configured and structlog.is_configured():
+        structlog.reset_defaults()
 
 
 def cellular_on(state: TrackedState, args: Any) -> bool:

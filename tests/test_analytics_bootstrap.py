@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from scipy.stats import binomtest  # type: ignore[import-untyped]
 from scipy.stats import bootstrap as scipy_bootstrap
 
 from prefixmon.analytics import build_report, columns_from_records, percentile_interval, render, wilson_interval
-from prefixmon.analytics.bootstrap import resample_sums
+from prefixmon.analytics.bootstrap import resample_blocks, resample_sums
 from prefixmon.analytics.metrics import FloatArray, episode_statistics, group
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record
 from prefixmon.vocabulary import Cause, Outcome
@@ -162,6 +163,33 @@ class TestResampling:
         assert np.allclose(base, chunked, rtol=1e-12, atol=0)
         assert np.allclose(base, shuffled, rtol=1e-12, atol=0)
         assert not np.array_equal(base[counts], other[counts])
+
+    def test_blocks_of_cohorts_hold_the_same_sums(self) -> None:
+        """resample_blocks, a few cohorts at a time, gives every cohort the sums resample_sums does (issue 39).
+
+        The blocks bound memory: every cohort's sums at once were statistics x cohorts x resamples.
+        """
+        records = grid(tasks=12) + [
+            episode(f"x{i}", f"d1-t{i}", {"dataset": "d1", "method": "c"}, 3, 2, True) for i in range(5)
+        ]  # method c ran other tasks: a group of its own
+        columns = columns_from_records(records)
+        g = group(columns, ["method"], "dataset")  # cohorts span both datasets
+        values = episode_statistics(columns, [1, 2])
+        kw: dict[str, Any] = {
+            "cohort": g.cohort,
+            "n_cohorts": len(g.cohort_keys),
+            "task": columns.task,
+            "task_names": columns.task_ids,
+            "stratum": g.stratum,
+            "strata": g.strata,
+            "resamples": 300,
+            "seed": 4,
+        }
+        whole = resample_sums(values, **kw)
+        blocks = list(resample_blocks(values, block_cells=values.shape[1] * 300, **kw))
+        assert [b.tolist() for b, _ in blocks] == [[0], [1], [2]]
+        for members, sums in blocks:
+            np.testing.assert_allclose(sums, whole[:, members], rtol=1e-12, atol=1e-12)  # (chunks sum in another order)
 
     def test_large_sums_stay_exact(self) -> None:
         """Sums beyond single precision's exact range switch the product to double precision."""

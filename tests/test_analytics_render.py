@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from prefixmon.analytics import Report, build_report, load_columns, plot_pec, render, render_table
+from prefixmon.analytics.curves import StepCurve
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record, write_records
 from prefixmon.vocabulary import Cause, Outcome
 
@@ -64,8 +65,9 @@ class TestJson:
     """The ``--format json`` shape is a public contract (DESIGN §6)."""
 
     def test_contract_fields(self, report: Report) -> None:
-        """Each cohort has key, n, value/ci objects, rr.eligible, pec/pec_elig/n_k curves and causes."""
+        """Each cohort has key, n, value/ci objects, rr.eligible, pec/pec_elig/n_k curves (as steps) and causes."""
         doc = json.loads(render(report, "json"))
+        assert doc["schema"] == "prefixmon.report/2"
         assert isinstance(doc["cohorts"], list) and len(doc["cohorts"]) == 2
         for c in doc["cohorts"]:
             assert set(c["key"]) == {"dataset", "model", "method"}
@@ -73,11 +75,17 @@ class TestJson:
             for metric in ("ter", "mean_fed", "auc_pec", "rr", "success"):
                 assert set(c[metric]) >= {"value", "ci"}
             assert isinstance(c["rr"]["eligible"], int)
-            assert len(c["pec"]) == len(c["pec_elig"]) == len(c["n_k"])
+            for name in ("pec", "pec_elig", "n_k"):
+                curve = c[name]
+                assert set(curve) == {"length", "depth", "value"} and curve["length"] == 3
+                assert curve["depth"][0] == 1 and len(curve["depth"]) == len(curve["value"])
             assert set(c["causes"]) == {"schema", "dependency", "precondition", "state_consistency", "information"}
         sloppy = next(c for c in doc["cohorts"] if c["key"]["method"] == "sloppy")
-        assert sloppy["pec"][0] == pytest.approx(sum(1 + i % 4 > 1 for i in range(30)) / 30)  # index 0 = depth 1
-        assert sloppy["n_k"] == [30, 30, 30]
+        # value[j] holds from depth[j] to the next change: PEC(1) = #{FED > 1} / N, and so on
+        assert sloppy["pec"]["depth"] == [1, 2, 3]
+        assert sloppy["pec"]["value"] == pytest.approx([sum(1 + i % 4 > k for i in range(30)) / 30 for k in (1, 2, 3)])
+        assert sloppy["n_k"] == {"length": 3, "depth": [1], "value": [30]}  # every episode reaches depth 3
+        assert StepCurve.from_dict(sloppy["pec"]) == report.cohort(method="sloppy").pec
         low, high = sloppy["ter"]["ci"]
         assert low <= sloppy["ter"]["value"] <= high
         assert sloppy["causes"]["information"] == sloppy["rr"]["eligible"]

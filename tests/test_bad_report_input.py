@@ -486,3 +486,121 @@ class TestPerDepthSizing:
         assert c.n_k[:4] == (2, 2, 2, 1) and c.n_k[-1] == 1
         assert c.pec_elig[3] == 1.0
         assert list(c.pec)[49_999] == 0.5
+
+
+def bare_horizon_cohorts(path: Path, cohorts: int = 200) -> Path:
+    """Issue 39's input: ``cohorts`` one-episode cohorts, each a bare horizon of MAX_HORIZON (40 KB for 200).
+
+    Every eighth episode fails, each at its own depth, so that the curves have steps to keep.
+    """
+    lines = []
+    for i in range(cohorts):
+        fails = i % 8 == 1
+        fed = 1 + 400 * i if fails else MAX_HORIZON + 1
+        record: dict[str, Any] = {
+            "episode_id": f"e{i}",
+            "task_id": f"t{i % 7}",
+            "labels": {"model": f"m{i}"},
+            "horizon": MAX_HORIZON,
+            "fed": fed,
+            "executable": not fails,
+            "actions": [],
+            "started_at": "2026-11-30T00:00:00Z",
+            "ended_at": "2026-11-30T00:00:00Z",
+        }
+        if fails:
+            record["first_failure"] = {"depth": fed, "tool": "t", "cause": "schema", "reason": "r"}
+        lines.append(json.dumps(record, separators=(",", ":")))
+    return write(path, *lines)
+
+
+class TestOutputBoundedByInput:
+    """A report's memory and output grow with what its input holds, not with its horizons (issue 39)."""
+
+    @pytest.mark.parametrize("fmt", ["json", "table", "markdown", "csv"])
+    def test_long_bare_horizons(self, tmp_path: Path, fmt: str) -> None:
+        """200 cohorts of one 100,000-call bare horizon, default bootstrap: under 200 MB and under 5 MB written.
+
+        One value per depth was 6.75 GB and 740 MB of JSON (a MemoryError under 1.5 GB), and
+        every cohort's resampled sums at once 500 MB in any format.
+        """
+        import subprocess
+        import sys
+
+        path = bare_horizon_cohorts(tmp_path / "r.jsonl")
+        assert path.stat().st_size < 45_000  # the issue's file: 34 KB
+        out = tmp_path / f"report.{fmt}"
+        script = (
+            "import resource\n"
+            # a regression fails here in bounded memory and disk, not by filling the machine
+            "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))\n"
+            "from prefixmon._cli import main\n"
+            f"code = main(['report', {str(path)!r}, '--format', {fmt!r}, '--output', {str(out)!r}])\n"
+            # VmHWM: this process's peak since exec (ru_maxrss would include the forking test runner)
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+            "print(code, int(hwm) // 1024)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        code, peak_mb = (int(x) for x in done.stdout.strip().splitlines()[-1].split())
+        assert code == 0
+        assert peak_mb < 200, f"{peak_mb} MB"
+        assert out.stat().st_size < 5_000_000, f"{out.stat().st_size} bytes"
+
+    def test_json_curves_are_the_report_curves(self, tmp_path: Path) -> None:
+        """The JSON keeps each curve's steps only, and they give the value at every depth."""
+        from prefixmon.analytics import build_report
+        from prefixmon.analytics.curves import StepCurve
+
+        report = build_report(load_columns(bare_horizon_cohorts(tmp_path / "r.jsonl")), by=["model"], bootstrap=0)
+        doc = json.loads(json.dumps(report.to_dict()))
+        for c, d in zip(report.cohorts, doc["cohorts"], strict=True):
+            for name in ("pec", "pec_elig", "n_k"):
+                assert d[name]["length"] == MAX_HORIZON and len(d[name]["depth"]) <= 2
+                assert StepCurve.from_dict(d[name]) == getattr(c, name)
+            assert d["n_k"] == {"length": MAX_HORIZON, "depth": [1], "value": [1]}
+        failing = report.cohort(model="m9")  # FED 3601
+        assert failing.pec[3599] == 1.0 and failing.pec[3600] == 0.0 and failing.pec[-1] == 0.0
+        assert doc["cohorts"][report.cohorts.index(failing)]["pec"] == {
+            "length": MAX_HORIZON,
+            "depth": [1, 3601],
+            "value": [1.0, 0.0],
+        }
+
+    def test_sql_engine_rows_follow_the_episodes(self, tmp_path: Path) -> None:
+        """DuckDB: no query returns more than 3 rows per episode, and the report is the in-process one.
+
+        The curves were a grid of every depth: 20 million rows for this input (7 GB and 740 MB of
+        JSON from a 34 KB file). Each query is counted by the engine before its rows are fetched.
+        """
+        pytest.importorskip("duckdb", reason="the duckdb extra is not installed")
+        pytest.importorskip("pyarrow", reason="the parquet extra is not installed")
+        from prefixmon.analytics import build_report
+        from prefixmon.analytics.engines import open_backend
+        from prefixmon.analytics.engines.sql import Backend, Rows, sql_report
+
+        records = bare_horizon_cohorts(tmp_path / "r.jsonl")
+        parquet = tmp_path / "r.parquet"
+        assert main(["export", str(records), "--out", str(parquet)]) == 0
+        inner = open_backend([parquet], "duckdb")
+        bound = 3 * 200
+
+        class Counted(Backend):
+            """The DuckDB backend, refusing a query whose answer would be larger than the bound."""
+
+            dialect = inner.dialect
+
+            def query(self, sql: str) -> Rows:
+                (rows,) = inner.query(f"SELECT COUNT(*) FROM ({sql}) counted")[0]
+                assert int(rows) <= bound, f"{rows} rows: {sql[:200]}"
+                return inner.query(sql)
+
+            def materialize(self, name: str, sql: str) -> None:
+                inner.materialize(name, sql)
+
+        try:
+            got = sql_report(Counted(), bootstrap=0).to_dict()
+        finally:
+            getattr(inner, "close", lambda: None)()
+        assert got == build_report(load_columns(records), bootstrap=0).to_dict()

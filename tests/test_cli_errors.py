@@ -9,6 +9,7 @@ import pytest
 
 from prefixmon import JsonlSink, Monitor, Toolset
 from prefixmon._cli import main
+from prefixmon.analytics.report import SCHEMA
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -55,7 +56,7 @@ class TestReportInputs:
         assert main(["report", str(records), "--format", "json", "--bootstrap", "0", "--output", str(report)]) == 0
         code, err = run(["report", str(report)], capsys)
         assert code == 1
-        assert f"{report} is a prefixmon report (prefixmon.report/1), not episode records" in err
+        assert f"{report} is a prefixmon report ({SCHEMA}), not episode records" in err
         assert "unexpected end of data" not in err
 
     def test_a_pretty_printed_json_document(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

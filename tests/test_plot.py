@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import xml.etree.ElementTree as ET
@@ -13,7 +14,7 @@ import pytest
 from prefixmon import ActionRecord, Cause, EpisodeRecord, Outcome
 from prefixmon._cli import main
 from prefixmon.analytics import Report, build_report, plot_pec
-from prefixmon.analytics.plot import plot_depth
+from prefixmon.analytics.plot import line_styles, plot_depth
 from prefixmon.records import build_record, write_records
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -122,3 +123,73 @@ class TestPlotFromTheCli:
         band = groups(str(tmp_path / "pec.svg"), "band:fails")["band:fails"]
         assert all("nan" not in (p.get("d") or "").lower() for p in band.iter(f"{SVG}path"))
         assert len(list(band.iter(f"{SVG}path"))) == 1  # one unbroken band: an interval at every depth
+
+
+def stroke(element: ET.Element) -> tuple[str, str]:
+    """(colour, dash pattern) of the first path in ``element``; ``solid`` when it has no dashes."""
+    path = next(element.iter(f"{SVG}path"))
+    style = dict(part.split(": ", 1) for part in (path.get("style") or "").split("; ") if ": " in part)
+    return style["stroke"], style.get("stroke-dasharray", "solid")
+
+
+def legend_entries(path: str) -> list[tuple[str, tuple[str, str]]]:
+    """Each legend entry of the first panel: its text and its sample line's (colour, dash pattern)."""
+    root = ET.parse(path, parser=ET.XMLParser(target=ET.TreeBuilder(insert_comments=True))).getroot()
+    legend = next(g for g in root.iter(f"{SVG}g") if g.get("id") == "legend_1")
+    entries: list[tuple[str, tuple[str, str]]] = []
+    sample: tuple[str, str] | None = None
+    for child in legend:
+        gid = child.get("id", "")
+        if gid.startswith("line2d_") and any(True for _ in child.iter(f"{SVG}path")):
+            sample = stroke(child)
+        elif gid.startswith("text_") and sample is not None:
+            comment = next(c for c in child.iter() if not isinstance(c.tag, str))  # a comment's tag is ET.Comment
+            entries.append(((comment.text or "").strip(), sample))
+            sample = None
+    return entries
+
+
+def shared_method(models: int) -> Report:
+    """``models`` cohorts that share the method label (cohort keys model, method), each with its own curve."""
+    records = [
+        dataclasses.replace(
+            episode(i, "react", 3 + i % 3, 2 + (i + m) % 4), episode_id=f"m{m}-{i}", labels={"model": f"m{m}", "method": "react"}
+        )
+        for m in range(models)
+        for i in range(4)
+    ]
+    return build_report(records, by=["model", "method"], bootstrap=0)
+
+
+class TestOneLookPerCohort:
+    """Cohorts that share a label still get their own (colour, line style), and the legend shows each (issue 39)."""
+
+    def test_cohorts_sharing_a_label_are_told_apart(self, tmp_path: Path) -> None:
+        """Six models with one method: colour follows the shared method, so the line styles (four) used to repeat."""
+        report = shared_method(6)
+        path = plot_pec(report, tmp_path / "pec.svg")
+        curves = {gid.removeprefix("pec:"): stroke(g) for gid, g in groups(path, "pec:").items()}
+        assert sorted(curves) == [f"m{m} / react" for m in range(6)]
+        assert len(set(curves.values())) == 6, curves  # no two curves drawn alike
+        entries = legend_entries(path)
+        assert [text.split("  ")[0] for text, _ in entries] == [f"m{m} / react" for m in range(6)]
+        for text, look in entries:  # each legend entry looks like its own curve, and like no other
+            assert look == curves[text.split("  ")[0]], text
+
+    def test_reach_panel_uses_the_same_looks(self, tmp_path: Path) -> None:
+        """The n_k / N curve of a cohort is drawn in its PEC curve's colour and dashes."""
+        path = plot_pec(shared_method(6), tmp_path / "pec.svg")
+        pec = {gid.removeprefix("pec:"): stroke(g)[0] for gid, g in groups(path, "pec:").items()}
+        reach = {gid.removeprefix("reach:"): stroke(g)[0] for gid, g in groups(path, "reach:").items()}
+        assert pec == reach
+
+    @pytest.mark.parametrize("cohorts", [30, 200])
+    def test_more_cohorts_than_colours_and_styles(self, cohorts: int) -> None:
+        """Past the palette (and past every colour x style pair) each cohort still has a look of its own."""
+        records = [
+            dataclasses.replace(episode(i, "react", 2, 3), episode_id=f"e{i}", labels={"model": f"m{i:03d}"})
+            for i in range(cohorts)
+        ]
+        looks = line_styles(build_report(records, by=["model"], bootstrap=0))
+        assert len(looks) == cohorts
+        assert len({(look.colour, look.linestyle) for look in looks.values()}) == cohorts

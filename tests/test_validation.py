@@ -495,15 +495,17 @@ class TestAdapterChoices:
     """How the adapters choose a coercion mode."""
 
     def test_mcp_auto_reads_implementation_info_then_the_dialect(self) -> None:
-        """Implementation info naming the stack wins; else draft-07 (the TypeScript SDK) is strict, no $schema lax."""
+        """Implementation info naming the stack wins; else draft-07 (the TypeScript SDK's zod) is
+        "zod", a schema that says nothing "unknown" (nothing refused that a common server coerces)."""
         mcp = pytest.importorskip("prefixmon.adapters.mcp")
         draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}
-        assert mcp.coercion_for(draft7) == "strict"
-        assert mcp.coercion_for({"type": "object"}) == "lax"
-        assert mcp.coercion_for({"$schema": "https://json-schema.org/draft/2020-12/schema"}) == "lax"
+        assert mcp.coercion_for(draft7) == "zod"
+        assert mcp.coercion_for({"type": "object"}) == "unknown"
+        assert mcp.coercion_for({"$schema": "https://json-schema.org/draft/2020-12/schema"}) == "unknown"
+        assert mcp.coercion_for({"type": "object", "title": "get_weatherArguments"}) == "lax"
         assert mcp.coercion_for(draft7, {"name": "weather", "description": "a FastMCP server"}) == "lax"
-        assert mcp.coercion_for({"type": "object"}, {"name": "acme-typescript-server", "version": "1"}) == "strict"
-        assert mcp.coercion_for({"type": "object"}, {"name": "mcp-servers/everything", "version": "2"}) == "lax"
+        assert mcp.coercion_for({"type": "object"}, {"name": "acme-typescript-server", "version": "1"}) == "zod"
+        assert mcp.coercion_for({"type": "object"}, {"name": "mcp-servers/everything", "version": "2"}) == "unknown"
 
     def test_mcp_declare_tools_uses_it_and_rules_win(self) -> None:
         """declare_tools applies the chosen mode per tool; a rule's own coercion overrides it."""
@@ -516,7 +518,7 @@ class TestAdapterChoices:
         ]
         mcp.declare_tools(tools, listed, rules={"mine": {"coercion": "strict"}})
         modes = {s.name: getattr(s.validate, "coercion", None) for s in tools}
-        assert modes == {"ts": "strict", "py": "lax", "mine": "strict"}
+        assert modes == {"ts": "zod", "py": "unknown", "mine": "strict"}
         with pytest.raises(SpecError, match="coercion"):
             mcp.declare_tools(Toolset(), listed, coercion="loose")
 

@@ -22,19 +22,22 @@ page, re-read when a call names an unlisted tool).
 
 **How argument values are read** (``coercion=``). The schema check refuses only what the
 server would refuse, so it reads values as the server's validator does: ``"lax"`` as
-pydantic's lax mode (Python SDK / ``MCPServer`` servers: ``"3"`` is an integer there),
-``"strict"`` as zod or ajv (TypeScript servers). ``"auto"`` (the client's default) chooses
-per server and tool: the server's implementation info when it names its stack (``python``,
-``fastmcp`` or ``pydantic`` -> lax; ``typescript``, ``node``, ``zod`` or ``ajv`` -> strict),
-else the tool's ``inputSchema``: a declared ``$schema`` of draft-07 or older -> strict (what
-the TypeScript SDK's zod conversion emits), otherwise lax (the Python SDK declares none, and
-lax refuses less). The server middleware guards a Python SDK server, so it reads lax. A
+pydantic's lax mode (``"3"`` is an integer there), ``"strict"`` as ``jsonschema`` or ajv,
+``"zod"`` as zod (strict, but ``z.coerce.number()`` may read ``"3"`` and ``z.object`` strips
+what ``additionalProperties: false`` forbids), ``"unknown"`` as any of them. What a mode only
+*may* accept is let through until the server refuses such a value; its answers teach the
+monitor (per tool and type, and ``null`` per argument). ``"auto"`` (the client's default)
+chooses per server and tool (:func:`coercion_for`): implementation info naming its stack;
+schemas pydantic wrote (``<name>Arguments``) -> lax; ``$schema`` draft-07 (the TypeScript
+SDK) -> zod; mcp 1.x's low-level ``Server`` (``experimental`` capabilities) -> strict; mcp
+2.x's ``MCPServer`` -> lax; else unknown, until a refusal's wording shows zod, pydantic or
+``jsonschema``. The server middleware guards a Python SDK server, so it reads lax. A
 ``rules`` entry's own ``coercion`` wins.
 
 Server errors (``isError`` results, JSON-RPC error answers) are recorded as
 ``state_consistency`` rejections; transport failures (connection closed, read timeout) as
-abandoned calls. Structured results (or JSON text results) feed the information pool and
-bind references.
+abandoned calls. Structured results, and text results that are JSON or a Python literal
+(``str(rows)``), feed the information pool and bind references.
 """
 
 from prefixmon.deprecation import moved_names

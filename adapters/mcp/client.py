@@ -10,12 +10,14 @@ from mcp import Client, MCPError
 from mcp.types import CallToolResult, ListToolsResult, PaginatedRequestParams, Tool
 from mcp_types import CONNECTION_CLOSED
 
-from prefixmon import Episode, Monitor, SpecError, ToolBlocked, Toolset, current_episode
+from prefixmon import Episode, Monitor, PendingCall, SpecError, ToolBlocked, Toolset, current_episode
 from prefixmon.episode import cancellation
 
 from ._common import (
     MAX_LIST_PAGES,
     CoercionChoice,
+    LearnsReadings,
+    Mode,
     SpecSource,
     ToolSession,
     blocked_result,
@@ -24,10 +26,12 @@ from ._common import (
     error_text,
     expose,
     is_error,
+    learn,
     load_source,
     names_of,
     result_value,
     settle,
+    stack_of,
     transport_failure,
 )
 
@@ -46,7 +50,10 @@ class MonitorSession:
             listed; loaded here, so a bad file fails now with its file and line.
         policy: used when ``monitor`` is not given (default ``"block"``).
         coercion: how the server reads argument values; ``"auto"`` (default) chooses from
-            the server's implementation info and each tool's schema (:func:`coercion_for`).
+            the server's implementation info, its capabilities and each tool's schema
+            (:func:`coercion_for`). Tools ``"auto"`` reads as ``"unknown"`` are read as the
+            server's validator reads values once a refusal of the server shows which it is
+            (zod's, pydantic's or ``jsonschema``'s messages).
         **monitor_options: further :class:`Monitor` options (``sink=``, ``observers=``, ...).
 
     Use it as an async context manager (it lists the server's tools on entry), open one
@@ -79,6 +86,12 @@ class MonitorSession:
         self._gone: set[str] = set()
         """Tools an earlier complete listing had and the last one did not: hidden in the episodes."""
         self._connection_lost = False
+        self._listed: dict[str, Tool] = {}
+        """The last listing of each tool (re-declared when the server's validator is learnt)."""
+        self._modes: dict[str, Mode] = {}
+        """The mode ``"auto"`` chose for each tool (without a rule's own ``coercion``)."""
+        self._learnt: Mode | None = None
+        """How the server's validator reads values, as its refusals showed (for tools read as ``"unknown"``)."""
 
     @property
     def toolset(self) -> Toolset:
@@ -122,11 +135,21 @@ class MonitorSession:
                 ep.hide(*self._gone)
         return names
 
-    def _learn(self, tools: Iterable[Tool]) -> None:
+    def _learn(self, tools: Iterable[Tool], *, again: bool = False) -> None:
         tools = list(tools)
         listed = names_of(tools)
+        self._listed.update((t.name, t) for t in tools)
         changed = declare(
-            self.toolset, tools, self.rules, coercion=self.coercion, server_info=self.session.server_info, spec=self.spec
+            self.toolset,
+            tools,
+            self.rules,
+            coercion=self.coercion,
+            server_info=self.session.server_info,
+            capabilities=self.session.server_capabilities,
+            spec=self.spec,
+            modes=self._modes,
+            learnt=self._learnt,
+            again=again,
         )
         self._declared |= listed
         back = self._gone & listed
@@ -193,6 +216,7 @@ class MonitorSession:
             result = await self.session.call_tool(pending.call.name, pending.args, read_timeout_seconds, **kwargs)
         except Exception as exc:
             if not transport_failure(exc):
+                self._refused(learn(pending, exc), pending)
                 pending.failed(exc)
                 raise
             if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
@@ -206,8 +230,23 @@ class MonitorSession:
         if not isinstance(result, CallToolResult):  # pragma: no cover - claimed extension results
             pending.done(result)
             raise TypeError(f"call_tool returned {type(result).__name__}, not CallToolResult")
-        settle(pending, result)
+        self._refused(settle(pending, result), pending)
         return result
+
+    def _refused(self, refusal: str | None, pending: PendingCall) -> None:
+        """A refusal of the server that shows its validator: the tools read as ``"unknown"`` are read
+        as it reads values from then on (the refused call taught the new reading too)."""
+        if refusal is None or self._learnt is not None:
+            return
+        mode = stack_of(refusal)
+        unknown = [self._listed[n] for n, m in self._modes.items() if m == "unknown" and n in self._listed]
+        if mode is None or not unknown:
+            return
+        self._learnt = mode
+        self._learn(unknown, again=True)
+        spec = self.toolset.get(pending.call.name)
+        if spec is not None and isinstance(spec.validate, LearnsReadings):
+            spec.validate.learn(pending.args, refused=True, error=refusal)
 
     def user(self, message: Any) -> None:
         """Add what the user said to the current episode's information pool."""

@@ -51,8 +51,10 @@ class MonitorMiddleware:
         spec: a spec file merged onto the tools as they are listed (see :class:`MonitorSession`).
         policy: used when ``monitor`` is not given (default ``"block"``).
         coercion: how the guarded server reads argument values: ``"lax"`` (default:
-            ``MCPServer`` validates with pydantic's lax mode) or ``"strict"`` (a low-level
-            server that validates with a JSON Schema validator).
+            ``MCPServer`` validates with pydantic's lax mode; ``null`` for an optional
+            argument without a default is let through until the server refuses one),
+            ``"strict"`` (a low-level server that validates with a JSON Schema validator),
+            ``"zod"`` or ``"unknown"``.
         task_id: the episodes' task id (default: the episode id).
         labels: the episodes' labels.
         key: groups calls into episodes (``ctx -> hashable``); default: one episode per

@@ -66,7 +66,9 @@ def _add(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: 
     help_text = getattr(command, "help", "")
     parser = subparsers.add_parser(name, help=help_text, description=getattr(command, "description", help_text))
     command.configure(parser)
-    parser.set_defaults(handler=command.run)
+    # the verb's own parser, so that an option it does not know is reported with its usage
+    # (the innermost verb's default wins: ``bench NAME`` names the benchmark's parser)
+    parser.set_defaults(handler=command.run, verb_parser=parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``prefixmon`` console script; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would report them with the top-level usage, not the verb's
+        verb: argparse.ArgumentParser = getattr(args, "verb_parser", parser)
+        verb.error(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)

@@ -3,9 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .paths import check_inputs, check_output
+
+
+def parquet_name(text: str) -> str:
+    """An argparse type: an output file name ending in ``.parquet`` (any case).
+
+    Export writes Parquet only; a file named ``r.csv`` or ``r.jsonl`` holding Parquet would
+    mislead whoever opens it.
+    """
+    if not text.lower().endswith(".parquet") and not os.path.isdir(text):  # a folder: check_output says so
+        raise argparse.ArgumentTypeError(
+            f"{text}: export writes Parquet (prefixmon.parquet/1) only, so the name must end in .parquet "
+            f"(e.g. {_suggest(text)}); for the metrics as CSV use `prefixmon report RECORDS --format csv`"
+        )
+    return text
+
+
+def _suggest(text: str) -> str:
+    root, _ = os.path.splitext(text)
+    return (root if os.path.basename(root) else os.path.join(root, "episodes")) + ".parquet"
 
 
 class ExportCommand:
@@ -22,7 +42,9 @@ class ExportCommand:
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """The verb's arguments."""
         parser.add_argument("records", nargs="+", metavar="RECORDS", help="episode record files")
-        parser.add_argument("--out", "-o", required=True, metavar="FILE.parquet", help="the Parquet file to write")
+        parser.add_argument(
+            "--out", "-o", required=True, type=parquet_name, metavar="FILE.parquet", help="the Parquet file to write (.parquet)"
+        )
         parser.add_argument(
             "--compression", default="zstd", choices=("zstd", "snappy", "gzip", "none"), help="column compression (default: zstd)"
         )

@@ -9,13 +9,15 @@ user never named or a result computed and then lost.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
 SNIFF_BYTES: Final = 4096
 """How much of an input is read to recognise what kind of file it is."""
-REPORT_SCHEMA: Final = b'"prefixmon.report/1"'
+REPORT_SCHEMA: Final = re.compile(rb'"(prefixmon\.report/[0-9]+)"')
+"""A ``prefixmon report --format json`` document, any version."""
 
 
 class InputProblem(ValueError):
@@ -94,9 +96,9 @@ def not_regular(where: str) -> str:
 def _check_json_lines(where: str, head: bytes) -> None:
     text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     first_line = text.split(b"\n", 1)[0].strip()
-    if REPORT_SCHEMA in text[:400]:
+    if found := REPORT_SCHEMA.search(text[:400]):
         raise InputProblem(
-            f"{where} is a prefixmon report (prefixmon.report/1), not episode records; "
+            f"{where} is a prefixmon report ({found.group(1).decode()}), not episode records; "
             "pass the records file (JSON Lines) the report was built from"
         )
     if first_line in (b"{", b"["):

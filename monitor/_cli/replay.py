@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
+from .._log import listening
 from ..commands import REPLAY_GROUP, ReplayRequest
 from ..records import BadLine
 from . import plugins
@@ -18,6 +21,26 @@ BFCL: str = "bfcl"
 """The source ``--bfcl`` names."""
 TRANSCRIPTS: str = "transcripts"
 """The source ``--tools`` names: OpenAI-messages transcripts over any tool definitions."""
+USAGE: str = (
+    "%(prog)s (--bfcl | --domain DOMAIN) --out RECORDS.jsonl [options] FILE [FILE ...]\n"
+    "       %(prog)s --tools TOOLS.json --out RECORDS.jsonl [options] FILE"
+)
+"""Two forms: a transcripts file is replayed one at a time, against one tools file."""
+
+
+class _Once(argparse.Action):
+    """An option that may be given once: a second value is a usage error, not silently the one used."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        earlier = getattr(namespace, self.dest, None)
+        if earlier is not None:
+            parser.error(
+                f"{option} given twice ({earlier}, then {values}): give one file; "
+                "to replay against the tools of several, merge their JSON lists into one"
+            )
+        setattr(namespace, self.dest, values)
 
 
 class ReplayCommand:
@@ -34,11 +57,19 @@ class ReplayCommand:
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """The verb's arguments; ``--domain`` lists every registered source."""
         domains = [n for n in plugins.names(REPLAY_GROUP) if n not in (BFCL, TRANSCRIPTS)]
-        parser.add_argument("files", nargs="+", metavar="FILE", help="result or transcript files")
+        parser.usage = USAGE
+        parser.add_argument(
+            "files",
+            nargs="+",
+            metavar="FILE",
+            help="result or transcript files; with --tools (and --domain tau-airline / tau-retail) one file",
+        )
         source = parser.add_mutually_exclusive_group(required=True)
         source.add_argument("--bfcl", action="store_true", help="the files are BFCL multi-turn result files")
         source.add_argument("--domain", choices=domains, metavar="DOMAIN", help=f"benchmark domain: {', '.join(domains)}")
-        source.add_argument("--tools", metavar="TOOLS.json", help="OpenAI tool definitions for generic transcripts")
+        source.add_argument(
+            "--tools", action=_Once, metavar="TOOLS.json", help="OpenAI tool definitions (one JSON list) for generic transcripts"
+        )
         parser.add_argument("--out", required=True, metavar="RECORDS.jsonl", help="episode records are written here")
         parser.add_argument(
             "--label", action="append", default=[], type=key_value, metavar="KEY=VALUE", help="label every record"
@@ -89,9 +120,14 @@ class ReplayCommand:
             data=Path(args.data) if args.data else None,
             format=args.format,
         )
-        with contextlib.redirect_stdout(sys.stderr) if args.score_format == "json" else contextlib.nullcontext():
+        before = _stat(out)
+        quiet = contextlib.redirect_stdout(sys.stderr) if args.score_format == "json" else contextlib.nullcontext()
+        with quiet, listening(_print_spec_warning):
             code: int = source.replay(request)  # (a JSON score owns stdout: the source's summary goes to stderr)
-        if code in (0, 1) and not has_content(out):  # a source that found nothing to replay must not look like success
+        wrote = _stat(out) != before
+        if code in (0, 1) and (wrote or code == 0) and not has_content(out):
+            # a source that found nothing to replay must not look like success; one that failed before
+            # writing anything (a bad spec, a missing extra) has said why, and the transcripts are not to blame
             files = ", ".join(args.files)
             print(
                 f"prefixmon replay: error: no episode was replayed from {files}: nothing in it is a run the "
@@ -105,3 +141,20 @@ class ReplayCommand:
             score.input = ", ".join(args.files)
             return report_scores([score], args.score_format, args.fail_on_refusal)
         return code
+
+
+def _stat(path: Path) -> tuple[int, int, int] | None:
+    """What tells whether a file was written: its inode, size and modification time (``None``: absent)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _print_spec_warning(event: str, fields: dict[str, Any]) -> bool:
+    """A spec's warning (``spec_ref_never_produced``) as the command's own line, instead of a log line."""
+    if event != "spec_ref_never_produced":
+        return False
+    print(f"prefixmon replay: warning: {fields.get('message')}", file=sys.stderr)
+    return True

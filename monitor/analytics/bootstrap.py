@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, Final
 
@@ -29,13 +30,15 @@ import numpy as np
 import numpy.typing as npt
 
 from .columns import IntArray
-from .metrics import FloatArray
+from .metrics import FloatArray, Int64Array
 
 __all__ = (
+    "BLOCK_CELLS",
     "CHUNK_CELLS",
     "ProgressFn",
     "multiplicities",
     "percentile_interval",
+    "resample_blocks",
     "resample_sums",
     "stratum_generator",
     "wilson_interval",
@@ -47,6 +50,8 @@ ProgressFn = Callable[[int, int], None]
 _EXACT_FLOAT32: Final = float(2**24)
 CHUNK_CELLS: Final = 4_000_000
 """Upper bound on the multiplicity matrix (resamples x tasks) held at once."""
+BLOCK_CELLS: Final = 2_000_000
+"""Upper bound on the resampled sums (statistics x cohorts x resamples) :func:`resample_blocks` holds at once."""
 
 
 def stratum_generator(seed: int, stratum: str | None) -> np.random.Generator:
@@ -102,10 +107,50 @@ def resample_sums(
         (S, C, B) array: resample b's sum of statistic s over cohort c (resamples last, so
         that each cohort's draws are contiguous for the percentile step).
     """
+    out = np.zeros((values.shape[1], n_cohorts, resamples))
+    for members, sums in resample_blocks(
+        values,
+        cohort=cohort,
+        n_cohorts=n_cohorts,
+        task=task,
+        task_names=task_names,
+        stratum=stratum,
+        strata=strata,
+        resamples=resamples,
+        seed=seed,
+        progress=progress,
+        chunk_cells=chunk_cells,
+        block_cells=None,
+    ):
+        out[:, members] = sums
+    return out
+
+
+def resample_blocks(
+    values: FloatArray,
+    *,
+    cohort: IntArray,
+    n_cohorts: int,
+    task: IntArray,
+    task_names: Sequence[str],
+    stratum: IntArray,
+    strata: Sequence[str | None],
+    resamples: int,
+    seed: int,
+    progress: ProgressFn | None = None,
+    chunk_cells: int = CHUNK_CELLS,
+    block_cells: int | None = BLOCK_CELLS,
+) -> Iterator[tuple[Int64Array, FloatArray]]:
+    """:func:`resample_sums` a block of cohorts at a time: ``(cohorts, sums)`` with sums (S, len(cohorts), B).
+
+    A cohort's draws depend only on its own tasks, so the blocks hold the numbers
+    :func:`resample_sums` gives (up to rounding: chunks may sum in another order); only the
+    memory differs (at most about ``block_cells`` sums at once, ``None``: one block).
+    Arguments as :func:`resample_sums`.
+    """
     n_stats = values.shape[1]
-    out = np.zeros((n_stats, n_cohorts, resamples))
     unit_of = np.full(int(task.max(initial=0)) + 1, -1, dtype=np.int64)
-    plan = []
+    plan: list[_Group] = []
     for d, name in enumerate(strata):
         where = np.flatnonzero(stratum == d)
         if not where.size:
@@ -123,40 +168,72 @@ def resample_sums(
         episode_set = set_of[local]
         for k in range(task_sets.shape[0]):
             units = np.flatnonzero(task_sets[k])
-            members = present[set_of == k]
             mine = episode_set == k
             renumber = np.full(codes.size, -1, dtype=np.int64)
             renumber[units] = np.arange(units.size)
-            member_of = np.full(n_cohorts, -1, dtype=np.int64)
-            member_of[members] = np.arange(members.size)
-            plan.append((name, where[mine], renumber[unit[mine]], member_of[cohort[where[mine]]], members, int(units.size)))
-    total = resamples * sum(p[-1] for p in plan)
+            plan.append(
+                _Group(
+                    stratum=name,
+                    episodes=where[mine],
+                    unit=renumber[unit[mine]],
+                    members=present[set_of == k].astype(np.int64),
+                    n_units=int(units.size),
+                )
+            )
+    per_block = n_cohorts if block_cells is None else max(1, block_cells // max(n_stats * resamples, 1))
+    blocks = [(lo, min(n_cohorts, lo + per_block)) for lo in range(0, n_cohorts, per_block)]
+    total = resamples * sum(g.n_units for lo, hi in blocks for g in plan if np.any((g.members >= lo) & (g.members < hi)))
     done = 0
-    for name, episodes, unit, local, members, n_units in plan:
-        n_members = int(members.size)
-        # per_task[u, s * C_k + c]: sum of statistic s over the episodes of task u in cohort c.
-        flat = (unit[:, None] * n_stats + np.arange(n_stats)) * n_members + local[:, None]
-        per_task = np.bincount(flat.ravel(), weights=values[episodes].ravel(), minlength=n_units * n_stats * n_members)
-        # Single precision halves the memory traffic of the matrix product, and is exact when
-        # every per-task sum is a multiple of 0.5 (counts, halves of completion, AUC fractions
-        # scaled to integers) and every resampled sum stays below 2**24. Otherwise double
-        # precision: a rounded sum could put an interval beside its own point estimate.
-        doubled = per_task * 2.0
-        exact32 = float(np.abs(doubled).max(initial=0.0)) * n_units < _EXACT_FLOAT32 and bool(
-            np.all(doubled == np.round(doubled))
-        )
-        dtype: type[np.floating[Any]] = np.float32 if exact32 else np.float64
-        per_task_t = np.ascontiguousarray(per_task.reshape(n_units, n_stats * n_members).T, dtype=dtype)
-        rng = stratum_generator(seed, name)
-        chunk = max(1, min(resamples, chunk_cells // max(n_units, 1)))
-        for start in range(0, resamples, chunk):
-            b = min(chunk, resamples - start)
-            m = multiplicities(rng, n_units, b, dtype)
-            out[:, members, start : start + b] += (per_task_t @ m.T).reshape(n_stats, n_members, b)
-            done += b * n_units
-            if progress is not None:
-                progress(done, total)
-    return out
+    for lo, hi in blocks:
+        out = np.zeros((n_stats, hi - lo, resamples))
+        for g in plan:
+            members = g.members[(g.members >= lo) & (g.members < hi)]
+            if not members.size:
+                continue
+            n_members = int(members.size)
+            member_of = np.full(n_cohorts, -1, dtype=np.int64)
+            member_of[members] = np.arange(n_members)
+            local = member_of[cohort[g.episodes]]
+            inside = local >= 0
+            episodes, unit, local = g.episodes[inside], g.unit[inside], local[inside]
+            n_units = g.n_units
+            # per_task[u, s * C_k + c]: sum of statistic s over the episodes of task u in cohort c.
+            flat = (unit[:, None] * n_stats + np.arange(n_stats)) * n_members + local[:, None]
+            per_task = np.bincount(flat.ravel(), weights=values[episodes].ravel(), minlength=n_units * n_stats * n_members)
+            # Single precision halves the memory traffic of the matrix product, and is exact when
+            # every per-task sum is a multiple of 0.5 (counts, halves of completion, AUC fractions
+            # scaled to integers) and every resampled sum stays below 2**24. Otherwise double
+            # precision: a rounded sum could put an interval beside its own point estimate.
+            doubled = per_task * 2.0
+            exact32 = float(np.abs(doubled).max(initial=0.0)) * n_units < _EXACT_FLOAT32 and bool(
+                np.all(doubled == np.round(doubled))
+            )
+            dtype: type[np.floating[Any]] = np.float32 if exact32 else np.float64
+            per_task_t = np.ascontiguousarray(per_task.reshape(n_units, n_stats * n_members).T, dtype=dtype)
+            rng = stratum_generator(seed, g.stratum)  # the same draws in every block
+            chunk = max(1, min(resamples, chunk_cells // max(n_units, 1)))
+            for start in range(0, resamples, chunk):
+                b = min(chunk, resamples - start)
+                m = multiplicities(rng, n_units, b, dtype)
+                out[:, members - lo, start : start + b] += (per_task_t @ m.T).reshape(n_stats, n_members, b)
+                done += b * n_units
+                if progress is not None:
+                    progress(done, total)
+        yield np.arange(lo, hi, dtype=np.int64), out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Group:
+    """Cohorts of one stratum that ran the same tasks: they share one draw."""
+
+    stratum: str | None
+    episodes: npt.NDArray[np.intp]
+    """The group's episodes (indices into the statistics)."""
+    unit: npt.NDArray[np.int64]
+    """Task of each of those episodes, numbered 0..n_units-1 in task id order."""
+    members: npt.NDArray[np.int64]
+    """The cohorts (sorted)."""
+    n_units: int
 
 
 def percentile_interval(draws: FloatArray, confidence: float = 0.95) -> tuple[FloatArray, FloatArray]:

@@ -36,6 +36,7 @@ __all__ = (
     "concat_columns",
     "count_codes",
     "distinct_episodes",
+    "fits_table",
     "small_int",
     "task_units",
     "unique_codes",
@@ -137,6 +138,19 @@ def _text(values: Sequence[Any]) -> Sequence[Any]:
 
 DENSE_LIMIT: Final = 1 << 26
 """Largest code range :func:`unique_codes` counts in a table (512 MiB of counts at most); beyond it, it sorts."""
+_TABLE_PER_CODE: Final = 16
+"""A table may have this many slots per code counted (beyond :data:`_TABLE_FLOOR`)."""
+_TABLE_FLOOR: Final = 1 << 16
+
+
+def fits_table(size: int, n: int) -> bool:
+    """Whether ``n`` codes below ``size`` are counted in a table of ``size`` slots rather than sorted.
+
+    The table must be small in itself (:data:`DENSE_LIMIT`) and next to the codes: 200
+    episodes with horizons of 100,000 made (cohort, depth) tables of 20 million slots
+    (160 MB) for 200 codes.
+    """
+    return size <= DENSE_LIMIT and size <= _TABLE_FLOOR + _TABLE_PER_CODE * n
 
 
 def small_int(top: int) -> type[np.signedinteger[Any]]:
@@ -186,7 +200,7 @@ def unique_codes(
     no sorted copy of the codes (at ten million episodes the sort's copies were most of a
     report's memory). Returns ``(values, counts, inverse)`` (``inverse`` empty when not asked for).
     """
-    if size <= DENSE_LIMIT:
+    if fits_table(size, len(codes)):
         return _from_counts(count_codes(codes, size), len(codes), lambda s: codes[s], inverse)
     values, where, counts = np.unique(codes, return_inverse=True, return_counts=True)
     return values.astype(np.int64), counts.astype(np.int64), where.reshape(-1)
@@ -201,7 +215,7 @@ def unique_pairs(
     the largest part of a report's peak with the inverse made from it.
     """
     top = (int(major.max()) + 1) * size if major.size else 0
-    if len(major) <= _COUNT_CHUNK or top > DENSE_LIMIT:
+    if len(major) <= _COUNT_CHUNK or not fits_table(top, len(major)):
         return unique_codes(combined(major, size, minor), max(top, 1), inverse=inverse)
     chunks = [slice(a, a + _COUNT_CHUNK) for a in range(0, len(major), _COUNT_CHUNK)]
     counts = np.zeros(top, dtype=np.intp)

@@ -27,7 +27,18 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from .columns import CAUSES, DENSE_LIMIT, EpisodeColumns, IntArray, combined, count_codes, small_int, unique_codes, unique_pairs
+from .columns import (
+    CAUSES,
+    DENSE_LIMIT,
+    EpisodeColumns,
+    IntArray,
+    combined,
+    count_codes,
+    fits_table,
+    small_int,
+    unique_codes,
+    unique_pairs,
+)
 
 __all__ = (
     "STATISTICS",
@@ -78,7 +89,8 @@ def auc_scale(horizon: IntArray, bound: int) -> int:
     """
     scale = 1
     top = int(horizon.max()) + 1 if horizon.size else 0
-    present = np.flatnonzero(count_codes(horizon, top)) if top <= DENSE_LIMIT else np.unique(horizon)  # (no sorted copy)
+    dense = fits_table(top, len(horizon))
+    present = np.flatnonzero(count_codes(horizon, top)) if dense else np.unique(horizon)  # (no sorted copy)
     for t in present.tolist():
         scale = math.lcm(scale, int(t))
         if scale * max(bound, 1) >= _EXACT:

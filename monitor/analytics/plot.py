@@ -2,8 +2,11 @@
 
 One panel per value of the strata key (usually ``dataset``) when it is a cohort key;
 within a panel, colour follows the last cohort key (usually ``method``) and line style
-the others (usually ``model``). Each curve carries its bootstrap band where the report has
-intervals, and a small panel below shows the share of episodes still running (``n_k / N``).
+the others (usually ``model``), and no two curves share both (:func:`line_styles`): when
+the palette or the styles run out, a curve takes the next free pair, so cohorts that share
+a label never draw on top of each other, and each legend entry is its own curve. Each
+curve carries its bootstrap band where the report has intervals, and a small panel below
+shows the share of episodes still running (``n_k / N``).
 The format follows the file suffix (``.png``, ``.svg``, ``.pdf``). Uses matplotlib's object
 API (no pyplot, no global state, no display needed).
 """
@@ -13,19 +16,97 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Sequence
-from typing import Final, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from ._optional import INSTALL_HINT
 from .report import CohortReport, Report
 
-__all__ = ("MAX_DEPTH", "plot_depth", "plot_pec")
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-_STYLES: Final = ("-", "--", ":", "-.")
+__all__ = ("MAX_DEPTH", "LineStyle", "line_styles", "pec_figure", "plot_depth", "plot_pec")
+
+LineDash = str | tuple[int, tuple[int, ...]]
+_STYLES: Final[tuple[LineDash, ...]] = (
+    "-",
+    "--",
+    ":",
+    "-.",
+    (0, (5, 1)),
+    (0, (3, 1, 1, 1, 1, 1)),
+    (0, (8, 2, 1, 2)),
+    (0, (1, 3)),
+)
 _MARKERS: Final = ("o", "s", "^", "D", "v", "P")
 MAX_DEPTH: Final = 30
 """The deepest default x axis (``max_depth=`` draws further)."""
 T = TypeVar("T")
 V = TypeVar("V", int, float)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LineStyle:
+    """How one cohort's curves are drawn."""
+
+    colour: tuple[float, float, float, float]
+    """RGBA."""
+    linestyle: LineDash
+    """A matplotlib line style: a name or an ``(offset, dashes)`` pattern."""
+    marker: str
+
+
+def line_styles(report: Report) -> dict[tuple[str | None, ...], LineStyle]:
+    """A distinct (colour, line style) for every cohort's line key (its values of the keys that are not the panel's).
+
+    Colour follows the last line key and line style the others; when two line keys would
+    get the same pair (more values than colours or styles), the later one takes the next
+    free pair, the same colour first. With more line keys than pairs, each gets its own
+    colour from a continuous colour map.
+
+    Raises:
+        ImportError: matplotlib is missing.
+    """
+    try:
+        from matplotlib import colormaps
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(INSTALL_HINT) from e
+    line_keys = _line_keys(report)
+    colour_key = line_keys[-1] if line_keys else None
+    style_keys = line_keys[:-1]
+    lines = _distinct(tuple(c.key[k] for k in line_keys) for c in report.cohorts)
+    colour_values: list[str | None] = _distinct(line[-1] for line in lines) if colour_key else [None]
+    style_values = _distinct(line[:-1] for line in lines)
+    cmap = colormaps["tab10" if len(colour_values) <= 10 else "tab20"]
+    n_colours, n_styles = int(cmap.N), len(_STYLES)
+    out: dict[tuple[str | None, ...], LineStyle] = {}
+    if len(lines) > n_colours * n_styles:
+        spread = colormaps["turbo"]
+        for i, line in enumerate(lines):
+            si = style_values.index(line[:-1])
+            out[line] = LineStyle(
+                colour=tuple(spread(i / max(len(lines) - 1, 1))),  # type: ignore[arg-type]
+                linestyle=_STYLES[si % n_styles],
+                marker=_MARKERS[si % len(_MARKERS)],
+            )
+        return out
+    used: set[tuple[int, int]] = set()
+    for line in lines:
+        ci = colour_values.index(line[-1]) if colour_key else 0
+        si = style_values.index(line[:-1]) if style_keys else 0
+        pair = next(
+            p
+            for c_off in range(n_colours)
+            for s_off in range(n_styles)
+            if (p := ((ci + c_off) % n_colours, (si + s_off) % n_styles)) not in used
+        )
+        used.add(pair)
+        out[line] = LineStyle(
+            colour=tuple(cmap(pair[0])),  # type: ignore[arg-type]
+            linestyle=_STYLES[pair[1]],
+            marker=_MARKERS[pair[1] % len(_MARKERS)],
+        )
+    return out
 
 
 def plot_pec(
@@ -37,13 +118,7 @@ def plot_pec(
     reach: bool = True,
     dpi: int = 150,
 ) -> str:
-    """Write the fixed-cohort PEC curves of every cohort to ``path``.
-
-    PEC(k) is drawn as a step function (it changes only at whole depths), with the
-    bootstrap interval as a band at every depth the report has one for (its checkpoints:
-    ``prefixmon report --plot`` and the demo ask for every plotted depth). Below, ``n_k / N``
-    shows how many episodes are still running at depth k: the fixed-cohort curve also falls
-    where episodes simply end, and this panel tells that apart from failures.
+    """Write the fixed-cohort PEC curves of every cohort to ``path`` (the figure of :func:`pec_figure`).
 
     Args:
         report: a report from :func:`~.report.build_report`.
@@ -59,23 +134,42 @@ def plot_pec(
     Raises:
         ImportError: matplotlib is missing (``pip install "prefixmon[analytics]"``).
     """
+    name = os.fspath(path)
+    pec_figure(report, max_depth=max_depth, title=title, reach=reach).savefig(name, dpi=dpi)
+    return name
+
+
+def pec_figure(report: Report, *, max_depth: int | None = None, title: str | None = None, reach: bool = True) -> Figure:
+    """The fixed-cohort PEC curves of every cohort as a matplotlib figure.
+
+    PEC(k) is drawn as a step function (it changes only at whole depths), with the
+    bootstrap interval as a band at every depth the report has one for (its checkpoints:
+    ``prefixmon report --plot`` and the demo ask for every plotted depth). Below, ``n_k / N``
+    shows how many episodes are still running at depth k: the fixed-cohort curve also falls
+    where episodes simply end, and this panel tells that apart from failures. Each cohort's
+    curves have their own (colour, line style) (:func:`line_styles`); the legend entry of a
+    curve is that curve.
+
+    Args:
+        report: a report from :func:`~.report.build_report`.
+        max_depth: last depth on the x axis (default: the longest episode, at most 30).
+        title: figure title.
+        reach: draw the ``n_k / N`` panel under each PEC panel.
+
+    Raises:
+        ImportError: matplotlib is missing (``pip install "prefixmon[analytics]"``).
+    """
     try:
-        from matplotlib import colormaps
         from matplotlib.figure import Figure
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(INSTALL_HINT) from e
 
-    name = os.fspath(path)
-    by = report.by
-    panel_key = report.strata if report.strata in by else None
+    panel_key = _panel_key(report)
     panels: dict[str | None, list[CohortReport]] = {}
     for c in report.cohorts:
         panels.setdefault(None if panel_key is None else c.key[panel_key], []).append(c)
-    line_keys = [k for k in by if k != panel_key]
-    colour_key = line_keys[-1] if line_keys else None
-    style_keys = line_keys[:-1]
-    colour_values: list[str | None] = _distinct(c.key[colour_key] for c in report.cohorts) if colour_key else [None]
-    style_values = _distinct(tuple(c.key[k] for k in style_keys) for c in report.cohorts)
+    line_keys = _line_keys(report)
+    looks = line_styles(report)
     depth = max_depth if max_depth is not None else plot_depth(report)
 
     n_panels = len(panels)
@@ -83,7 +177,6 @@ def plot_pec(
     rows = (n_panels + cols - 1) // cols
     fig = Figure(figsize=(6.2 * cols + 2.6, (5.4 if reach else 4.2) * rows), layout="constrained")
     grid = fig.add_gridspec(rows * (2 if reach else 1), cols, height_ratios=[3, 1] * rows if reach else None)
-    cmap = colormaps["tab10" if len(colour_values) <= 10 else "tab20"]
     xs = list(range(depth + 2))  # one step past the last depth, so that its level shows
     first_pec = None
     for index, (panel, members) in enumerate(panels.items()):
@@ -92,8 +185,7 @@ def plot_pec(
         first_pec = first_pec or ax
         low_ax = fig.add_subplot(grid[row * 2 + 1, col], sharex=ax) if reach else None
         for c in members:
-            colour = cmap((colour_values.index(c.key[colour_key]) if colour_key else 0) % cmap.N)
-            si = style_values.index(tuple(c.key[k] for k in style_keys))
+            look = looks[tuple(c.key[k] for k in line_keys)]
             label = " / ".join(_text(c.key[k]) for k in line_keys) or "all"
             ys = [1.0, *(_at(c.pec, k, 0.0) for k in range(1, depth + 1))]
             ys.append(ys[-1])
@@ -104,7 +196,7 @@ def plot_pec(
                     [math.nan if v is None else v for v in lows],
                     [math.nan if v is None else v for v in highs],
                     step="post",
-                    color=colour,
+                    color=look.colour,
                     alpha=0.15,
                     linewidth=0,
                     gid="band:" + c.label,
@@ -113,9 +205,9 @@ def plot_pec(
                 xs,
                 ys,
                 where="post",
-                color=colour,
-                linestyle=_STYLES[si % len(_STYLES)],
-                marker=_MARKERS[si % len(_MARKERS)],
+                color=look.colour,
+                linestyle=look.linestyle,
+                marker=look.marker,
                 markevery=list(range(depth + 1)),
                 markersize=3.5,
                 linewidth=1.6,
@@ -129,8 +221,8 @@ def plot_pec(
                     xs,
                     running,
                     where="post",
-                    color=colour,
-                    linestyle=_STYLES[si % len(_STYLES)],
+                    color=look.colour,
+                    linestyle=look.linestyle,
                     linewidth=1.2,
                     gid="reach:" + c.label,
                 )
@@ -162,8 +254,18 @@ def plot_pec(
         + (f"; bands: {level} bootstrap" if level and _has_bands(report, depth) else ""),
         fontsize=11,
     )
-    fig.savefig(name, dpi=dpi)
-    return name
+    return fig
+
+
+def _panel_key(report: Report) -> str | None:
+    """The cohort key whose values get a panel each: the strata key when it is a cohort key."""
+    return report.strata if report.strata in report.by else None
+
+
+def _line_keys(report: Report) -> list[str]:
+    """The cohort keys that tell the curves of one panel apart."""
+    panel_key = _panel_key(report)
+    return [k for k in report.by if k != panel_key]
 
 
 def plot_depth(report: Report) -> int:

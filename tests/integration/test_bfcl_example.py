@@ -99,8 +99,9 @@ class TestExampleRun:
             low, high = cohort["ter"]["ci"]
             assert low <= cohort["ter"]["value"] <= high
             assert cohort["rr"]["eligible"] == sum(not r.executable for r in mine)
-            assert len(cohort["pec"]) == len(cohort["pec_elig"]) == len(cohort["n_k"]) == max(r.horizon for r in mine)
-            assert cohort["n_k"][0] == len(mine)
+            # the curves as steps: value[j] holds from depth[j] on, through length (the longest episode)
+            assert {cohort[c]["length"] for c in ("pec", "pec_elig", "n_k")} == {max(r.horizon for r in mine)}
+            assert cohort["n_k"]["depth"][0] == 1 and cohort["n_k"]["value"][0] == len(mine)
             assert set(cohort["causes"]) == {c.value for c in Cause}
             assert sum(cohort["causes"].values()) == sum(not r.executable for r in mine)
         (comparison,) = report["comparisons"]

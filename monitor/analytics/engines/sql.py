@@ -13,8 +13,8 @@ in-process engine returns, number for number:
   same operation as :func:`~prefixmon.analytics.build_report` (``x / n``), and AUC-PEC is
   the same exact integer sum Σ (FED_i - 1)·L/T_i over L·N (L = the least common multiple of
   the horizons, :func:`~prefixmon.analytics.metrics.auc_scale`);
-* PEC(k), n_k and PEC_elig(k) come from per-depth histograms summed by window functions
-  (fixed cohort, no censoring);
+* PEC(k), n_k and PEC_elig(k) come from running counts at the depths where they change
+  (1, every FED, every horizon + 1), summed by window functions (fixed cohort, no censoring);
 * RR is undefined (``None``) when RR-eligible is 0; its interval is Wilson's.
 
 Intervals at fleet scale: a **Poisson bootstrap** in SQL. Each resample b gives every task
@@ -40,6 +40,7 @@ from typing import Any, Final
 from ...vocabulary import Cause, Outcome
 from ..bootstrap import wilson_interval
 from ..completion import UnstableTask
+from ..curves import StepCurve
 from ..metrics import auc_scale
 from ..report import (
     BOOTSTRAPPED,
@@ -240,23 +241,21 @@ def sql_report(
     )
     sums = {int(r[0]): r[1:] for r in backend.query(f"SELECT {sums_sql} FROM _e GROUP BY cid")}
 
-    # PEC curves: per-depth counts on the grid k = 1..K_c + 1, summed from the top by windows.
-    k_all = int(horizons.max()) + 1
+    # PEC curves at their change points only (1, every FED, every horizon + 1): the running
+    # counts of first errors and of ended episodes up to each, summed by windows. A grid of
+    # every depth was cohorts x the largest horizon rows (20 million for 200 bare horizons of 100,000).
+    running = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
     curve_sql = (
-        "WITH fh AS (SELECT cid, fed AS k, COUNT(*) AS c FROM _e GROUP BY cid, fed), "
-        "hh AS (SELECT cid, horizon AS k, COUNT(*) AS c FROM _e GROUP BY cid, horizon), "
-        "lens AS (SELECT cid, MAX(horizon) AS kl FROM _e GROUP BY cid), "
-        f"grid AS (SELECT lens.cid, s.k FROM lens JOIN ({d.series(k_all)}) s ON s.k <= lens.kl + 1), "
-        "cnt AS (SELECT g.cid, g.k, COALESCE(fh.c, 0) AS fc, COALESCE(hh.c, 0) AS hc FROM grid g "
-        "LEFT JOIN fh ON fh.cid = g.cid AND fh.k = g.k LEFT JOIN hh ON hh.cid = g.cid AND hh.k = g.k) "
-        "SELECT cid, k, "
-        "SUM(fc) OVER (PARTITION BY cid ORDER BY k DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) - fc AS survivors, "
-        "SUM(hc) OVER (PARTITION BY cid ORDER BY k DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS reach "
-        "FROM cnt"
+        "WITH ev AS (SELECT cid, fed AS k, COUNT(*) AS fc, 0 AS hc FROM _e GROUP BY cid, fed "
+        "UNION ALL SELECT cid, horizon + 1 AS k, 0 AS fc, COUNT(*) AS hc FROM _e GROUP BY cid, horizon "
+        "UNION ALL SELECT DISTINCT cid, 1 AS k, 0 AS fc, 0 AS hc FROM _e), "
+        "pts AS (SELECT cid, k, SUM(fc) AS fc, SUM(hc) AS hc FROM ev GROUP BY cid, k) "
+        f"SELECT cid, k, SUM(fc) OVER (PARTITION BY cid ORDER BY k {running}) AS failed, "
+        f"SUM(hc) OVER (PARTITION BY cid ORDER BY k {running}) AS ended FROM pts"
     )
-    curves: dict[int, dict[int, tuple[int, int]]] = {c: {} for c in range(n_cohorts)}
-    for cid, k, surv, reach in backend.query(curve_sql):
-        curves[int(cid)][int(k)] = (int(surv), int(reach))
+    curves: dict[int, list[tuple[int, int, int]]] = {c: [] for c in range(n_cohorts)}
+    for cid, k, failed, ended in backend.query(curve_sql):
+        curves[int(cid)].append((int(k), int(failed), int(ended)))
 
     # Tasks, reruns, unstable tasks: per (cohort, task) outcome counts and score sums.
     per_task = (
@@ -323,9 +322,14 @@ def sql_report(
         causes = {name: int(v) for name, v in zip(CAUSES, row[11:16], strict=True)}
         k_len = int(row[16])
         cp_counts = dict(zip(cps, map(int, row[17:]), strict=True))
-        curve = curves[c]
-        survivors = [curve[k][0] for k in range(1, k_len + 1)]
-        reach = [curve[k][1] for k in range(1, k_len + 1)]
+        # PEC(k) = #{FED > k} / N and n_k = #{T >= k}: N less the first errors at or before k,
+        # N less the episodes that ended before k
+        points = sorted(p for p in curves[c] if p[0] <= k_len)
+        knots = np.array([p[0] for p in points], dtype=np.int64)
+        survivors = np.array([n - p[1] for p in points], dtype=np.int64)
+        reach = np.array([n - p[2] for p in points], dtype=np.int64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            elig = np.where(reach > 0, survivors / reach, np.nan)
         eligible = n - exe
         q = exe / n
         s = success_exe / exe if exe else None
@@ -344,9 +348,9 @@ def sql_report(
                 ),
                 success=estimate("success", c, success / n),
                 completion=estimate("completion", c, (o_s + 0.5 * o_p) / n),
-                pec=tuple(float(x) / n for x in survivors),
-                pec_elig=tuple(float(s_) / float(r_) if r_ else None for s_, r_ in zip(survivors, reach, strict=True)),
-                n_k=tuple(reach),
+                pec=StepCurve(k_len, knots, survivors / n),
+                pec_elig=StepCurve(k_len, knots, elig, none_for_nan=True),
+                n_k=StepCurve(k_len, knots, reach, kind=int),
                 checkpoints={k: estimate(f"pec@{k}", c, cp_counts[k] / n) for k in cps},
                 causes=causes,
                 outcomes={"success": o_s, "partial": o_p, "failure": o_f, "none": o_none},
