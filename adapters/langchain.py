@@ -34,8 +34,18 @@ How the monitor acts through the middleware hooks:
   when the episode starts; every tool result when it arrives. The call id is the tool call's
   ``id``; an id that is empty or repeated within one model response names no single call:
   such calls are recorded with ``call_id=None`` and skip the id-based resume lookups above.
-- Parallel calls are checked in the order the response lists them; a sync agent's ToolNode
-  runs them in threads, so each waits (at most 2 s) for the calls before it.
+- **Parallel calls** (an ``AIMessage`` with several tool calls, which ToolNode runs
+  concurrently) are judged as one batch (``Episode.begin_batch``, see docs/batches.md): the
+  first of them to reach ``wrap_tool_call`` admits every call of the message (the last
+  ``AIMessage`` of the request's state, less the calls already answered), each against the
+  state before the message, and each call then takes its own admission by its id. A
+  reference only a sibling would return is refused with code ``sibling_dependency`` naming
+  the sibling; the same side-effecting call twice is a non-blocking ``duplicate_call``
+  finding. A call of the batch the agent never runs is recorded as not run when the next
+  model call starts or the run ends. Messages whose ids are empty or repeated, a single
+  call, and agents escalating through interrupts are checked call by call, in the order the
+  response lists them (a sync agent's ToolNode runs them in threads, so each waits, at most
+  2 s, for the calls before it); so is every call of a message if the batch path fails.
 
 The episode is opened (``Monitor.open_episode``) in ``before_agent`` and closed
 (``Episode.aclose``) in ``after_agent``, or with status ``"error"`` when an exception leaves
@@ -53,9 +63,11 @@ import contextvars
 import functools
 import threading
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NotRequired, TypeVar
+
+import anyio
 
 from prefixmon import (
     ActionRecord,
@@ -75,6 +87,7 @@ from prefixmon.commands import run_async
 from prefixmon.deprecation import moved_names
 from prefixmon.semconv import tool_label
 
+from ._batches import Admissions
 from ._json import json_or_text
 
 try:
@@ -248,6 +261,54 @@ class _Response:
             self.turns.notify_all()
 
 
+_NOT_RUN = "the agent never ran the call"
+"""Why a call of a batch is recorded as not run when its turn never came."""
+
+_CUT_SHORT = "the run failed before the call's turn"
+"""Why a call of a batch is recorded as not run when the run failed before it began."""
+
+
+def _message_calls(state: Any) -> list[tuple[str, str, Any]] | None:
+    """``(id, name, args)`` of the calls of the state's last ``AIMessage`` that ToolNode runs, when they form a batch.
+
+    The calls not yet answered by a ``ToolMessage`` after it (structured output answers its
+    own), as create_agent sends them to the tools; ``None`` for fewer than two, or for ids
+    that do not name one call each (empty or repeated).
+    """
+    messages = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
+    if not isinstance(messages, Sequence):
+        return None
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AIMessage):
+            calls = [(c.get("id") or "", c["name"], c.get("args")) for c in message.tool_calls]
+            calls = [c for c in calls if c[0] not in answered]
+            ids = {c[0] for c in calls}
+            if len(calls) < 2 or len(ids) != len(calls) or "" in ids:
+                return None
+            return calls
+    return None
+
+
+@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
+class _Batch(Admissions):
+    """The tool calls of one ``AIMessage``, admitted together by the first of them to reach the middleware;
+    what no call took when the next model call starts or the run ends was never run by the agent."""
+
+    model_call: int
+    """The model call whose response holds the calls."""
+    calls: list[tuple[str, str, Any]]
+    """``(id, name, args)`` of each call, in message order."""
+    ready: anyio.Event | None = None
+    """Set when the admission is over (async agents: the calls run concurrently on one event loop)."""
+
+    def in_message(self, model_call: int, call_id: str) -> bool:
+        return model_call == self.model_call and self.holds(call_id)
+
+
 @dataclass(eq=False)
 class _Live:
     """One open episode across the graph's nodes and interrupts.
@@ -266,6 +327,8 @@ class _Live:
     """The model call whose response emitted each recorded call id."""
     response: _Response | None = None
     """The tool calls of the latest model response."""
+    batch: _Batch | None = None
+    """The calls of the latest message of several, admitted as one batch."""
     closed: bool = False
     """Closed by an error of the run; calls still in flight are not begun."""
 
@@ -284,6 +347,10 @@ class _Live:
         if not raw_id or (self.response is not None and raw_id in self.response.ambiguous):
             return None
         return raw_id
+
+    def drop_batch(self, why: str = _NOT_RUN) -> frozenset[str]:
+        """Record the calls of the batch the agent did not run as not run; their ids."""
+        return self.batch.drop(why) if self.batch is not None else frozenset()
 
 
 def _text(content: Any) -> str:
@@ -353,6 +420,8 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
         self._live: dict[str, _Live] = {}
         self._ended: dict[str, str] = {}
         """Episodes closed by an error that passed through this middleware, by state key."""
+        self._not_run: dict[str, frozenset[str]] = {}
+        """Ids of the calls of a batch such an episode recorded as not run, by state key."""
 
     @property
     def open_episodes(self) -> list[Episode]:
@@ -380,8 +449,12 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
     def _pop(self, state: Any) -> Episode | None:
         key = state.get(STATE_KEY) or ""
         self._ended.pop(key, None)
+        self._not_run.pop(key, None)
         live = self._live.pop(key, None)
-        return live.episode if live is not None else None
+        if live is None:
+            return None
+        live.drop_batch()
+        return live.episode
 
     @staticmethod
     def _key_of(state: Any) -> str | None:
@@ -400,13 +473,23 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
             return None
         self._ended[key] = type(error).__name__
         while len(self._ended) > _ENDED_KEPT:
-            del self._ended[next(iter(self._ended))]
+            oldest = next(iter(self._ended))
+            del self._ended[oldest]
+            self._not_run.pop(oldest, None)
         return live
+
+    def _drop_ended(self, state: Any, live: _Live) -> None:
+        """The calls of the batch that never had their turn: recorded as not run, and refused if they come late."""
+        dropped = live.drop_batch(_CUT_SHORT)
+        key = self._key_of(state)
+        if dropped and key is not None and key in self._ended:
+            self._not_run[key] = dropped
 
     async def _aend(self, state: Any, error: BaseException) -> None:
         live = self._end(state, error)
         if live is not None:
             live.closed = True
+            self._drop_ended(state, live)
             await live.episode.aclose("error", type(error).__name__)
 
     def _sync_end(self, state: Any, error: BaseException) -> None:
@@ -414,6 +497,7 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
         if live is not None:
             with live.lock:  # not while another thread's call is being admitted
                 live.closed = True
+                self._drop_ended(state, live)
                 _close_sync(live.episode, "error", type(error).__name__)
 
     def _after_end(self, request: ToolCallRequest) -> ToolMessage | None:
@@ -425,9 +509,11 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
         """
         key = self._key_of(request.state)
         error = self._ended.get(key) if key is not None else None
-        if error is None:
+        if key is None or error is None:
             return None
         call = request.tool_call
+        if (call.get("id") or "") in self._not_run.get(key, ()):  # recorded as not run: it is not run
+            return self._not_begun(call["name"], call.get("id") or "")
         why = (
             f"the prefixmon episode of this run ended with {error}, which a middleware placed before "
             "MonitorMiddleware then handled; place MonitorMiddleware first in the middleware list"
@@ -492,6 +578,7 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
         live = self._live_for(request.state)
         if live is None:
             return
+        live.drop_batch()  # the calls of the previous message the agent did not run
         live.model_calls += 1
         toolset = self.monitor.toolset
         for tool in request.tools:
@@ -609,6 +696,88 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
         text = f"Call to {name!r} was not run: the run failed before its turn"
         return ToolMessage(content=text, tool_call_id=call_id, name=name, status="error")
 
+    # -- batches: the calls of one message, admitted together ---------------------------------
+    def _batch_for(self, live: _Live, request: ToolCallRequest) -> _Batch | None:
+        """The batch of the message this call belongs to, or ``None``: the call is checked on its own."""
+        try:
+            return self._find_batch(live, request)
+        except Exception as e:  # never break the agent: the call is checked on its own
+            self.monitor.report_fault(live.episode, "langchain.batch", e)
+            return None
+
+    def _find_batch(self, live: _Live, request: ToolCallRequest) -> _Batch | None:
+        if live.closed or self._uses_interrupts():  # an interrupt asks about one call, from that call's own task
+            return None
+        raw_id = request.tool_call.get("id") or ""
+        current = live.batch
+        if current is not None and current.in_message(live.model_calls, raw_id):
+            return current
+        calls = _message_calls(request.state)
+        if calls is None or not any(c[0] == raw_id for c in calls):
+            return None
+        if current is not None:
+            current.drop(_NOT_RUN)
+        live.batch = _Batch(ids=tuple(c[0] for c in calls), model_call=live.model_calls, calls=calls)
+        return live.batch
+
+    def _batch_calls(self, live: _Live, batch: _Batch) -> list[ToolCall]:
+        batch.started = True
+        for call_id, _, _ in batch.calls:
+            live.emitted_in[call_id] = live.model_calls
+        return [ToolCall(name=name, args=args, call_id=call_id) for call_id, name, args in batch.calls]
+
+    @staticmethod
+    def _take(live: _Live, batch: _Batch, request: ToolCallRequest) -> PendingCall | ToolBlocked | None:
+        if batch.failed or not batch.admitted:
+            return None
+        call = request.tool_call
+        raw_id = call.get("id") or ""
+        taken = batch.take(raw_id, (raw_id, call["name"], call.get("args")) in batch.calls)
+        if taken is None and raw_id in batch.changed:
+            live.emitted_in.pop(raw_id, None)  # a new call to begin, not a re-run of the one recorded
+        return taken
+
+    def _batch_failed(self, live: _Live, batch: _Batch, error: BaseException) -> None:
+        """The admission failed part-way: its calls are checked one by one (those it admitted or recorded are found by id)."""
+        batch.failed = True
+        self.monitor.report_fault(live.episode, "langchain.batch", error)
+
+    async def _abatched(self, live: _Live, batch: _Batch, request: ToolCallRequest) -> PendingCall | ToolBlocked | None:
+        """This call's admission from its message's batch (admitting the batch if it is the first to arrive), or ``None``."""
+        try:
+            if not batch.started:
+                batch.ready = anyio.Event()
+                try:
+                    begun = await live.episode.begin_batch(self._batch_calls(live, batch))
+                    batch.admit(begun)
+                except Exception as e:
+                    self._batch_failed(live, batch, e)
+                finally:
+                    batch.ready.set()  # cancelled too: the others go on one by one
+            elif batch.ready is not None:
+                await batch.ready.wait()
+            return self._take(live, batch, request)
+        except Exception as e:  # never break the agent: the call is checked on its own
+            self.monitor.report_fault(live.episode, "langchain.batch", e)
+            return None
+
+    def _sync_batched(self, live: _Live, request: ToolCallRequest) -> PendingCall | ToolBlocked | None:
+        """:meth:`_abatched` for a sync agent, whose ToolNode runs the calls in threads (``live.lock`` held)."""
+        try:
+            batch = self._batch_for(live, request)
+            if batch is None:
+                return None
+            if not batch.started:
+                try:
+                    begun = _wait(live.episode.begin_batch(self._batch_calls(live, batch)))
+                    batch.admit(begun)
+                except Exception as e:
+                    self._batch_failed(live, batch, e)
+            return self._take(live, batch, request)
+        except Exception as e:  # never break the agent: the call is checked on its own
+            self.monitor.report_fault(live.episode, "langchain.batch", e)
+            return None
+
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
@@ -622,7 +791,13 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
         raw_id, name, args = call.get("id") or "", call["name"], call.get("args")
         call_id = live.call_id_of(raw_id)  # None: the id does not name one call; no resume lookups
         episode = live.episode
-        pending = episode.pending(call_id) if call_id is not None else None  # admitted before an interrupt
+        batch = self._batch_for(live, request)
+        batched = await self._abatched(live, batch, request) if batch is not None else None
+        if isinstance(batched, ToolBlocked):
+            return self._blocked(batched, name, raw_id)
+        pending = batched
+        if pending is None and call_id is not None:
+            pending = episode.pending(call_id)  # admitted before an interrupt
         if pending is None:
             recorded = live.rerun_of(call_id) if call_id is not None else None
             if recorded is not None:  # a re-run of a recorded call: not a new action
@@ -706,7 +881,10 @@ class MonitorMiddleware(AgentMiddleware[MonitorState, Any, Any]):
         call_id = live.call_id_of(raw_id)  # None: the id does not name one call; no resume lookups
         episode = live.episode
         with live.lock:
-            pending = episode.pending(call_id) if call_id is not None else None
+            batched = self._sync_batched(live, request)
+            if isinstance(batched, ToolBlocked):
+                return self._blocked(batched, name, raw_id)
+            pending = batched if batched is not None else episode.pending(call_id) if call_id is not None else None
             recorded = live.rerun_of(call_id) if pending is None and call_id is not None else None
         if pending is not None:
             return pending  # admitted before an interrupt inside the tool

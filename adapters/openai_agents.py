@@ -24,17 +24,30 @@ How the monitor acts through the SDK's own mechanisms:
   "return_error_to_model"``) with the monitor's reason, and recorded as schema failures.
 - Tools the toolset does not declare are declared from the tools' JSON schemas (zero
   configuration); the agent's tools are the exposed ones.
+- **Parallel calls** (a model response with several function calls, which the SDK runs as
+  concurrent tasks) are judged as one batch (``Episode.begin_batch``, see docs/batches.md):
+  the run hooks note the response's calls, and the first of them to reach the input guardrail
+  (or the SDK's unknown-tool answer) admits every call of the response to a protected tool
+  or to a tool the agent lacks, at its place, each against the state before the response;
+  each call then takes its own admission by its ``call_id``. A reference only a sibling would
+  return is refused (``reject_content``, code ``sibling_dependency``, naming the sibling);
+  the same side-effecting call twice is a non-blocking ``duplicate_call`` finding. A call of
+  the batch whose guardrail never ran (another guardrail rejected it first, the run stopped)
+  is recorded as not run at the next model call or when the episode ends. Checked call by
+  call: a single call, responses with tools needing approval, handoffs or calls with empty or
+  repeated ids, runs without the hooks, and every call of a response if the batch fails.
 - The run's user input goes into the information pool, and every tool result. The call id is
   the function call's ``call_id``.
 
 ``guard.run`` wraps ``Runner.run``; to drive the runner yourself, open
 ``async with guard.episode(...)`` and pass ``run_config=guard.run_config()`` and
 ``hooks=guard.hooks()`` (without the hooks, unknown-tool calls are recorded after the other
-calls of the same model response).
+calls of the same model response, and parallel calls are checked one by one).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import json
@@ -45,9 +58,10 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from prefixmon import Episode, Monitor, Outcome, ToolBlocked
+from prefixmon import Episode, Monitor, Outcome, PendingCall, ToolBlocked, ToolCall
 from prefixmon.deprecation import moved_names
 
+from ._batches import Admissions
 from ._json import json_or_text
 
 try:
@@ -76,6 +90,28 @@ __all__ = ("MonitorGuardrail",)
 
 GUARDRAIL_NAME = "prefixmon"
 
+_NO_TOOL = "the Agents SDK has no such tool"
+"""Why a call of a tool the agent lacks (but the toolset declares) is recorded as not run."""
+
+_NOT_RUN = "the Agents SDK never ran the call"
+"""Why a call of a batch is recorded as not run when its guardrail never ran."""
+
+
+@dataclass(eq=False, kw_only=True)
+class _Batch(Admissions):
+    """The function calls of one model response, admitted together by the first of them to arrive;
+    what no call took at the next model call or when the episode ends was never run by the SDK
+    (admissions are kept for protected tools' calls only)."""
+
+    calls: list[tuple[str, str, str, bool]]
+    """(call id, name, arguments, unknown), in message order."""
+    ready: asyncio.Event | None = None
+    """Set when the admission is over."""
+
+    def take_call(self, call_id: str, name: str, arguments: str) -> PendingCall | ToolBlocked | None:
+        """This call's admission (see :meth:`Admissions.take`)."""
+        return self.take(call_id, any(c[:3] == (call_id, name, arguments) for c in self.calls))
+
 
 @dataclass(eq=False)
 class _RunState:
@@ -86,6 +122,49 @@ class _RunState:
     """The last model response's function calls: (call id, name, arguments, unknown)."""
     refused: dict[str, str] = field(default_factory=dict)
     """Unknown-tool calls already recorded: call id -> the model-readable reason."""
+    batch: _Batch | None = None
+    """The calls of the last model response, when they are admitted as one batch."""
+
+    def drop_batch(self) -> None:
+        if self.batch is not None:
+            self.batch.drop(_NOT_RUN)
+            self.batch = None
+
+    async def batched(self, monitor: Monitor, call_id: str) -> bool:
+        """Admit the batch ``call_id`` belongs to (or wait for its admission); whether it holds the call's admission."""
+        batch = self.batch
+        if batch is None or not batch.holds(call_id):
+            return False
+        try:
+            if not batch.started:
+                batch.started = True
+                batch.ready = asyncio.Event()
+                try:
+                    await self._admit(batch)
+                except Exception as e:
+                    batch.failed = True  # those it admitted or recorded are found by id; the rest are begun one by one
+                    monitor.report_fault(self.episode, "openai_agents.batch", e)
+                finally:
+                    batch.ready.set()
+            elif batch.ready is not None:
+                await batch.ready.wait()
+        except Exception as e:  # never break the run: the call is checked on its own
+            monitor.report_fault(self.episode, "openai_agents.batch", e)
+            return False
+        return not batch.failed
+
+    async def _admit(self, batch: _Batch) -> None:
+        begun = await self.episode.begin_batch(
+            [ToolCall(name=name, args=arguments, call_id=cid) for cid, name, arguments, _ in batch.calls]
+        )
+        for (cid, _, _, unknown), taken in zip(batch.calls, begun, strict=True):
+            if not unknown:
+                batch.admitted[cid] = taken
+            elif isinstance(taken, ToolBlocked):  # a tool the agent lacks: the SDK answers it itself
+                self.refused[cid] = str(taken)
+            else:
+                self.refused[cid] = f"Tool {taken.call.name!r} not found."
+                taken.abandon(_NO_TOOL, started=False)
 
     async def record_unknown(self, call_id: str, *, including: bool = False) -> None:
         """Record, in message order, the unknown-tool calls before (or up to) ``call_id``."""
@@ -104,31 +183,60 @@ class _RunState:
         except ToolBlocked as blocked:
             self.refused[call_id] = str(blocked)
         else:
-            pending.abandon("the Agents SDK has no such tool")
+            pending.abandon(_NO_TOOL, started=False)
 
 
 class _OrderHooks(RunHooks[Any]):
-    """Notes each model response's function calls, so unknown tools are recorded in message order."""
+    """Notes each model response's function calls: unknown tools are recorded in message order,
+    and the calls of a response of several are admitted as one batch."""
 
-    def __init__(self, inner: RunHooks[Any] | None) -> None:
+    def __init__(self, inner: RunHooks[Any] | None, guardrail: ToolInputGuardrail[Any] | None = None) -> None:
         self.inner = inner
+        self.guardrail = guardrail
 
     async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse) -> None:
         run = _RUN.get()
         if run is not None:
-            known = {t.name for t in agent.tools}
-            known.update(h.tool_name if isinstance(h, Handoff) else Handoff.default_tool_name(h) for h in agent.handoffs)
+            handoffs = {h.tool_name if isinstance(h, Handoff) else Handoff.default_tool_name(h) for h in agent.handoffs}
+            known = {t.name for t in agent.tools} | handoffs
             run.order = [
                 (item.call_id, item.name, item.arguments, item.name not in known)
                 for item in response.output
                 if isinstance(item, ResponseFunctionToolCall)
             ]
+            run.drop_batch()
+            run.batch = self._batch(agent, run.order, handoffs)
         if self.inner is not None:
             await self.inner.on_llm_end(context, agent, response)
+
+    def _batch(self, agent: Agent[Any], order: list[tuple[str, str, str, bool]], handoffs: set[str]) -> _Batch | None:
+        """The response's calls to admit as one batch, or ``None``: they are checked one by one."""
+        if len(order) < 2 or self.guardrail is None:
+            return None
+        tools = {t.name: t for t in agent.tools}
+        calls: list[tuple[str, str, str, bool]] = []
+        for call in order:
+            _, name, _, unknown = call
+            if name in handoffs:
+                return None  # the run hands off: the SDK's order of events is its own
+            tool = tools.get(name)
+            if unknown:
+                calls.append(call)
+            elif isinstance(tool, FunctionTool) and self.guardrail in (tool.tool_input_guardrails or ()):
+                if tool.needs_approval is not False:
+                    return None  # approvals are asked call by call (and may interrupt the run)
+                calls.append(call)
+        ids = {c[0] for c in calls}
+        if len(calls) < 2 or len(ids) != len(calls) or "" in ids:
+            return None
+        return _Batch(ids=tuple(c[0] for c in calls), calls=calls)
 
     async def on_llm_start(
         self, context: RunContextWrapper[Any], agent: Agent[Any], system_prompt: str | None, input_items: list[Any]
     ) -> None:
+        run = _RUN.get()
+        if run is not None:
+            run.drop_batch()  # the calls of the previous response the SDK did not run
         if self.inner is not None:
             await self.inner.on_llm_start(context, agent, system_prompt, input_items)
 
@@ -230,11 +338,13 @@ class MonitorGuardrail:
                 ep.expose(*(name for name in self._tools if name in self.monitor.toolset))
             for text in _user_texts(user):
                 ep.user(text)
-            token = _RUN.set(_RunState(episode=ep))
+            run = _RunState(episode=ep)
+            token = _RUN.set(run)
             try:
                 yield ep
             finally:
                 _RUN.reset(token)
+                run.drop_batch()
 
     def run_config(self, base: RunConfig | None = None) -> RunConfig:
         """``base`` (or a default) set to return unknown tools to the model and report tool errors."""
@@ -251,8 +361,8 @@ class MonitorGuardrail:
         return dataclasses.replace(config, tool_not_found_behavior="return_error_to_model", tool_error_formatter=formatter)
 
     def hooks(self, inner: RunHooks[Any] | None = None) -> RunHooks[Any]:
-        """Run hooks that keep unknown-tool calls in message order (``inner`` is called too)."""
-        return _OrderHooks(inner)
+        """Run hooks that keep unknown-tool calls in message order and batch parallel calls (``inner`` is called too)."""
+        return _OrderHooks(inner, self.guardrail)
 
     async def run(
         self,
@@ -274,7 +384,7 @@ class MonitorGuardrail:
             kwargs: passed to ``Runner.run``.
         """
         async with self.episode(task_id, labels, user=input) as ep:
-            hooks = _OrderHooks(kwargs.pop("hooks", None))
+            hooks = _OrderHooks(kwargs.pop("hooks", None), self.guardrail)
             result = await Runner.run(agent, input, run_config=self.run_config(run_config), hooks=hooks, **kwargs)
             if outcome is not None:
                 answer = outcome(result)
@@ -288,13 +398,21 @@ class MonitorGuardrail:
         if run is None:
             return ToolGuardrailFunctionOutput.allow()
         context = data.context
-        await run.record_unknown(context.tool_call_id)
-        try:
-            await run.episode.begin(context.tool_name, context.tool_arguments, call_id=context.tool_call_id)
-        except ToolBlocked as blocked:
-            verdict = blocked.verdict
-            info = {"cause": verdict.cause.value if verdict.cause else None, "decision": blocked.decision}
-            return ToolGuardrailFunctionOutput.reject_content(str(blocked), output_info=info)
+        call_id = context.tool_call_id
+        taken: PendingCall | ToolBlocked | None = None
+        if await run.batched(self.monitor, call_id):
+            assert run.batch is not None
+            taken = run.batch.take_call(call_id, context.tool_name, context.tool_arguments)
+        if taken is None:
+            await run.record_unknown(call_id)
+            try:
+                await run.episode.begin(context.tool_name, context.tool_arguments, call_id=call_id)
+            except ToolBlocked as blocked:
+                taken = blocked
+        if isinstance(taken, ToolBlocked):
+            verdict = taken.verdict
+            info = {"cause": verdict.cause.value if verdict.cause else None, "decision": taken.decision}
+            return ToolGuardrailFunctionOutput.reject_content(str(taken), output_info=info)
         return ToolGuardrailFunctionOutput.allow()  # the admitted call waits in the episode for its tool
 
     def _wrap(self, invoke: Callable[[ToolContext[Any], str], Any]) -> Callable[[ToolContext[Any], str], Any]:
@@ -339,6 +457,8 @@ class MonitorGuardrail:
             run.errors[args.call_id] = args.error
             return f"{args.tool_name} failed: {type(args.error).__name__}: {args.error}"
         if args.kind == "tool_not_found":
+            if await run.batched(self.monitor, args.call_id) and args.call_id in run.refused:
+                return run.refused[args.call_id]
             await run.record_unknown(args.call_id, including=True)
             if args.call_id not in run.refused:  # not in the noted response: hooks were not installed
                 await run.refuse(args.call_id, args.tool_name, None)

@@ -27,6 +27,18 @@ How the monitor acts through pydantic-ai's own hooks:
   :class:`~pydantic_ai.ToolFailed` results instead of aborting the run.
 - Calls to tools the agent does not have never reach pydantic-ai's hooks; they are recorded
   (schema failures) from the message history, in message order.
+- **Parallel calls** (a ``ModelResponse`` with several ``ToolCallPart`` s, which pydantic-ai
+  validates in order and then runs concurrently) are judged as one batch
+  (``Episode.begin_batch``, see docs/batches.md): the first of them to reach
+  ``wrap_tool_validate`` admits every function-tool call of the run's last model response
+  (calls of tools the agent lacks included, at their place), each against the state before
+  the response, and each call then takes its own admission by its ``tool_call_id``. A
+  reference only a sibling would return is refused with code ``sibling_dependency`` naming the
+  sibling; the same side-effecting call twice is a non-blocking ``duplicate_call`` finding. A
+  call of the batch pydantic-ai never validates is recorded as not run at the next model
+  request or when the run ends. A single call, runs escalating through ``deferred_approval``,
+  approved calls and responses with calls handled already are checked call by call; so is
+  every call of a response if the batch path fails.
 - The run's prompt, earlier user prompts and tool returns in the message history, and every
   tool result go into the information pool. The call id is pydantic-ai's ``tool_call_id``.
 """
@@ -39,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import anyio
 from pydantic_core import to_jsonable_python
 
 from prefixmon import (
@@ -49,12 +62,15 @@ from prefixmon import (
     EpisodeRecord,
     Monitor,
     Outcome,
+    PendingCall,
     ToolBlocked,
     ToolCall,
     Verdict,
 )
 from prefixmon.deprecation import moved_names
 from prefixmon.episode import cancellation
+
+from ._batches import Admissions
 
 try:
     from pydantic_ai import (
@@ -126,6 +142,35 @@ class _Escalated:
     """The arguments the model emitted."""
 
 
+_REFUSED = "pydantic-ai refused the call before it could run"
+"""Why a call of a tool the agent lacks is recorded as not run."""
+
+_NOT_RUN = "pydantic-ai never ran the call"
+"""Why a call of a batch is recorded as not run when it never reached the hooks."""
+
+
+@dataclass(eq=False, kw_only=True)
+class _Batch(Admissions):
+    """The tool calls of one model response, admitted together by the first of them to reach the hooks;
+    what no call took at the next model request or when the run ends was never run by pydantic-ai."""
+
+    position: int
+    """The position of the model response in the run's messages."""
+    calls: list[ToolCallPart]
+    """The calls, in message order."""
+    ready: anyio.Event | None = None
+    """Set when the admission is over."""
+
+    def in_response(self, position: int, call_id: str) -> bool:
+        return position == self.position and self.holds(call_id)
+
+    def take_call(self, call: ToolCallPart, args: RawToolArgs) -> PendingCall | ToolBlocked | None:
+        """This call's admission (see :meth:`Admissions.take`)."""
+        emitted = next((c for c in self.calls if c.tool_call_id == call.tool_call_id), None)
+        unchanged = emitted is not None and emitted.tool_name == call.tool_name and _same_args(emitted.args, args)
+        return self.take(call.tool_call_id, unchanged)
+
+
 @dataclass(eq=False)
 class _RunState:
     """What one episode needs across the hooks (and runs) that make it up."""
@@ -139,6 +184,12 @@ class _RunState:
     Keyed by response, not by call id alone: models that reuse ids every turn ("call_0")
     would otherwise hide a later call behind an earlier turn's record.
     """
+    batch: _Batch | None = None
+    """The calls of the latest response of several, admitted as one batch."""
+
+    def drop_batch(self) -> None:
+        if self.batch is not None:
+            self.batch.drop(_NOT_RUN)
 
     def handled(self, position: int, call_id: str) -> bool:
         """Whether the call of that response is recorded, admitted, or waiting for an approval already."""
@@ -249,8 +300,10 @@ class MonitorCapability(AbstractCapability[Any]):
         try:
             result = await handler()
         except BaseException as e:
+            state.drop_batch()
             await _close(state.episode, e)
             raise
+        state.drop_batch()
         await self._reconcile(ctx, state, result.all_messages())
         output = result.output
         waiting = (
@@ -316,6 +369,7 @@ class MonitorCapability(AbstractCapability[Any]):
     async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:
         state = self._state
         if state is not None:
+            state.drop_batch()  # the calls of the previous response pydantic-ai did not run
             await self._reconcile(ctx, state, ctx.messages)
             await self._deny_open_escalations(state, None, messages=ctx.messages)
         return request_context
@@ -344,7 +398,7 @@ class MonitorCapability(AbstractCapability[Any]):
                 pending = await state.episode.begin(part.tool_name, part.args, call_id=call_id)
             except ToolBlocked:
                 continue
-            pending.abandon("pydantic-ai refused the call before it could run", started=False)
+            pending.abandon(_REFUSED, started=False)
 
     async def _deny_open_escalations(
         self, state: _RunState, why: str | None, *, messages: Sequence[ModelMessage] | None = None
@@ -384,6 +438,79 @@ class MonitorCapability(AbstractCapability[Any]):
         if name not in state.episode.state.exposed:
             state.episode.expose(name)
 
+    # -- batches: the calls of one model response, admitted together --------------------------
+    def _batch_for(self, ctx: RunContext[Any], state: _RunState, call: ToolCallPart) -> _Batch | None:
+        """The batch of the response this call belongs to, or ``None``: the call is checked on its own."""
+        if self.monitor.escalate is deferred_approval or ctx.tool_call_approved:  # approvals are asked call by call
+            return None
+        found = _last_response_at(ctx.messages)
+        manager = ctx.tool_manager
+        if found is None or manager is None:
+            return None
+        position, response = found
+        call_id = call.tool_call_id
+        current = state.batch
+        if current is not None and current.in_response(position, call_id):
+            return current
+        calls: list[ToolCallPart] = []
+        for part in response.parts:
+            if isinstance(part, ToolCallPart):
+                tool_def = manager.get_tool_def(part.tool_name)
+                if tool_def is None or tool_def.kind == "function":  # what pydantic-ai runs with the response
+                    calls.append(part)
+        ids = {c.tool_call_id for c in calls}
+        if len(calls) < 2 or len(ids) != len(calls) or call_id not in ids or any(state.handled(position, i) for i in ids):
+            return None
+        if current is not None:
+            current.drop(_NOT_RUN)
+        state.batch = _Batch(ids=tuple(c.tool_call_id for c in calls), position=position, calls=calls)
+        return state.batch
+
+    async def _admit_batch(self, ctx: RunContext[Any], state: _RunState, batch: _Batch) -> None:
+        batch.started = True
+        manager = ctx.tool_manager
+        known: list[bool] = []
+        for part in batch.calls:
+            tool_def = manager.get_tool_def(part.tool_name) if manager is not None else None
+            known.append(tool_def is not None)
+            if tool_def is not None:
+                self._declare(state, tool_def)  # every tool of the batch, before any is judged
+            state.seen.add((batch.position, part.tool_call_id))
+        begun = await state.episode.begin_batch(
+            [ToolCall(name=c.tool_name, args=c.args if c.args is not None else {}, call_id=c.tool_call_id) for c in batch.calls]
+        )
+        for part, runs, taken in zip(batch.calls, known, begun, strict=True):
+            if runs:
+                batch.admitted[part.tool_call_id] = taken
+            elif isinstance(taken, PendingCall):  # a tool the agent lacks: the hooks never see the call
+                taken.abandon(_REFUSED, started=False)
+
+    async def _batched(
+        self, ctx: RunContext[Any], state: _RunState, call: ToolCallPart, args: RawToolArgs
+    ) -> PendingCall | ToolBlocked | None:
+        """This call's admission from its response's batch (admitting the batch if it is the first to arrive), or ``None``."""
+        try:
+            batch = self._batch_for(ctx, state, call)
+            if batch is None:
+                return None
+            if not batch.started:
+                batch.ready = anyio.Event()
+                try:
+                    await self._admit_batch(ctx, state, batch)
+                except Exception as e:
+                    batch.failed = True  # those it admitted or recorded are found by id; the rest are begun one by one
+                    self.monitor.report_fault(state.episode, "pydantic_ai.batch", e)
+                finally:
+                    batch.ready.set()
+            elif batch.ready is not None:
+                await batch.ready.wait()
+            if batch.failed:
+                return None
+            return batch.take_call(call, args)
+        except Exception as e:  # never break the agent: the call is checked on its own
+            self.monitor.report_fault(state.episode, "pydantic_ai.batch", e)
+            return None
+
     async def wrap_tool_validate(
         self,
         ctx: RunContext[Any],
@@ -396,6 +523,23 @@ class MonitorCapability(AbstractCapability[Any]):
         state = self._state
         if state is None or tool_def.kind == "output":
             return await handler(args)
+        batched = await self._batched(ctx, state, call, args)
+        if isinstance(batched, ToolBlocked):
+            raise ModelRetry(str(batched)) from None
+        if batched is None:
+            return await self._validate_alone(ctx, state, call, tool_def, args, handler)
+        return await self._validated(batched, call.tool_name, args, handler)
+
+    async def _validate_alone(
+        self,
+        ctx: RunContext[Any],
+        state: _RunState,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: RawToolArgs,
+        handler: WrapToolValidateHandler,
+    ) -> ValidatedToolArgs:
+        """Admit a call on its own (not one of a batch), then let pydantic-ai validate it."""
         call_id = call.tool_call_id
         episode = state.episode
         await self._reconcile(ctx, state, ctx.messages, upto=call_id)
@@ -429,6 +573,13 @@ class MonitorCapability(AbstractCapability[Any]):
             raise ModelRetry(str(blocked)) from None
         finally:
             _ANSWER.reset(token)
+        return await self._validated(pending, name, args, handler)
+
+    @staticmethod
+    async def _validated(
+        pending: PendingCall, name: str, args: RawToolArgs, handler: WrapToolValidateHandler
+    ) -> ValidatedToolArgs:
+        """Let pydantic-ai validate an admitted call (the arguments it runs with)."""
         # a replacement runs with its checked arguments, as JSON values (the tool validates them
         # again, maybe with other classes than the rules'); else the emitted arguments run as emitted
         run_args: RawToolArgs = to_jsonable_python(pending.args) if pending.replaced else args

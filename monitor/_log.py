@@ -33,6 +33,7 @@ def listening(listener: Listener) -> Iterator[None]:
     finally:
         _LISTENERS.reset(token)
 
+
 STDLIB_LOGGER = "prefixmon"
 """The stdlib logger prefixmon's events go to when structlog is not configured."""
 

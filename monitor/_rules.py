@@ -195,6 +195,8 @@ def compile_tool(
     if recognisers:
         error_result = _Recognise(tuple(recognisers), error_result)
     metadata = dict(base.metadata)
+    if rules.commutes:
+        metadata["commutes"] = (*metadata.get("commutes", ()), *rules.commutes)
     if access is not None:
         metadata["access"] = access
         metadata["read_only"] = access == "read"

@@ -571,11 +571,11 @@ class Episode:
             batch = self.state.batch
             if (
                 batch is not None
-                and name in batch.repeated
+                and spec is not None
                 and verdict.args is not None
-                and (twice := batch.duplicate(name, verdict.args)) is not None
+                and (found := batch.finding(spec, verdict.args)) is not None
             ):
-                verdict = replace(verdict, executable=False, failures=_in_cause_order(verdict.failures, twice))
+                verdict = replace(verdict, executable=False, failures=_in_cause_order(verdict.failures, found))
         except Exception as e:
             return self._check_failed(name, args, depth, call_id, e)
         return self._with_faults(verdict, name) if verdict.faults else verdict
@@ -1165,6 +1165,7 @@ def _action(
         replacement=replacement,
         plan_step=step,
         deviation=deviation,
+        code=(failure.code or None) if failure is not None else None,
     )
 
 

@@ -336,6 +336,7 @@ def _action(span: OtlpSpan) -> ActionRecord:
         replacement=_opt_str(a, sc.PREFIXMON_REPLACEMENT),
         plan_step=None if plan_step is None else int(plan_step),
         deviation=_opt_str(a, sc.PREFIXMON_DEVIATION_DETAIL) or _opt_str(a, sc.PREFIXMON_DEVIATION),
+        code=_opt_str(a, sc.PREFIXMON_CODE) if not executable else None,
     )
 
 

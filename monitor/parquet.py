@@ -24,7 +24,7 @@ column                         Arrow type                                 record
                                executable bool, cause, reason, decision,
                                reached_environment bool, error,
                                turn int32, replacement, plan_step int32,
-                               deviation>>
+                               deviation, code>>
 ``started_at`` / ``ended_at``  timestamp[us, tz=UTC], not null            ``started_at`` / ``ended_at``
 ``status``                     string, not null                           ``status``
 ``error``                      string                                     ``error``
@@ -106,6 +106,7 @@ def arrow_schema() -> pa.Schema:
             pa.field("replacement", s),
             pa.field("plan_step", pa.int32()),
             pa.field("deviation", s),
+            pa.field("code", s),
         ]
     )
     first_failure = pa.struct(
@@ -166,6 +167,7 @@ def _row(record: EpisodeRecord) -> dict[str, Any]:
                 "replacement": a.replacement,
                 "plan_step": a.plan_step,
                 "deviation": a.deviation,
+                "code": a.code,
             }
             for a in record.actions
         ],

@@ -584,6 +584,8 @@ def transition(
             spec.observe(state, args, result)
         except Exception as e:
             faults.append(Fault(where=f"observing the result of {spec.name}", error=e))
+    if accepted and spec.order_log is not None:
+        state.log_order(spec.name, args, spec.order_log)
     if accepted and spec.effects:
         state.begin_effects()
         try:

@@ -96,6 +96,10 @@ class ActionRecord:
     """Index of the approved-plan step this call matched, when the episode carries a plan."""
     deviation: str | None = None
     """How the call deviated from the approved plan, when it did."""
+    code: str | None = None
+    """The primary failure's code when not executable (``unbound_reference``, ``precondition:after``,
+    ``duplicate_call``...): what tells a finding that does not block (a duplicate or conflict in a
+    batch) from a refusal of the same cause."""
 
     def __post_init__(self) -> None:
         if self.depth < 1:
@@ -110,9 +114,9 @@ trusted_action: Final = trusted_constructor(
     ActionRecord,
     (
         "depth", "tool", "call_id", "executable", "cause", "reason", "decision",
-        "reached_environment", "error", "turn", "replacement", "plan_step", "deviation",
+        "reached_environment", "error", "turn", "replacement", "plan_step", "deviation", "code",
     ),
-    defaults={"plan_step": None, "deviation": None},
+    defaults={"plan_step": None, "deviation": None, "code": None},
 )  # fmt: skip
 """An :class:`ActionRecord` from values the monitor derived itself (internal): without the
 frozen ``__init__`` and ``__post_init__``, which cost about twice as much, once per call when

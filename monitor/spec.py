@@ -385,6 +385,9 @@ class ToolSpec:
     observe: Effect | None = None
     """How an accepted call changes the observed objects (what its result shows, what it makes stale);
     also applied to the results of probes, which change nothing else."""
+    order_log: tuple[str, ...] | None = None
+    """What the episode's :class:`~prefixmon.order.OrderLog` keeps of this tool's accepted calls, for order
+    rules that name it: ``None`` nothing, else it is counted and these arguments' values kept."""
     produce_map: Mapping[str, str] = field(init=False, repr=False, compare=False)
     """``{result key: kind}`` of :attr:`produces`, derived once so no call rebuilds it."""
     produce_plan: ProducePlan = field(init=False, repr=False, compare=False)

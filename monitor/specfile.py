@@ -132,6 +132,26 @@ class ArgRule(_Model):
     evidence: Evidence | None = None
 
 
+class OrderRule(_Model):
+    """Tools an ``after`` / ``before`` rule names, optionally on the same argument value."""
+
+    tools: tuple[str, ...] = Field(min_length=1, description="Tool names (one of them is enough).")
+    same: str | dict[str, str] | None = Field(
+        default=None,
+        description="On the same value: an argument both tools have, or {this tool's argument: the other tool's "
+        "argument}; values match as ids do (case, '#' and decorations aside).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _list_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"tools": [value]}
+        if isinstance(value, (list, tuple)):
+            return {"tools": value}
+        return value
+
+
 class ObserveRule(_Model):
     """An object that the tool's result shows, indexed by kind and id for rules to read."""
 
@@ -299,6 +319,19 @@ class ToolRules(_Model):
     )
     probes: tuple[ProbeRule, ...] = ()
     errors: tuple[ErrorRule, ...] = ()
+    after: OrderRule | None = Field(
+        default=None,
+        description="The tool needs one of these to have succeeded earlier in the episode: [get_order_details], "
+        "or {tools: [get_order_details], same: order_id} for the same order.",
+    )
+    before: OrderRule | None = Field(default=None, description="These tools need this one earlier (an after rule on each).")
+    at_most: int | None = Field(default=None, ge=0, description="The tool succeeds at most this many times per episode.")
+    not_after: tuple[str, ...] = Field(default=(), description="The tool may not run once one of these has succeeded.")
+    commutes: tuple[str, ...] = Field(
+        default=(),
+        description="Tools whose calls in the same batch may change the same object as this one without a conflict "
+        "(the order they run in does not matter); the tool itself, for two of its own calls.",
+    )
     evidence: Evidence | None = None
     evidence_for: dict[str, Evidence] = Field(
         default_factory=dict,

@@ -19,6 +19,7 @@ from pydantic_core import from_json
 from ._json_depth import loads_refused
 from .grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fold, id_form, stated_ids
 from .observed import ObservedObjects
+from .order import OrderLog
 from .spec import ProducePlan, produce_plan
 from .verdict import quote
 
@@ -142,6 +143,7 @@ class TrackedState:
         "_id_forms",
         "_informed",
         "_objects",
+        "_order",
         "_pool",
         "_pool_bytes",
         "_pool_lossy",
@@ -178,6 +180,7 @@ class TrackedState:
         the value (``w1``: ``#W1``): a value in another form finds its binding in O(len(value)) (the first value
         bound in a form keeps it)."""
         self._objects: ObservedObjects | None = None
+        self._order: OrderLog | None = None
         self._pool: set[Hashable] = set()
         self._pool_bytes = 0
         """Estimated memory the pool holds (see :data:`MAX_POOL_BYTES`)."""
@@ -195,6 +198,18 @@ class TrackedState:
         """Normalised forms of what is in the pool and the texts, and the recent numbers."""
         self._informed = informed
         """Where long informed texts are read once for every state that shares it (a monitor's episodes)."""
+
+    @property
+    def order_log(self) -> OrderLog | None:
+        """What order rules read (:mod:`prefixmon.order`); ``None`` until a tool they name succeeded."""
+        return self._order
+
+    def log_order(self, tool: str, args: Mapping[str, Any], logged: tuple[str, ...]) -> None:
+        """Note an accepted call of a tool that order rules name."""
+        log = self._order
+        if log is None:
+            log = self._order = OrderLog()
+        log.note(tool, args, logged)
 
     @property
     def objects(self) -> ObservedObjects:

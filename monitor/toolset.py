@@ -9,6 +9,7 @@ no schema carries come from spec files (:meth:`Toolset.apply_spec`).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -24,6 +25,7 @@ from ._log import get_logger
 from ._validation import Coercion, UnknownArguments, model_validator, schema_validator
 from .exceptions import SpecError
 from .grounding import MATCHES, GroundingMatch
+from .order import AFTER, AT_MOST, NOT_AFTER, After, AtMost, NotAfter, same_pairs
 from .spec import (
     Effect,
     ErrorResult,
@@ -37,7 +39,7 @@ from .spec import (
     _refuse_async,
     callable_name,
 )
-from .specfile import SpecFile, _decode_json, load_spec, parse_spec
+from .specfile import SpecFile, ToolRules, _decode_json, load_spec, parse_spec
 
 __all__ = ("Grounding", "Produces", "Toolset")
 
@@ -164,6 +166,8 @@ class Toolset:
         self._producers: dict[str, list[str]] = {}
         self._exposed: frozenset[str] | None = None
         """The names :meth:`exposed_names` returns, until a tool is added."""
+        self._logged: dict[str, tuple[str, ...]] = {}
+        """``{tool: arguments}`` of the tools order rules name (:attr:`ToolSpec.order_log`), kept when a tool is replaced."""
         for spec in specs:
             self.add(spec)
 
@@ -172,6 +176,9 @@ class Toolset:
         """Register a spec; a second tool of the same name is an error unless ``replace``."""
         if spec.name in self._specs and not replace:
             raise SpecError(f"a tool named {spec.name!r} is already declared")
+        logged = self._logged.get(spec.name)
+        if logged is not None and spec.order_log != logged:
+            spec = dataclasses.replace(spec, order_log=tuple(dict.fromkeys((*(spec.order_log or ()), *logged))))
         old = self._specs.get(spec.name)
         if old is not None:
             for p in old.produces:
@@ -209,6 +216,70 @@ class Toolset:
     def names(self) -> list[str]:
         """Tool names in declaration order."""
         return list(self._specs)
+
+    def order(
+        self,
+        name: str,
+        *,
+        after: str | Iterable[str] = (),
+        same: str | Mapping[str, str] | None = None,
+        before: str | Iterable[str] = (),
+        at_most: int | None = None,
+        not_after: str | Iterable[str] = (),
+    ) -> ToolSpec:
+        """Rules on when ``name`` may run (:mod:`prefixmon.order`); returns its spec.
+
+        Args:
+            after: ``name`` needs one of these tools to have succeeded earlier in the episode.
+            same: with ``after`` / ``before``, on the same value: an argument name both tools
+                have, or ``{name's argument: the other tool's argument}``.
+            before: these tools need ``name`` earlier (each gets an ``after`` rule).
+            at_most: ``name`` succeeds at most this many times per episode.
+            not_after: ``name`` may not run once one of these has succeeded.
+
+        Raises:
+            SpecError: an unknown tool or argument, a bad ``at_most``, ``same`` without
+                ``after`` or ``before``. Nothing is changed then.
+        """
+        after_t, before_t, not_after_t = (_tool_names(v) for v in (after, before, not_after))
+        pairs = same_pairs(same)
+        spec = self._known(name, "order rules for")
+        if pairs and not (after_t or before_t):
+            raise SpecError(f"tool {name!r}: same= applies to after= or before= rules")
+        rules: dict[str, list[Precondition]] = {name: []}
+        logs: list[tuple[str, tuple[str, ...]]] = []
+        for other in (*after_t, *before_t, *not_after_t):
+            self._known(other, f"an order rule of {name!r} names")
+        for mine, theirs in pairs:
+            _has_argument(spec, mine)
+            for other in (*after_t, *before_t):
+                _has_argument(self._specs[other], theirs)
+        if after_t:
+            rules[name].append(Precondition(check=After(name, after_t, pairs), name=AFTER))
+            logs += [(t, tuple(theirs for _, theirs in pairs)) for t in after_t]
+        for other in before_t:
+            swapped = tuple((theirs, mine) for mine, theirs in pairs)
+            rules.setdefault(other, []).append(Precondition(check=After(other, (name,), swapped), name=AFTER))
+            logs.append((name, tuple(mine for mine, _ in pairs)))
+        if at_most is not None:
+            rules[name].append(Precondition(check=AtMost(name, at_most), name=AT_MOST))
+            logs.append((name, ()))
+        if not_after_t:
+            rules[name].append(Precondition(check=NotAfter(name, not_after_t), name=NOT_AFTER))
+            logs += [(t, ()) for t in not_after_t]
+        for tool, args in logs:
+            self._logged[tool] = tuple(dict.fromkeys((*self._logged.get(tool, ()), *args)))
+        for tool in {name, *rules, *(t for t, _ in logs)}:
+            current = self._specs[tool]
+            self.add(dataclasses.replace(current, requires=(*current.requires, *rules.get(tool, ()))), replace=True)
+        return self._specs[name]
+
+    def _known(self, name: str, what: str) -> ToolSpec:
+        spec = self._specs.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self._specs)[:20]) or "none"
+            raise SpecError(f"{what} {name!r}, but there is no tool named {name!r} (known: {known})")
+        return spec
 
     def producers_of(self, kind: str) -> list[str]:
         """Names of the tools whose results bind references of ``kind``."""
@@ -309,8 +380,21 @@ class Toolset:
             compiled[name] = _rules.compile_tool(loaded, name, rules, base, observed=observed)
         _rules.check_probes(loaded, lambda n: compiled.get(n) or self._specs.get(n))
         found = _rules.check_kinds(loaded, {**self._specs, **compiled}.values())
-        for tool in compiled.values():
-            self.add(tool, replace=True)
+        # order rules are compiled on a trial toolset, so that a bad one changes nothing
+        trial = Toolset(
+            [*(compiled.get(n, t) for n, t in self._specs.items()), *(t for n, t in compiled.items() if n not in self._specs)]
+        )
+        trial._logged = dict(self._logged)
+        for name, rules in loaded.tools.items():
+            for key, options in _order_options(rules):
+                try:
+                    trial.order(name, **options)
+                except SpecError as e:
+                    raise SpecError(f"{loaded.where('tools', name, key)}: tools.{name}.{key}: {e}") from None
+        for tool in trial:
+            if tool is not self._specs.get(tool.name):
+                self.add(tool, replace=True)
+        self._logged = trial._logged
         for where, kind, message in found:
             get_logger().warning("spec_ref_never_produced", where=where, kind=kind, message=message)
         return self
@@ -535,3 +619,29 @@ def _openai_definition(tool: Any, where: str) -> tuple[str, Mapping[str, Any] | 
         raise SpecError(f"{where} ({name}): 'parameters' must be a JSON Schema object, got {type(params).__name__}")
     description = fn.get("description")
     return name, params, description if isinstance(description, str) else ""
+
+
+def _order_options(rules: ToolRules) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(key, Toolset.order options)`` of a spec file tool's order rules."""
+    for key in ("after", "before"):
+        step = getattr(rules, key)
+        if step is not None:
+            yield key, {key: step.tools, "same": step.same}
+    if rules.at_most is not None:
+        yield "at_most", {"at_most": rules.at_most}
+    if rules.not_after:
+        yield "not_after", {"not_after": rules.not_after}
+
+
+def _tool_names(value: str | Iterable[str]) -> tuple[str, ...]:
+    """A tool name or several, as a tuple."""
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _has_argument(spec: ToolSpec, arg: str) -> None:
+    """``arg`` is an argument of ``spec`` (when its schema lists its properties)."""
+    properties = spec.parameters.get("properties") if isinstance(spec.parameters, Mapping) else None
+    if isinstance(properties, Mapping) and properties and arg not in properties:
+        raise SpecError(
+            f"tool {spec.name!r} has no argument {arg!r} to match in an order rule (its arguments: {', '.join(properties)})"
+        )

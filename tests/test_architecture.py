@@ -61,6 +61,8 @@ CORE: Final = frozenset(
         "dry_run",
         "repeats",
         "batch",
+        "order",
+        "snapshot",
     }
 )
 """DESIGN §1: core (spec, state, predicate, policies, episode, monitor, records)."""
@@ -226,6 +228,8 @@ class TestModuleSize:
         "prefixmon.telemetry": "one concept (the OpenTelemetry observer): spans, events and metrics share its per-call state",
         "prefixmon.episode": "one concept (an episode and its pending calls): each call's path from emission to record, "
         "fast paths included, reads top to bottom in one file",
+        "prefixmon.adapters.langchain": "one concept (the v1 middleware): a call's path through wrap_tool_call, "
+        "interrupts, resumes and the batch of its message (sync and async, on adapters._batches) share the per-run state",
     }
 
     @pytest.mark.parametrize("module", sorted(MODULES))

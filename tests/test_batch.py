@@ -7,7 +7,8 @@ from typing import Any
 
 from prefixmon import Cause, Decision, Monitor, PendingCall, Policy, ToolBlocked, ToolCall, Toolset
 from prefixmon.adapters.transcripts import replay_messages
-from prefixmon.batch import DUPLICATE, SIBLING
+from prefixmon.analytics.scoring import score_records
+from prefixmon.batch import CONFLICT, DUPLICATE, SIBLING
 
 
 def _tools() -> Toolset:
@@ -66,6 +67,67 @@ class TestSiblingDependency:
         assert record.actions[0].call_id == "r1"
 
 
+def _writers(**metadata: Any) -> Toolset:
+    """Two writes to a reservation, and a read of it."""
+    tools = Toolset()
+    reservation = {"type": "object", "properties": {"reservation_id": {"type": "string"}, "n": {"type": "integer"}}}
+    tools.add_schema("get_reservation", reservation, produces="reservation_id", metadata={"read_only": True})
+    tools.add_schema("update_flights", reservation, refs={"reservation_id": "reservation_id"}, metadata=metadata)
+    tools.add_schema("update_baggages", reservation, refs={"reservation_id": "reservation_id"})
+    return tools
+
+
+class TestConflicts:
+    """Two writes naming the same object in one batch: reported (code batch_conflict), run, not a refusal."""
+
+    async def _batch(self, tools: Toolset, calls: list[Any]) -> Any:
+        async with Monitor(tools, policy="block").episode(task_id="conflict") as ep:
+            (await ep.begin("get_reservation", {"reservation_id": "R1"})).done({"reservation_id": "R1"})
+            (await ep.begin("get_reservation", {"reservation_id": "R2"})).done({"reservation_id": "R2"})
+            begun = await ep.begin_batch(calls)
+            for b in begun:
+                if isinstance(b, PendingCall):
+                    b.done("ok")
+        return begun, ep.record
+
+    async def test_two_writes_to_one_object_are_reported_and_run(self) -> None:
+        begun, record = await self._batch(
+            _writers(), [("update_flights", {"reservation_id": "R1"}), ("update_baggages", {"reservation_id": "#r1", "n": 2})]
+        )
+        assert all(isinstance(b, PendingCall) for b in begun)
+        found = begun[1].verdict.failures[0]
+        assert found.code == CONFLICT and not found.blocks
+        assert found.reason == (
+            "update_baggages: reservation_id '#r1' is also changed by update_flights (call 1 of this batch); "
+            "which change the other meets is not known: call one, then the other"
+        )
+        assert record.actions[3].code == CONFLICT
+        (score,) = [score_records([record])]
+        assert score.refused_ok == {} and score.findings_ok == 1  # ran: a finding, never a refusal of a call that ran
+
+    async def test_other_objects_reads_and_commuting_tools_are_no_conflict(self) -> None:
+        _, other = await self._batch(
+            _writers(), [("update_flights", {"reservation_id": "R1"}), ("update_baggages", {"reservation_id": "R2"})]
+        )
+        _, read = await self._batch(
+            _writers(), [("update_flights", {"reservation_id": "R1"}), ("get_reservation", {"reservation_id": "R1"})]
+        )
+        _, commuting = await self._batch(
+            _writers(commutes=["update_baggages"]),
+            [("update_baggages", {"reservation_id": "R1"}), ("update_flights", {"reservation_id": "R1"})],
+        )
+        assert other.executable and read.executable and commuting.executable
+
+    async def test_a_spec_file_says_they_commute(self) -> None:
+        tools = _writers().apply_spec(
+            {"schema": "prefixmon.spec/1", "tools": {"update_flights": {"commutes": ["update_baggages"]}}}
+        )
+        _, record = await self._batch(
+            tools, [("update_flights", {"reservation_id": "R1"}), ("update_baggages", {"reservation_id": "R1"})]
+        )
+        assert record.executable
+
+
 class TestDuplicates:
     async def test_the_same_write_twice_is_reported_and_runs(self) -> None:
         begun, record = await _batch([("pay", {"to": "x", "amount": 5}), ("pay", {"amount": 5, "to": "x"})])
@@ -74,6 +136,8 @@ class TestDuplicates:
         assert second.cause is Cause.PRECONDITION and second.decision is Decision.OBSERVE
         assert "call 1 of this batch" in (second.reason or "")
         assert begun[1].verdict.failures[0].code == DUPLICATE and not begun[1].verdict.failures[0].blocks
+        assert second.code == DUPLICATE
+        assert score_records([record]).refused_ok == {}  # a finding, not a refusal of a call that ran
 
     async def test_a_rule_naming_the_cause_blocks_it(self) -> None:
         begun, _ = await _batch(

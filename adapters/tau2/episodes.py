@@ -7,6 +7,12 @@ with ``user_actions="include"`` it is an action of the episode (its call id star
 ``user:``), with ``"exclude"`` it still runs and its result is information, but it is not
 an action, so the metrics are the agent's alone. Episodes carry the label
 ``user_actions`` (``include`` / ``exclude``) so both can be reported side by side.
+
+The calls of one message (:func:`steps`) are judged as one batch (``Episode.begin_batch``:
+each against the state before the message, see docs/batches.md), then run on the
+environment one after another in message order, unless the message is a *recorded
+sequence* (a call uses a value only an earlier call of the same message returned: an agent
+loop that recorded several rounds as one message), which is judged and run call by call.
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from prefixmon import Episode, EpisodeRecord, Monitor, ToolBlocked, TrackedState
+from prefixmon import Episode, EpisodeRecord, Monitor, PendingCall, ToolBlocked, ToolCall, TrackedState
 from prefixmon.jsonlines import too_deep
 
 from ..taubench.gold import read_user_records
+from ..transcripts import _recorded_sequence
 from .env import Domain, Outcome, Requestor, Tau2Env
 from .rules import refusal
 
@@ -29,12 +36,15 @@ if TYPE_CHECKING:
 __all__ = (
     "USER_ACTIONS",
     "GoldEpisode",
+    "StepCall",
+    "Steps",
     "UserActions",
     "context_reads",
     "instructions",
     "run_gold",
     "seed_context",
     "step",
+    "steps",
 )
 
 UserActions = Literal["include", "exclude"]
@@ -56,6 +66,16 @@ def _ingest(state: TrackedState, ep: Episode, name: str, content: str) -> None:
     state.ingest(content, produce=produce, tool=name)
 
 
+def _parsed(arguments: Mapping[str, Any] | str | None) -> Mapping[str, Any] | str | None:
+    """The call's arguments as a mapping when they are JSON text (else as they are, or ``None``)."""
+    if isinstance(arguments, str):
+        try:  # text nested too deeply is no arguments, as text that does not parse (the monitor says why)
+            return None if too_deep(arguments) else json.loads(arguments) if arguments.strip() else {}
+        except ValueError:  # not JSON, or an integer past Python's digit limit
+            return None
+    return arguments
+
+
 async def step(
     ep: Episode,
     env: Tau2Env,
@@ -74,26 +94,90 @@ async def step(
             result, and the environment is still advanced by running the call.
     """
     side = requestor if requestor is not None else env.requestor(name)
-    args = arguments
-    if isinstance(args, str):
-        try:  # text nested too deeply is no arguments, as text that does not parse (the monitor says why)
-            args = None if too_deep(args) else json.loads(args) if args.strip() else {}
-        except ValueError:  # not JSON, or an integer past Python's digit limit
-            args = None
+    args = _parsed(arguments)
     if side == "user" and user_actions == "exclude":
         outcome = env.run(name, args if isinstance(args, Mapping) else {}, requestor="user", call_id=call_id or "")
         _ingest(ep.state, ep, name, recorded if recorded is not None else outcome.content)
         return Step(outcome=outcome, rejected=refusal(name, outcome.content, outcome.error))
-    cid = f"user:{call_id or ''}" if side == "user" else call_id
     try:
-        pending = await ep.begin(name, arguments, call_id=cid)
-    except ToolBlocked:
-        pending = None
-    run_args = pending.args if pending is not None else args
+        pending: PendingCall | ToolBlocked = await ep.begin(name, arguments, call_id=_action_id(side, call_id))
+    except ToolBlocked as blocked:
+        pending = blocked
+    return _run(env, pending, name, args, side, call_id, recorded)
+
+
+def _action_id(side: Requestor, call_id: str | None) -> str | None:
+    return f"user:{call_id or ''}" if side == "user" else call_id
+
+
+def _run(
+    env: Tau2Env,
+    pending: PendingCall | ToolBlocked,
+    name: str,
+    args: Mapping[str, Any] | str | None,
+    side: Requestor,
+    call_id: str | None,
+    recorded: str | None,
+) -> Step:
+    """Run an admitted call on ``env`` (a refused one too: the recorded run went on) and apply its result."""
+    run_args = pending.args if isinstance(pending, PendingCall) else args
     outcome = env.run(name, run_args if isinstance(run_args, Mapping) else {}, requestor=side, call_id=call_id or "")
-    if pending is not None:
+    if isinstance(pending, PendingCall):
         pending.done(recorded if recorded is not None else outcome.content)
     return Step(outcome=outcome, rejected=refusal(name, outcome.content, outcome.error))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCall:
+    """One call of a message, as :func:`steps` takes it."""
+
+    name: str
+    arguments: Mapping[str, Any] | str | None
+    requestor: Requestor | None = None
+    call_id: str | None = None
+    recorded: str | None = None
+    """The result a replayed transcript recorded (see :func:`step`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Steps:
+    """The calls of one message as they ran."""
+
+    steps: tuple[Step, ...]
+    batch: bool
+    """Whether they were judged as one batch."""
+    recorded_sequence: bool
+    """Whether the message (of several calls) was a recorded sequence, judged call by call."""
+
+
+async def steps(ep: Episode, env: Tau2Env, calls: Sequence[StepCall], *, user_actions: UserActions = "include") -> Steps:
+    """Judge the calls of one message as one batch, then run them on ``env`` in message order.
+
+    Judged call by call instead (:func:`step`): a single call, a message whose calls are not
+    all judged (the user's, excluded) or come from both sides, and a recorded sequence: a
+    call uses a value that only an earlier call of the message returned (by the recorded
+    results), which a model emitting the calls together could not have seen.
+    """
+    sides = [c.requestor if c.requestor is not None else env.requestor(c.name) for c in calls]
+    judged = len(calls) > 1 and len(set(sides)) == 1 and not (sides[0] == "user" and user_actions == "exclude")
+    emitted = [(ToolCall(name=c.name, args=c.arguments, call_id=c.call_id), c.recorded) for c in calls] if judged else []
+    sequence = judged and _recorded_sequence(ep, emitted)
+    if not judged or sequence:
+        done = [
+            await step(
+                ep, env, c.name, c.arguments, requestor=side, call_id=c.call_id, recorded=c.recorded, user_actions=user_actions
+            )
+            for c, side in zip(calls, sides, strict=True)
+        ]
+        return Steps(steps=tuple(done), batch=False, recorded_sequence=sequence)
+    begun = await ep.begin_batch(
+        [(c.name, c.arguments, _action_id(side, c.call_id)) for c, side in zip(calls, sides, strict=True)]
+    )
+    ran = tuple(
+        _run(env, pending, c.name, _parsed(c.arguments), side, c.call_id, c.recorded)
+        for c, side, pending in zip(calls, sides, begun, strict=True)
+    )
+    return Steps(steps=ran, batch=True, recorded_sequence=False)
 
 
 def instructions(task: Task) -> str:

@@ -15,6 +15,8 @@ reads, per file (detected by its content):
 
 Telecom user calls are the user's actions (call ids ``user:...``); ``--label
 user_actions=exclude`` leaves them out of the actions (they still run and inform).
+The calls of one message are judged as one batch, then run in message order, unless the
+message is a recorded sequence (:func:`.episodes.steps`); :class:`BatchCounts` counts both.
 A malformed file is reported with its name and where, and nothing of it is replayed.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -35,7 +38,7 @@ from prefixmon.records import write_records
 from ..taubench.replay import TauRollout
 from ..transcripts import ReplayInputError, first_error, labelled_id, load_json
 from .env import Domain, Requestor, Tau2Env, load_tasks, silence_tau2_logs
-from .episodes import USER_ACTIONS, UserActions, step
+from .episodes import USER_ACTIONS, StepCall, UserActions, steps
 from .toolsets import toolset
 
 if TYPE_CHECKING:
@@ -45,6 +48,7 @@ __all__ = (
     "AIRLINE",
     "RETAIL",
     "TELECOM",
+    "BatchCounts",
     "Simulation",
     "Tau2ReplaySource",
     "Tau2Results",
@@ -134,7 +138,25 @@ def _tool_messages(messages: Sequence[Mapping[str, Any]]) -> dict[str, list[str]
     return out
 
 
-async def _replay_messages(ep: Episode, env: Tau2Env, messages: Sequence[Mapping[str, Any]], user_actions: UserActions) -> None:
+@dataclass(slots=True)
+class BatchCounts:
+    """How the messages of several calls of a replay were judged."""
+
+    messages: int = 0
+    """Messages holding several calls."""
+    batches: int = 0
+    """Of those, the ones judged as one batch."""
+    recorded_sequences: int = 0
+    """Of those, the ones replayed call by call: a call used what an earlier one of the message returned."""
+
+
+async def _replay_messages(
+    ep: Episode,
+    env: Tau2Env,
+    messages: Sequence[Mapping[str, Any]],
+    user_actions: UserActions,
+    counts: BatchCounts | None = None,
+) -> None:
     results = _tool_messages(messages)
     for message in messages:
         role = message.get("role")
@@ -145,6 +167,7 @@ async def _replay_messages(ep: Episode, env: Tau2Env, messages: Sequence[Mapping
             ep.inform(content)
         elif role == "assistant" and isinstance(content, str) and content:
             ep.assistant(content)
+        calls: list[StepCall] = []
         for call in message.get("tool_calls") or ():
             if not isinstance(call, Mapping):
                 continue
@@ -158,9 +181,14 @@ async def _replay_messages(ep: Episode, env: Tau2Env, messages: Sequence[Mapping
             call_id = str(call.get("id", ""))
             queue = results.get(call_id)
             recorded = queue.pop(0) if queue else None
-            await step(
-                ep, env, name, arguments, requestor=requestor, call_id=call_id, recorded=recorded, user_actions=user_actions
-            )
+            calls.append(StepCall(name=name, arguments=arguments, requestor=requestor, call_id=call_id, recorded=recorded))
+        if not calls:
+            continue
+        ran = await steps(ep, env, calls, user_actions=user_actions)
+        if counts is not None and len(calls) > 1:
+            counts.messages += 1
+            counts.batches += ran.batch
+            counts.recorded_sequences += ran.recorded_sequence
 
 
 async def replay_simulations(
@@ -170,8 +198,13 @@ async def replay_simulations(
     tasks: Mapping[str, Task],
     labels: Mapping[str, str] | None = None,
     on_record: Callable[[EpisodeRecord], None] | None = None,
+    counts: BatchCounts | None = None,
 ) -> list[EpisodeRecord]:
-    """Replay every simulation of a τ² results file; one record each, in order."""
+    """Replay every simulation of a τ² results file; one record each, in order.
+
+    Args:
+        counts: if given, counts how the messages of several calls were judged.
+    """
     user_actions = _user_actions(labels)
     monitor = Monitor(toolset(domain), policy="observe")
     records = []
@@ -194,7 +227,7 @@ async def replay_simulations(
             allows_no_tool=not (task.evaluation_criteria is not None and task.evaluation_criteria.actions),
         ) as ep:
             ep.inform(env.environment.get_policy())
-            await _replay_messages(ep, env, sim.messages, user_actions)
+            await _replay_messages(ep, env, sim.messages, user_actions, counts)
             ep.finish("success" if sim.reward >= 1.0 else "failure")
         assert ep.record is not None
         records.append(ep.record)
@@ -204,7 +237,11 @@ async def replay_simulations(
 
 
 async def replay_v1(
-    rollouts: Iterable[TauRollout], domain: Domain, *, labels: Mapping[str, str] | None = None
+    rollouts: Iterable[TauRollout],
+    domain: Domain,
+    *,
+    labels: Mapping[str, str] | None = None,
+    counts: BatchCounts | None = None,
 ) -> list[EpisodeRecord]:
     """Replay τ-bench v1 trajectories (airline, retail) on the real τ² environment."""
     monitor = Monitor(toolset(domain), policy="observe")
@@ -219,7 +256,7 @@ async def replay_v1(
             episode_id=labelled_id(f"tau-v1-on-tau2-{domain}-{index:05d}-task{rollout.task_id}-trial{trial}", episode_labels),
             env=env,
         ) as ep:
-            await _replay_messages(ep, env, rollout.traj, "include")
+            await _replay_messages(ep, env, rollout.traj, "include", counts)
             ep.finish("success" if rollout.reward >= 1.0 else "failure")
         assert ep.record is not None
         records.append(ep.record)

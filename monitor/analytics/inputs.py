@@ -219,6 +219,7 @@ if msgspec is not None:
         replacement: str | None = None
         plan_step: int | None = None
         deviation: str | None = None
+        code: str | None = None
 
     class _Failure(msgspec.Struct, gc=False, forbid_unknown_fields=True):
         depth: int

@@ -7,9 +7,10 @@ the question a user asks before switching on ``policy="block"``: *what would thi
 refused, and was the environment going to refuse it too?*
 
 - A **refusal** is a pre-call failure that blocks under ``block``: ``schema``,
-  ``dependency`` or ``precondition``. Information (grounding) findings do not block by
-  default (DESIGN §2.1); they are counted apart, as **findings**, with the ones on calls the
-  environment ran.
+  ``dependency`` or ``precondition``. Information (grounding) findings, and a batch's
+  duplicate and conflicting calls (codes ``duplicate_call``, ``batch_conflict``), do not
+  block by default (DESIGN §2.1); they are counted apart, as **findings**, with the ones on
+  calls the environment ran.
 - An **environment error** is a call that reached the environment and was rejected.
 - A **refusal of a call that succeeded** is a refusal of a call the environment ran without
   error: under ``block`` it would have broken a working agent. These are listed by cause,
@@ -31,11 +32,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..batch import CONFLICT, DUPLICATE
 from ..records import ActionRecord, EpisodeRecord
 from ..vocabulary import Cause
 from .agreement import Confusion
 
 __all__ = (
+    "FINDING_CODES",
     "MAX_EXAMPLES",
     "REFUSING",
     "USER_CALL_PREFIX",
@@ -48,6 +51,8 @@ __all__ = (
 
 REFUSING: Final = frozenset({Cause.SCHEMA, Cause.DEPENDENCY, Cause.PRECONDITION})
 """Causes whose pre-call failure blocks the call under ``policy="block"``."""
+FINDING_CODES: Final = frozenset({DUPLICATE, CONFLICT})
+"""Codes of failures of those causes that do not block by default (:mod:`prefixmon.batch`)."""
 USER_CALL_PREFIX: Final = "user:"
 """Call ids of the user's own tool calls (τ² telecom), which are not the agent's."""
 MAX_EXAMPLES: Final = 3
@@ -83,9 +88,9 @@ class VerdictScore:
     examples: dict[str, list[Example]] = field(default_factory=dict)
     """The first :data:`MAX_EXAMPLES` refusals of calls that succeeded, by cause."""
     findings: int = 0
-    """Information findings (reported, not blocking by default) on answered calls."""
+    """Findings (information; duplicates and conflicts in a batch: reported, not blocking by default) on answered calls."""
     findings_ok: int = 0
-    """Information findings on calls the environment ran."""
+    """Findings on calls the environment ran."""
 
     @property
     def env_errors(self) -> int:
@@ -111,10 +116,11 @@ class VerdictScore:
 
     def _answered(self, record: EpisodeRecord, action: ActionRecord) -> None:
         cause = action.cause
-        refused = cause in REFUSING
+        finding = cause is Cause.INFORMATION or action.code in FINDING_CODES
+        refused = cause in REFUSING and not finding
         rejected = action.error is not None
         self.confusion.add(refused, rejected)
-        if cause is Cause.INFORMATION:
+        if finding:
             self.findings += 1
             self.findings_ok += not rejected
         if not refused:
@@ -200,7 +206,7 @@ def render_scores(scores: list[VerdictScore], fmt: str = "text") -> str:
     rows = [*scores, total(scores)] if len(scores) > 1 else list(scores)
     if fmt == "json":
         return json.dumps({"inputs": [s.as_dict() for s in scores], "total": rows[-1].as_dict()}, indent=2)
-    head = ["input", "calls", "env errors", "refusals", "recall", "precision", "refused but ran", "info findings (ran)"]
+    head = ["input", "calls", "env errors", "refusals", "recall", "precision", "refused but ran", "findings (ran)"]
     table = [
         [
             s.input,

@@ -14,6 +14,7 @@ from typing import Any, Final, cast
 
 from ..grounding import GroundingMatch
 from ..observed import ObservedObjects
+from ..order import OrderLog
 from ..spec import Produce, ToolSpec
 from ..state import Binding, TrackedState
 from ..toolset import Toolset
@@ -234,6 +235,8 @@ class PlanState(TrackedState):
         """``{(step id, kind): (reference, stale binding)}``: a step's output invalidated through one path."""
         self.facts = cast("dict[str, Any]", _Facts(parent.facts, self))
         self.objects = ObservedObjects(parent.objects)
+        if parent.order_log is not None:  # read through, never changed
+            self._order = OrderLog(parent.order_log)
         self.depth = parent.depth
         self.turn = parent.turn
 

@@ -19,8 +19,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 from pydantic import Field
 
-from prefixmon import Cause, Decision, Deny, EpisodeRecord, Monitor, Outcome, Policy, Toolset, TrackedState
+from prefixmon import Cause, Decision, Deny, EpisodeRecord, Monitor, Observer, Outcome, Policy, Toolset, TrackedState, Verdict
 from prefixmon.adapters.langchain import MonitorMiddleware, interrupt_escalation, parse_answer
+from prefixmon.batch import DUPLICATE, SIBLING
 
 from ..test_bounds import collections_watched
 from ..test_real_traffic_ids import flight_booking
@@ -343,6 +344,209 @@ class TestParallelCalls:
             (record,) = app.records
             assert [a.call_id for a in record.actions] == ids
             assert [a.depth for a in record.actions] == list(range(1, 9))
+
+
+class Codes(Observer):
+    """The failure codes of every recorded call, by call id (records keep the cause, verdicts the code)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str | None, list[str]] = {}
+
+    def call_finished(self, episode: Any, action: Any, verdict: Verdict, token: Any) -> None:
+        self.codes[verdict.call_id] = [f.code for f in verdict.failures]
+
+
+Case = tuple[Contacts, Callable[[dict[str, Any]], None]]
+"""An agent, and the checks of what its run returned."""
+
+
+def sibling_case() -> Case:
+    """The removal of an id only the search beside it would return: refused, the sibling named; never run."""
+    shown: list[str] = []
+    still_there: list[bool] = []
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        n = answers(messages)
+        shown[:] = errors_shown(messages)
+        if n == 0:
+            return calls(("search_contacts", {"name": "Fredrik"}, "s1"), ("remove_contact", {"person_id": "p-17"}, "s2"))
+        if n == 1:
+            still_there.append("p-17" in app.book)  # the refused removal did not run
+            return call("remove_contact", {"person_id": "p-17"}, "s3")
+        return AIMessage("done")
+
+    codes = Codes()
+    app = Contacts(script, observers=[codes])
+
+    def check(result: dict[str, Any]) -> None:
+        assert still_there == [True] and app.book == {}  # refused in the batch, then run on its own
+        (refusal,) = shown
+        assert "search_contacts (call 1 of this batch) produces them but has not returned" in refusal
+        (record,) = app.records
+        assert [(a.call_id, a.depth, a.decision, a.reached_environment) for a in record.actions] == [
+            ("s1", 1, Decision.ALLOW, True),
+            ("s2", 2, Decision.BLOCK, False),
+            ("s3", 3, Decision.ALLOW, True),
+        ]
+        assert codes.codes["s2"] == [SIBLING] and record.fed == 2
+        assert app.middleware.open_episodes == []
+
+    return app, check
+
+
+def duplicate_case() -> Case:
+    """The same payment twice in one message: the second is a duplicate_call finding; both run (default policy)."""
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if answers(messages) == 0:
+            args = {"person_id": "p-17", "amount": 50}
+            return calls(("send_money", args, "d1"), ("send_money", dict(args), "d2"))
+        return AIMessage("done")
+
+    codes = Codes()
+    app = Contacts(script, observers=[codes])
+
+    def check(result: dict[str, Any]) -> None:
+        assert app.runs == {"send_money": 2}
+        assert [m.content for m in result["messages"] if isinstance(m, ToolMessage)] == ["sent 50", "sent 50"]
+        (record,) = app.records
+        first, second = record.actions
+        assert (first.call_id, first.executable, first.depth) == ("d1", True, 1)
+        assert (second.call_id, second.cause, second.decision, second.depth) == ("d2", Cause.PRECONDITION, Decision.OBSERVE, 2)
+        assert second.reached_environment and "call 1 of this batch" in (second.reason or "")
+        assert codes.codes["d2"] == [DUPLICATE]
+
+    return app, check
+
+
+def independent_case() -> Case:
+    """Calls that need nothing of each other: all run, all executable, consecutive depths in message order."""
+    ids = [f"i{k}" for k in range(6)]
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if answers(messages) == 0:
+            return calls(*[("search_contacts", {"name": f"n{k}"}, i) for k, i in enumerate(ids)])
+        return AIMessage("done")
+
+    codes = Codes()
+    app = Contacts(script, observers=[codes])
+
+    def check(result: dict[str, Any]) -> None:
+        assert [m.status for m in result["messages"] if isinstance(m, ToolMessage)] == ["success"] * 6
+        (record,) = app.records
+        assert [(a.call_id, a.depth) for a in record.actions] == [(i, k + 1) for k, i in enumerate(ids)]
+        assert record.executable and all(a.reached_environment for a in record.actions)
+        assert all(codes.codes[i] == [] for i in ids)
+        assert app.middleware.open_episodes == []
+
+    return app, check
+
+
+CASES = {"sibling": sibling_case, "duplicate": duplicate_case, "independent": independent_case}
+
+
+class TestBatches:
+    """The tool calls of one AIMessage are judged as one batch (Episode.begin_batch), in the agent's own loop."""
+
+    @pytest.mark.parametrize("case", CASES)
+    async def test_async_agent(self, case: str) -> None:
+        """ainvoke: ToolNode runs the calls concurrently; the first to arrive admits the whole message."""
+        app, check = CASES[case]()
+        check(await app.agent.ainvoke({"messages": [HumanMessage("do it")]}))
+
+    @pytest.mark.parametrize("case", CASES)
+    def test_sync_agent(self, case: str) -> None:
+        """invoke: ToolNode runs the calls in threads; the first to arrive admits the whole message."""
+        app, check = CASES[case]()
+        check(app.agent.invoke({"messages": [HumanMessage("do it")]}))
+
+    async def test_a_call_changed_on_its_way_is_checked_as_it_runs(self) -> None:
+        """A middleware placed before MonitorMiddleware changes a call: the emitted one is recorded as not run,
+        the changed one is checked on its own and runs."""
+
+        class Rewrite(AgentMiddleware[Any, Any, Any]):
+            async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+                if request.tool_call["id"] == "x2":
+                    request = request.override(tool_call={**request.tool_call, "args": {"name": "Fredrik"}})
+                return await handler(request)
+
+        def script(messages: list[BaseMessage]) -> AIMessage:
+            if answers(messages) == 0:
+                return calls(("search_contacts", {"name": "Bob"}, "x1"), ("search_contacts", {"name": "Eve"}, "x2"))
+            return AIMessage("done")
+
+        app = Contacts(script)
+        agent = create_agent(app.model, tools=app.agent_tools, middleware=[Rewrite(), app.middleware])
+        result = await agent.ainvoke({"messages": [HumanMessage("find them")]})
+        replies = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+        assert [m.status for m in replies] == ["success", "success"] and "Fredrik" in str(replies[1].content)
+        (record,) = app.records
+        assert [(a.call_id, a.depth, a.reached_environment, a.error) for a in record.actions] == [
+            ("x1", 1, True, None),
+            ("x2", 2, False, "the call was changed before it ran"),
+            ("x2", 3, True, None),
+        ]
+
+    async def test_a_tool_that_interrupts_itself_in_a_batch_is_recorded_once(self) -> None:
+        """The graph pauses inside one call of a batch and resumes: that call is reused, not admitted again."""
+
+        def script(messages: list[BaseMessage]) -> AIMessage:
+            if answers(messages) == 0:
+                return calls(
+                    ("search_contacts", {"name": "Fredrik"}, "t1"),
+                    ("confirm_and_send", {"person_id": "p-17", "amount": 50}, "t2"),
+                )
+            return AIMessage("finished")
+
+        app = Contacts(script, checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": "th-batch"}}
+        await app.agent.ainvoke({"messages": [HumanMessage("send Fredrik 50")]}, config)
+        assert app.records == [] and app.middleware.open_episodes[0].depth == 2  # both admitted, one paused
+        done = await app.agent.ainvoke(Command(resume=True), config)
+        assert done["messages"][-1].content == "finished"
+        (record,) = app.records
+        assert [(a.call_id, a.depth, a.reached_environment) for a in record.actions] == [("t1", 1, True), ("t2", 2, True)]
+        assert record.executable
+
+    @staticmethod
+    def raising_sibling() -> Contacts:
+        """A message whose first call raises with tool_errors="raise": the run fails while its siblings run."""
+
+        def script(messages: list[BaseMessage]) -> AIMessage:
+            if answers(messages) == 0:
+                return call("search_contacts", {"name": "Fredrik"}, "s1")
+            app.book.clear()  # someone else deletes the contact meanwhile: the removal raises KeyError
+            return calls(
+                ("remove_contact", {"person_id": "p-17"}, "r1"),
+                ("search_contacts", {"name": "Bob"}, "r2"),
+                ("search_contacts", {"name": "Eve"}, "r3"),
+            )
+
+        app = Contacts(script)
+        app.middleware.tool_errors = "raise"
+        return app
+
+    @staticmethod
+    def assert_each_call_recorded_once(app: Contacts) -> None:
+        (record,) = app.records
+        assert record.status == "error" and record.error == "KeyError"
+        assert [(a.call_id, a.depth) for a in record.actions] == [("s1", 1), ("r1", 2), ("r2", 3), ("r3", 4)]
+        assert record.actions[1].cause is Cause.STATE_CONSISTENCY and record.actions[1].reached_environment
+        assert app.middleware.open_episodes == []
+
+    async def test_a_sibling_that_raises_loses_no_call(self) -> None:
+        """ainvoke: the failing call ends the episode; every call of the batch is recorded once, at its depth."""
+        app = self.raising_sibling()
+        with pytest.raises(KeyError):
+            await app.agent.ainvoke({"messages": [HumanMessage("remove Fredrik")]})
+        self.assert_each_call_recorded_once(app)
+
+    def test_a_sibling_that_raises_loses_no_call_sync(self) -> None:
+        """invoke: the same through the threaded sync path."""
+        app = self.raising_sibling()
+        with pytest.raises(KeyError):
+            app.agent.invoke({"messages": [HumanMessage("remove Fredrik")]})
+        self.assert_each_call_recorded_once(app)
 
 
 class TestInterrupts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import enum
 from collections.abc import Callable, Iterator
@@ -12,12 +13,13 @@ from pydantic import BaseModel
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+from agents import Agent, FunctionTool, RunConfig, Runner, function_tool, set_tracing_disabled
 from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from prefixmon import Cause, Decision, Edit, EpisodeRecord, Monitor, Outcome, Toolset
+from prefixmon import Cause, Decision, Edit, Episode, EpisodeRecord, Monitor, Observer, Outcome, Toolset, Verdict
 from prefixmon.adapters.openai_agents import MonitorGuardrail
+from prefixmon.batch import DUPLICATE, SIBLING
 
 from ..test_bounds import collections_watched
 
@@ -51,9 +53,10 @@ def scripted(*steps: Responder) -> ScriptedModel:
 class Contacts:
     """A contacts agent whose tools carry prefixmon rules."""
 
-    def __init__(self, *steps: Responder) -> None:
+    def __init__(self, *steps: Responder, observers: list[Observer] | None = None) -> None:
         self.records: list[EpisodeRecord] = []
         self.book = {"p-17": {"person_id": "p-17", "name": "Fredrik"}}
+        self.runs: dict[str, int] = {}
         rules = Toolset()
         rules.add_schema("search_contacts", {"type": "object", "properties": {"name": {"type": "string"}}}, produces="person_id")
         rules.add_schema(
@@ -62,8 +65,13 @@ class Contacts:
             refs={"person_id": "person_id"},
             invalidates="person_id",
         )
-        self.guard = MonitorGuardrail(Monitor(rules, policy="block", sink=self.records.append))
+        rules.add_schema(
+            "send_money",
+            {"type": "object", "properties": {"person_id": {"type": "string"}, "amount": {"type": "integer"}}},
+        )
+        self.guard = MonitorGuardrail(Monitor(rules, policy="block", sink=self.records.append, observers=observers or ()))
         book = self.book
+        runs = self.runs
 
         @function_tool
         def search_contacts(name: str) -> list[dict[str, str]]:
@@ -73,13 +81,22 @@ class Contacts:
         @function_tool
         def remove_contact(person_id: str) -> str:
             """Remove a contact."""
+            runs["remove_contact"] = runs.get("remove_contact", 0) + 1
             if person_id not in book:
                 raise KeyError(f"no contact {person_id}")
             del book[person_id]
             return "removed"
 
+        @function_tool
+        def send_money(person_id: str, amount: int) -> str:
+            """Send money."""
+            runs["send_money"] = runs.get("send_money", 0) + 1
+            return f"sent {amount}"
+
         self.model = scripted(*steps)
-        self.agent = self.guard.protect(Agent(name="contacts", model=self.model, tools=[search_contacts, remove_contact]))
+        self.agent = self.guard.protect(
+            Agent(name="contacts", model=self.model, tools=[search_contacts, remove_contact, send_money])
+        )
 
     async def run(self, text: str) -> Any:
         return await self.guard.run(
@@ -145,6 +162,175 @@ class TestBlockAndRepair:
         (record,) = app.records
         assert record.fed == 2 and record.actions[1].cause is Cause.STATE_CONSISTENCY
         assert record.actions[1].reached_environment and record.invalid_reached_environment
+
+
+class Codes(Observer):
+    """The failure codes of every recorded call, by call id (records keep the cause, verdicts the code)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str | None, list[str]] = {}
+
+    def call_finished(self, episode: Any, action: Any, verdict: Verdict, token: Any) -> None:
+        self.codes[verdict.call_id] = [f.code for f in verdict.failures]
+
+
+class TestBatches:
+    """The parallel function calls of one model response are judged as one batch (Episode.begin_batch)."""
+
+    async def test_a_sibling_dependency_is_refused_before_anything_runs(self) -> None:
+        """The removal of an id only the search beside it would return: refused, the sibling named; never run."""
+        shown: list[str] = []
+        still_there: list[bool] = []
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [
+                function_call("search_contacts", {"name": "Fredrik"}, call_id="s1"),
+                function_call("remove_contact", {"person_id": "p-17"}, call_id="s2"),
+            ]
+
+        def second(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call))
+            still_there.append("p-17" in app.book and "remove_contact" not in app.runs)  # the refused removal did not run
+            return [function_call("remove_contact", {"person_id": "p-17"}, call_id="s3")]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            return [assistant_message("done")]
+
+        codes = Codes()
+        app = Contacts(first, second, last, observers=[codes])
+        result = await app.run("remove Fredrik")
+        assert result.final_output == "done"
+        assert still_there == [True] and app.book == {} and app.runs["remove_contact"] == 1
+        assert "search_contacts (call 1 of this batch) produces them but has not returned" in shown[1]
+        (record,) = app.records
+        assert [(a.call_id, a.depth, a.decision, a.reached_environment) for a in record.actions] == [
+            ("s1", 1, Decision.ALLOW, True),
+            ("s2", 2, Decision.BLOCK, False),
+            ("s3", 3, Decision.ALLOW, True),
+        ]
+        assert codes.codes["s2"] == [SIBLING] and record.fed == 2
+
+    async def test_a_duplicate_write_is_reported_and_runs(self) -> None:
+        """The same payment twice in one response: the second is a duplicate_call finding; both run (default policy)."""
+        shown: list[str] = []
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            args = {"person_id": "p-17", "amount": 50}
+            return [function_call("send_money", args, call_id="d1"), function_call("send_money", dict(args), call_id="d2")]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call))
+            return [assistant_message("done")]
+
+        codes = Codes()
+        app = Contacts(first, last, observers=[codes])
+        await app.run("pay Fredrik 50")
+        assert shown == ["sent 50", "sent 50"] and app.runs == {"send_money": 2}
+        (record,) = app.records
+        one, two = record.actions
+        assert (one.call_id, one.executable, one.depth) == ("d1", True, 1)
+        assert (two.call_id, two.cause, two.decision, two.depth) == ("d2", Cause.PRECONDITION, Decision.OBSERVE, 2)
+        assert two.reached_environment and "call 1 of this batch" in (two.reason or "")
+        assert codes.codes["d2"] == [DUPLICATE]
+
+    async def test_independent_parallel_calls_all_run(self) -> None:
+        """Calls that need nothing of each other: all run, all executable, consecutive depths in message order."""
+        ids = [f"i{k}" for k in range(6)]
+        shown: list[str] = []
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [function_call("search_contacts", {"name": f"n{k}"}, call_id=i) for k, i in enumerate(ids)]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call))
+            return [assistant_message("done")]
+
+        codes = Codes()
+        app = Contacts(first, last, observers=[codes])
+        await app.run("find them")
+        assert shown == ["[]"] * 6
+        (record,) = app.records
+        assert [(a.call_id, a.depth) for a in record.actions] == [(i, k + 1) for k, i in enumerate(ids)]
+        assert record.executable and all(a.reached_environment for a in record.actions)
+        assert all(codes.codes[i] == [] for i in ids)
+
+    async def test_an_unknown_tool_keeps_its_place_in_the_batch(self) -> None:
+        """A call of a tool the agent lacks is answered by the SDK itself; in the batch it still takes its depth."""
+        shown: list[str] = []
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [
+                function_call("search_contacts", {"name": "Fredrik"}, call_id="u1"),
+                function_call("delete_everything", {}, call_id="u2"),
+                function_call("remove_contact", {"person_id": "p-17"}, call_id="u3"),
+            ]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            shown.extend(tool_outputs(call))
+            return [assistant_message("done")]
+
+        codes = Codes()
+        app = Contacts(first, last, observers=[codes])
+        await app.run("find Fredrik")
+        assert "p-17" in app.book and "remove_contact" not in app.runs
+        assert any("no tool named 'delete_everything'" in text for text in shown)
+        (record,) = app.records
+        assert [(a.call_id, a.depth, a.cause, a.reached_environment) for a in record.actions] == [
+            ("u1", 1, None, True),
+            ("u2", 2, Cause.SCHEMA, False),
+            ("u3", 3, Cause.DEPENDENCY, False),
+        ]
+        assert codes.codes["u3"] == [SIBLING]
+
+    async def test_a_call_another_guardrail_rejects_is_recorded_as_not_run(self) -> None:
+        """A guardrail before the monitor's rejects a call of the batch: the admitted call is recorded as not run."""
+        from agents import ToolGuardrailFunctionOutput, tool_input_guardrail
+
+        @tool_input_guardrail
+        def no_money(data: Any) -> ToolGuardrailFunctionOutput:
+            return ToolGuardrailFunctionOutput.reject_content("no payments today")
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [
+                function_call("search_contacts", {"name": "Fredrik"}, call_id="g1"),
+                function_call("send_money", {"person_id": "p-17", "amount": 5}, call_id="g2"),
+            ]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            return [assistant_message("done")]
+
+        app = Contacts(first, last)
+        tools = [
+            dataclasses.replace(t, tool_input_guardrails=[no_money, *(t.tool_input_guardrails or ())])
+            if isinstance(t, FunctionTool) and t.name == "send_money"
+            else t
+            for t in app.agent.tools
+        ]
+        app.agent = app.agent.clone(tools=tools)
+        await app.run("pay Fredrik")
+        assert "send_money" not in app.runs
+        (record,) = app.records
+        assert [(a.call_id, a.depth, a.reached_environment) for a in record.actions] == [("g1", 1, True), ("g2", 2, False)]
+
+    async def test_a_failing_batch_falls_back_to_one_call_at_a_time(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The batch cannot be admitted (a monitor fault): every call is checked on its own, the run goes on."""
+
+        async def broken(self: Episode, calls: Any) -> Any:
+            raise RuntimeError("no batches today")
+
+        monkeypatch.setattr(Episode, "begin_batch", broken)
+
+        def first(call: ModelCall) -> list[TResponseOutputItem]:
+            return [function_call("search_contacts", {"name": f"n{k}"}, call_id=f"f{k}") for k in range(3)]
+
+        def last(call: ModelCall) -> list[TResponseOutputItem]:
+            return [assistant_message("done")]
+
+        app = Contacts(first, last)
+        result = await app.run("find them")
+        assert result.final_output == "done" and app.guard.monitor.stats.internal_errors == 1
+        (record,) = app.records
+        assert [(a.call_id, a.depth, a.reached_environment) for a in record.actions] == [(f"f{k}", k + 1, True) for k in range(3)]
 
 
 class TestZeroConfig:

@@ -41,15 +41,18 @@ from prefixmon import (
     EpisodeRecord,
     JsonlSink,
     Monitor,
+    Observer,
     Outcome,
     Policy,
     Ref,
     Telemetry,
     Toolset,
     TrackedState,
+    Verdict,
     read_records,
 )
 from prefixmon.adapters.pydantic_ai import MonitorCapability, deferred_approval
+from prefixmon.batch import DUPLICATE, SIBLING
 
 from ..test_real_traffic_ids import flight_booking
 
@@ -92,6 +95,7 @@ class Contacts:
     def __init__(self, script: Any, *, policy: Policy | str = "block", register_tools: bool = True, **monitor: Any) -> None:
         self.records: list[EpisodeRecord] = []
         self.book = {"p-17": {"person_id": "p-17", "name": "Fredrik", "phone": "+1 555 0100"}}
+        self.runs: dict[str, int] = {}
         self.tools = tools = Toolset()
         self.monitor = Monitor(tools, policy=policy, sink=self.records.append, **monitor)
         self.capability = MonitorCapability(
@@ -104,7 +108,7 @@ class Contacts:
         self.agent: Agent[None, Any] = Agent(
             FunctionModel(script), capabilities=[self.capability], output_type=[str, DeferredToolRequests]
         )
-        book = self.book
+        book, runs = self.book, self.runs
 
         @self.agent.tool_plain
         @tools.tool(produces="person_id")
@@ -129,6 +133,7 @@ class Contacts:
         @tools.tool(requires=[has_budget])
         def send_money(person_id: str, amount: int) -> str:
             """Send money."""
+            runs["send_money"] = runs.get("send_money", 0) + 1
             return f"sent {amount}"
 
 
@@ -312,6 +317,130 @@ class TestBlockAndRepair:
         assert shown == ["booked 2026-01-02 2026-01-03 9"]
         (record,) = records
         assert record.fed == 2 and record.actions[0].reached_environment and record.actions[0].error is None
+
+
+class Codes(Observer):
+    """The failure codes of every recorded call, by call id (records keep the cause, verdicts the code)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str | None, list[str]] = {}
+
+    def call_finished(self, episode: Any, action: Any, verdict: Verdict, token: Any) -> None:
+        self.codes[verdict.call_id] = [f.code for f in verdict.failures]
+
+
+class TestBatches:
+    """The tool calls of one ModelResponse are judged as one batch (Episode.begin_batch), in the agent's own loop."""
+
+    async def test_a_sibling_dependency_is_refused_before_anything_runs(self) -> None:
+        """The removal of an id only the search beside it would return: refused, the sibling named; never run."""
+        shown: list[str] = []
+        still_there: list[bool] = []
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            n = responses(messages)
+            if n:
+                shown.extend(tool_returns(messages))
+            if n == 0:
+                return ModelResponse(
+                    parts=[
+                        ToolCallPart("search_contacts", {"name": "Fredrik"}, tool_call_id="s1"),
+                        ToolCallPart("remove_contact", {"person_id": "p-17"}, tool_call_id="s2"),
+                    ]
+                )
+            if n == 1:
+                still_there.append("p-17" in app.book)  # the refused removal did not run
+                return ModelResponse(parts=[ToolCallPart("remove_contact", {"person_id": "p-17"}, tool_call_id="s3")])
+            return ModelResponse(parts=[TextPart("done")])
+
+        codes = Codes()
+        app = Contacts(script, observers=[codes])
+        result = await app.agent.run("remove Fredrik")
+        assert result.output == "done"
+        assert still_there == [True] and app.book == {}  # refused in the batch, then run on its own
+        assert "search_contacts (call 1 of this batch) produces them but has not returned" in shown[1]
+        (record,) = app.records
+        assert [(a.call_id, a.depth, a.decision, a.reached_environment) for a in record.actions] == [
+            ("s1", 1, Decision.ALLOW, True),
+            ("s2", 2, Decision.BLOCK, False),
+            ("s3", 3, Decision.ALLOW, True),
+        ]
+        assert codes.codes["s2"] == [SIBLING] and record.fed == 2
+
+    async def test_a_duplicate_write_is_reported_and_runs(self) -> None:
+        """The same payment twice in one response: the second is a duplicate_call finding; both run (default policy)."""
+        shown: list[str] = []
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if responses(messages):
+                shown.extend(tool_returns(messages))
+                return ModelResponse(parts=[TextPart("done")])
+            args = {"person_id": "p-17", "amount": 50}
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("send_money", args, tool_call_id="d1"),
+                    ToolCallPart("send_money", dict(args), tool_call_id="d2"),
+                ]
+            )
+
+        codes = Codes()
+        app = Contacts(script, observers=[codes])
+        await app.agent.run("pay Fredrik 50")
+        assert shown == ["sent 50", "sent 50"] and app.runs == {"send_money": 2}
+        (record,) = app.records
+        first, second = record.actions
+        assert (first.call_id, first.executable, first.depth) == ("d1", True, 1)
+        assert (second.call_id, second.cause, second.decision, second.depth) == ("d2", Cause.PRECONDITION, Decision.OBSERVE, 2)
+        assert second.reached_environment and "call 1 of this batch" in (second.reason or "")
+        assert codes.codes["d2"] == [DUPLICATE]
+
+    async def test_independent_parallel_calls_all_run(self) -> None:
+        """Calls that need nothing of each other: all run, all executable, consecutive depths in message order."""
+        ids = [f"i{k}" for k in range(6)]
+        shown: list[str] = []
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if responses(messages):
+                shown.extend(tool_returns(messages))
+                return ModelResponse(parts=[TextPart("done")])
+            return ModelResponse(
+                parts=[ToolCallPart("search_contacts", {"name": f"n{k}"}, tool_call_id=i) for k, i in enumerate(ids)]
+            )
+
+        codes = Codes()
+        app = Contacts(script, observers=[codes])
+        await app.agent.run("find them")
+        assert shown == ["[]"] * 6
+        (record,) = app.records
+        assert [(a.call_id, a.depth) for a in record.actions] == [(i, k + 1) for k, i in enumerate(ids)]
+        assert record.executable and all(a.reached_environment for a in record.actions)
+        assert all(codes.codes[i] == [] for i in ids)
+
+    async def test_an_unknown_tool_keeps_its_place_in_the_batch(self) -> None:
+        """A call of a tool the agent lacks never reaches the hooks; in the batch it still takes its depth."""
+
+        def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            if responses(messages) == 0:
+                return ModelResponse(
+                    parts=[
+                        ToolCallPart("search_contacts", {"name": "Fredrik"}, tool_call_id="u1"),
+                        ToolCallPart("delete_everything", {}, tool_call_id="u2"),
+                        ToolCallPart("remove_contact", {"person_id": "p-17"}, tool_call_id="u3"),
+                    ]
+                )
+            return ModelResponse(parts=[TextPart("done")])
+
+        codes = Codes()
+        app = Contacts(script, observers=[codes])
+        await app.agent.run("find Fredrik")
+        assert "p-17" in app.book
+        (record,) = app.records
+        assert [(a.call_id, a.depth, a.cause, a.reached_environment) for a in record.actions] == [
+            ("u1", 1, None, True),
+            ("u2", 2, Cause.SCHEMA, False),
+            ("u3", 3, Cause.DEPENDENCY, False),
+        ]
+        assert codes.codes["u3"] == [SIBLING]
 
 
 class TestToolErrors:

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from prefixmon import Cause, Monitor, read_records
+from prefixmon import Cause, Monitor, Observer, read_records
 from prefixmon._cli import main
 
 from ..test_bounds import BAD_ARGUMENT_VALUES, collections_watched
@@ -247,3 +247,76 @@ class TestDeeplyNestedInput:
         assert record.horizon == 2 and record.fed == 1
         assert record.first_failure is not None and record.first_failure.cause is Cause.SCHEMA
         assert says in (record.first_failure.reason or "")
+
+
+class TestBatches:
+    """The calls of one message are judged as one batch on the real environment (episodes.steps)."""
+
+    @staticmethod
+    def lookup(recorded: bool) -> tuple[list[Any], Any, Any]:
+        from prefixmon.adapters.tau2.episodes import StepCall, steps
+        from prefixmon.batch import SIBLING
+
+        task = load_tasks("retail")[0]
+        env = Tau2Env.for_task("retail", task)
+        user = next(u for u in env.db.users.values() if u.orders)
+        twin = env.fork()
+        found = twin.run("get_user_details", {"user_id": user.user_id}).content
+        details = twin.run("get_order_details", {"order_id": user.orders[0]}).content
+        codes: dict[str | None, list[str]] = {}
+
+        class Codes(Observer):
+            def call_finished(self, episode: Any, action: Any, verdict: Any, token: Any) -> None:
+                codes[verdict.call_id] = [f.code for f in verdict.failures]
+
+        async def go() -> Any:
+            async with Monitor(toolset("retail"), observers=[Codes()]).episode(task_id="batch", env=env) as ep:
+                ep.user(f"my user id is {user.user_id}")
+                ran = await steps(
+                    ep,
+                    env,
+                    [
+                        StepCall(
+                            name="get_user_details",
+                            arguments={"user_id": user.user_id},
+                            call_id="c1",
+                            recorded=found if recorded else None,
+                        ),
+                        StepCall(
+                            name="get_order_details",
+                            arguments=json.dumps({"order_id": user.orders[0]}),
+                            call_id="c2",
+                            recorded=details if recorded else None,
+                        ),
+                    ],
+                )
+                ep.finish("success")
+            return ran, ep.record
+
+        ran, record = anyio.run(go)
+        return [codes, SIBLING], ran, record
+
+    def test_a_sibling_dependency_is_found_in_a_batch(self) -> None:
+        """An order looked up by an id only the user lookup beside it returns: a sibling dependency; both run (observe)."""
+        (codes, sibling), ran, record = self.lookup(recorded=False)
+        assert ran.batch and not ran.recorded_sequence
+        assert [s.rejected for s in ran.steps] == [None, None]
+        assert [(a.call_id, a.depth, a.cause) for a in record.actions] == [("c1", 1, None), ("c2", 2, Cause.DEPENDENCY)]
+        assert codes["c2"] == [sibling]
+
+    def test_a_recorded_sequence_is_replayed_call_by_call(self) -> None:
+        """The recorded user details hold the order id the lookup uses: rounds recorded as one message."""
+        _, ran, record = self.lookup(recorded=True)
+        assert not ran.batch and ran.recorded_sequence
+        assert record.executable and [a.depth for a in record.actions] == [1, 2]
+
+    def test_replay_counts_batches(self, tmp_path: Path) -> None:
+        """A results file whose gold messages hold one call each: no message of several, nothing batched."""
+        from prefixmon.adapters.tau2.replay import BatchCounts, Tau2Results, _tasks, replay_simulations
+
+        path = results_file(tmp_path / "r.json", "retail", ["0"])
+        results = Tau2Results.model_validate_json(path.read_text())
+        counts = BatchCounts()
+        tasks = _tasks("retail", results, path)
+        (record,) = anyio.run(lambda: replay_simulations(results, "retail", tasks=tasks, counts=counts))
+        assert counts == BatchCounts() and record.executable
