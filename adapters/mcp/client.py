@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from mcp import Client, MCPError
-from mcp.types import CallToolResult, ListToolsResult, PaginatedRequestParams, Tool
+from mcp.types import CallToolResult, ListToolsResult, PaginatedRequestParams, TextContent, Tool
 from mcp_types import CONNECTION_CLOSED
 
-from prefixmon import Episode, Monitor, PendingCall, SpecError, ToolBlocked, Toolset, current_episode
+from prefixmon import Episode, Monitor, PendingCall, SpecError, ToolBlocked, ToolCall, Toolset, current_episode
 from prefixmon.episode import cancellation
 
 from ._common import (
@@ -211,6 +212,48 @@ class MonitorSession:
             pending = await ep.begin(name, arguments, call_id=call_id)
         except ToolBlocked as blocked:
             return blocked_result(blocked)
+        return await self._send(pending, read_timeout_seconds, **kwargs)
+
+    async def call_tools(
+        self,
+        calls: Sequence[tuple[str, Mapping[str, Any] | str | None] | tuple[str, Mapping[str, Any] | str | None, str | None]],
+        read_timeout_seconds: float | None = None,
+        **kwargs: Any,
+    ) -> list[CallToolResult]:
+        """The calls of one model turn, ``(name, arguments[, call_id])``: judged as one batch, the admitted
+        ones sent concurrently; one result per call, in order.
+
+        Each call is judged against the state before the turn (docs/batches.md): a reference only
+        a sibling would return is refused with a reason naming it, a duplicate or conflicting write
+        is reported. A refused call gets an ``isError`` result with the reason, as from
+        :meth:`call_tool`, and so does a call the server answered with a JSON-RPC error (the
+        others' results are kept). A transport failure (the connection is gone) is raised once
+        every call has its outcome.
+        """
+        ep = self._episode()
+        begun = await ep.begin_batch([ToolCall(name=c[0], args=c[1], call_id=c[2] if len(c) > 2 else None) for c in calls])
+        results: list[CallToolResult | None] = [blocked_result(b) if isinstance(b, ToolBlocked) else None for b in begun]
+        lost: list[BaseException] = []
+
+        async def send(i: int, pending: PendingCall) -> None:
+            try:
+                results[i] = await self._send(pending, read_timeout_seconds, **kwargs)
+            except Exception as exc:
+                if transport_failure(exc):
+                    lost.append(exc)
+                else:
+                    results[i] = CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+
+        async with anyio.create_task_group() as tg:
+            for i, b in enumerate(begun):
+                if isinstance(b, PendingCall):
+                    tg.start_soon(send, i, b)
+        if lost:
+            raise lost[0]
+        return [r for r in results if r is not None]
+
+    async def _send(self, pending: PendingCall, read_timeout_seconds: float | None, **kwargs: Any) -> CallToolResult:
+        """Send an admitted call and record the server's answer (see :meth:`call_tool`)."""
         lost_before = self._connection_lost
         try:
             result = await self.session.call_tool(pending.call.name, pending.args, read_timeout_seconds, **kwargs)

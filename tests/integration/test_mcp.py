@@ -155,6 +155,50 @@ class TestClientSide:
         assert (records[0].fed, records[0].horizon) == (1, 3)
 
 
+class TestClientBatches:
+    """MonitorSession.call_tools: the calls of one model turn judged as one batch, sent concurrently."""
+
+    async def test_a_sibling_dependency_is_refused_and_independent_calls_run(self) -> None:
+        records: list[EpisodeRecord] = []
+        async with stdio_session() as session, MonitorSession(session, rules=RULES, sink=records.append) as guarded:
+            async with guarded.episode(task_id="turn"):
+                first = await guarded.call_tools(
+                    [
+                        ("search_contacts", {"name": "Fredrik"}, "c1"),
+                        ("send_message", {"person_id": "p-17", "text": "late"}, "c2"),  # only the search returns p-17
+                        ("search_contacts", {"name": "Olsen"}, "c3"),
+                    ]
+                )
+                person_id = result_value(first[0])["contacts"][0]["person_id"]
+                second = await guarded.call_tools(
+                    [
+                        ("send_message", {"person_id": person_id, "text": "late"}, "c4"),
+                        ("send_message", {"person_id": person_id, "text": "late"}, "c5"),
+                    ]
+                )
+        assert [r.is_error for r in first] == [False, True, False]
+        assert "search_contacts (call 1 of this batch) produces them but has not returned" in text(first[1])
+        assert [r.is_error for r in second] == [False, False]  # a duplicate is reported, and both are sent
+        assert result_value(second[1])["count"] == 2
+        (record,) = records
+        assert [(a.depth, a.call_id, a.code, a.reached_environment) for a in record.actions] == [
+            (1, "c1", None, True),
+            (2, "c2", "sibling_dependency", False),
+            (3, "c3", None, True),
+            (4, "c4", None, True),
+            (5, "c5", "duplicate_call", True),
+        ]
+
+    async def test_a_server_error_answers_its_call_and_keeps_the_others(self) -> None:
+        """A tool error of one call is its isError result; the sibling's result is kept."""
+        async with stdio_session() as session, MonitorSession(session) as guarded, guarded.episode(task_id="errors"):
+            results = await guarded.call_tools(
+                [("remove_contact", {"person_id": "nobody"}), ("search_contacts", {"name": "Fredrik"})]
+            )
+        assert results[0].is_error and "no contact with person_id 'nobody'" in text(results[0])
+        assert not results[1].is_error and result_value(results[1])["contacts"]
+
+
 class TestServerSide:
     """MonitorMiddleware protects the server itself, whatever the client does."""
 
