@@ -37,6 +37,7 @@ from .records import FirstFailure as FirstFailure
 from .records import JsonlSink as JsonlSink
 from .records import iter_records as iter_records
 from .records import read_records as read_records
+from .snapshot import Snapshot as Snapshot
 from .spec import Grounded as Grounded
 from .spec import Precondition as Precondition
 from .spec import Ref as Ref
@@ -91,6 +92,7 @@ __all__ = (
     "RecordError",
     "Ref",
     "Replan",
+    "Snapshot",
     "SpecError",
     "Telemetry",
     "ToolBlocked",

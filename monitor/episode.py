@@ -34,6 +34,7 @@ from .grounding import InformedTexts
 from .policies import Intervention, Resolution
 from .records import ActionRecord, EpisodeRecord, ProbeRecord, Status, build_record, trusted_action
 from .repeats import RejectedCalls
+from .snapshot import Approval, Approvals, Snapshot, escalation, take
 from .spec import ToolSpec
 from .state import TrackedState
 from .toolset import Toolset
@@ -382,6 +383,10 @@ class Episode:
         """Calls waiting on a replan or escalation hook: their verdict and token, by depth."""
         self._depth_of: dict[str, int] = {}
         self._fed: int | None = None
+        self._approvals: Approvals | None = None
+        """The escalation answers given in this episode (:mod:`prefixmon.snapshot`); made at the first escalation."""
+        self._told: list[tuple[str, Any]] = []
+        """What :meth:`user`, :meth:`inform` and :meth:`assistant` were given, in order (for :meth:`snapshot`)."""
         self._closed = False
         self.probes: list[ProbeRecord] = []
         """Lookups the monitor made itself before calls (spec-file probes), in order."""
@@ -481,6 +486,7 @@ class Episode:
         Values the user states count as seen information, and satisfy ``Ref(kind, user=True)``.
         An object that breaks indexing is a counted monitor fault, as it is in a tool result.
         """
+        self._told.append(("user", message))
         try:
             self.state.inform(message, user=True)
         except Exception as e:
@@ -494,6 +500,7 @@ class Episode:
         still does not count as stated by the user, so a call that refers to it fails the
         dependency check (a flight number from a table the agent made up, echoed by the user).
         """
+        self._told.append(("assistant", text))
         try:
             self.state.agent_wrote(text)
         except Exception as e:
@@ -504,10 +511,36 @@ class Episode:
 
         It counts as seen information, but not as something the user said.
         """
+        self._told.append(("inform", value))
         try:
             self.state.inform(value)
         except Exception as e:
             self._fault("tracking informed values", e)
+
+    # -- approvals and snapshots -------------------------------------------------------------
+    @property
+    def approvals(self) -> list[Approval]:
+        """The escalation answers remembered in this episode; the same call escalated again gets its answer unasked."""
+        return self._approvals.entries if self._approvals is not None else []
+
+    def _answers(self) -> Approvals:
+        """The episode's remembered escalation answers (made when first needed: most episodes never escalate)."""
+        approvals = self._approvals
+        if approvals is None:
+            approvals = self._approvals = Approvals()
+        return approvals
+
+    def snapshot(self) -> Snapshot:
+        """What is needed to continue this episode with :meth:`Monitor.resume <prefixmon.Monitor.resume>` (JSON data).
+
+        It holds the application's own values (arguments, facts, the texts told): store it
+        like any checkpoint. See :mod:`prefixmon.snapshot` for what it does not hold.
+
+        Raises:
+            SpecError: a call is open or waiting on a hook.
+            RecordError: a fact is not JSON data.
+        """
+        return take(self)
 
     def expose(self, *names: str) -> None:
         """Make tools available from now on."""
@@ -799,8 +832,15 @@ class Episode:
         depth = verdict.depth
         self._hooked[depth] = (verdict, token)
         try:
-            resolution = await self.monitor.intervention.resolve_undetermined(
-                verdict, raw, judge=self._judge_named, fault=self._fault
+            resolution = await escalation(
+                self.monitor.intervention,
+                self._answers(),
+                verdict,
+                raw,
+                self.state,
+                undetermined=True,
+                judge=self._judge_named,
+                fault=self._fault,
             )
         finally:
             del self._hooked[depth]
@@ -817,8 +857,15 @@ class Episode:
             self._refuse(verdict, token, Resolution(decision=Decision.FAIL_CLOSED))
         self._hooked[depth] = (verdict, token)
         try:
-            resolution = await self.monitor.intervention.resolve(
-                verdict, raw, self.state, judge=self._judge_named, fault=self._fault
+            resolution = await escalation(
+                self.monitor.intervention,
+                self._answers(),
+                verdict,
+                raw,
+                self.state,
+                undetermined=False,
+                judge=self._judge_named,
+                fault=self._fault,
             )
         finally:
             del self._hooked[depth]

@@ -24,6 +24,7 @@ from .grounding import InformedTexts
 from .observer import Observer
 from .policies import EscalateHook, Intervention, Policy, ReplanHook
 from .records import EpisodeRecord, JsonlSink, Status
+from .snapshot import Snapshot, restore
 from .state import TrackedState
 from .toolset import Toolset
 
@@ -214,6 +215,42 @@ class Monitor:
             },
         )
 
+    def resume(
+        self,
+        snapshot: Snapshot | Mapping[str, Any] | str | bytes,
+        *,
+        env: Any = None,
+        plan: PlanTracker | None = None,
+        episode_id: str | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[Episode]:
+        """Continue an episode from its :meth:`Episode.snapshot` (``async with monitor.resume(snap) as ep``).
+
+        The episode keeps its id, task, labels, start time, actions, approvals and tracked state
+        (facts, bindings, exposure, turn, order counts, the texts it was told): the next call
+        gets the snapshot's depth + 1, the record at the end holds every action, before the
+        snapshot and after, and a call answered before is not asked again. What a snapshot does
+        not hold is listed in :mod:`prefixmon.snapshot`.
+
+        Args:
+            snapshot: a :class:`~prefixmon.snapshot.Snapshot`, its JSON data (``model_dump(mode="json")``) or its JSON text.
+            env: the live environment, as for :meth:`episode` (it is not in the snapshot).
+            plan: a plan tracker, as for :meth:`episode` (it is not in the snapshot).
+            episode_id: an id for the continued episode (default: the snapshot's). If the
+                first part's record reached the sink too, both have the same id, and readers
+                count an id once (its first record): give the continuation its own id then.
+
+        Raises:
+            RecordError: not a snapshot of ``prefixmon.snapshot/1``, or malformed (the message names the field).
+            SpecError: it exposes a tool this monitor's toolset does not have.
+        """
+        snap = Snapshot.load(snapshot)
+        unknown = [n for n in snap.exposed if n not in self.toolset]
+        if unknown:
+            raise SpecError(f"the snapshot exposes tools this toolset does not have: {', '.join(map(repr, unknown))}")
+        if episode_id is not None and episode_id != "":
+            snap = snap.model_copy(update={"episode_id": episode_id})
+        return _ResumedBlock(self, snap, env, plan)
+
     def verify_plan(self, plan: Any, *, state: TrackedState | None = None, **options: Any) -> Any:
         """Deprecated: use ``prefixmon.verify_plan(monitor.toolset, plan, state=...)``."""
         warnings.warn(
@@ -403,6 +440,36 @@ class _EpisodeBlock:
             ep._leave(self._reset, self._entered, exc)
         finally:
             await ep.aclose(status, error)
+
+
+class _ResumedBlock(_EpisodeBlock):
+    """``async with monitor.resume(snapshot)``: as :class:`_EpisodeBlock`, the episode restored from the snapshot."""
+
+    __slots__ = ("_env", "_plan", "_snapshot")
+
+    def __init__(self, monitor: Monitor, snapshot: Snapshot, env: Any, plan: PlanTracker | None) -> None:
+        super().__init__(monitor, snapshot.task_id, snapshot.labels, {})
+        self._snapshot = snapshot
+        self._env = env
+        self._plan = plan
+
+    async def __aenter__(self) -> Episode:
+        if self._episode is not None:
+            raise RuntimeError("a resume block can be entered only once; call monitor.resume(...) again")
+        snap = self._snapshot
+        ep = self._episode = self._monitor.open_episode(
+            snap.task_id,
+            snap.labels,
+            episode_id=snap.episode_id,
+            env=self._env,
+            exposed=snap.exposed,
+            allows_no_tool=snap.allows_no_tool,
+            facts=snap.facts,
+            plan=self._plan,
+        )
+        restore(ep, snap)
+        self._reset, self._entered = ep._enter()
+        return ep
 
 
 def _cancel_requested() -> bool:

@@ -15,8 +15,8 @@ EXPECTED = (
     "ActionRecord", "Approve", "BadLine", "Cause", "Decision", "Deny", "Edit", "Episode", "EpisodeRecord",
     "Failure", "FirstFailure", "Grounded", "JsonlSink", "LiveLog", "Monitor", "MonitorStats", "Observer", "PendingCall",
     "Plan", "PlanError", "PlanVerdict", "Policy", "Precondition", "PrefixmonError", "RecordError", "Ref", "Replan",
-    "SpecError", "Telemetry", "ToolBlocked", "ToolCall", "ToolSpec", "Toolset", "TrackedState", "Undetermined", "Verdict",
-    "__version__", "current_episode", "dry_run", "iter_records", "read_records", "revise_plan", "verify_plan",
+    "Snapshot", "SpecError", "Telemetry", "ToolBlocked", "ToolCall", "ToolSpec", "Toolset", "TrackedState", "Undetermined",
+    "Verdict", "__version__", "current_episode", "dry_run", "iter_records", "read_records", "revise_plan", "verify_plan",
 )  # fmt: skip
 
 MOVED = {

@@ -203,6 +203,21 @@ class TestRunToolCalls:
         assert ep.record.first_failure.cause is Cause.DEPENDENCY
         assert [name for name, _ in contacts.ran] == ["search_contacts", "search_contacts", "send_message"]
 
+    async def test_a_duplicate_write_is_reported_and_runs(self) -> None:
+        """The same message twice in one batch: the second is a duplicate_call finding; both run (default policy)."""
+        contacts = Contacts()
+        send = '{"person_id": "p-17", "text": "hi"}'
+        async with monitor_for(contacts).episode(task_id="duplicate") as ep:
+            await run_tool_calls(ep, assistant(call("a", "search_contacts", '{"name": "fred"}')))
+            await run_tool_calls(ep, assistant(call("b", "send_message", send), call("c", "send_message", send)))
+        assert ep.record is not None
+        assert [(a.call_id, a.code, a.reached_environment) for a in ep.record.actions] == [
+            ("a", None, True),
+            ("b", None, True),
+            ("c", "duplicate_call", True),
+        ]
+        assert [name for name, _ in contacts.ran] == ["search_contacts", "send_message", "send_message"]
+
     async def test_independent_parallel_calls_are_unaffected(self) -> None:
         """Two different searches in one message both run."""
         contacts = Contacts()

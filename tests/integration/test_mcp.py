@@ -160,22 +160,25 @@ class TestClientBatches:
 
     async def test_a_sibling_dependency_is_refused_and_independent_calls_run(self) -> None:
         records: list[EpisodeRecord] = []
-        async with stdio_session() as session, MonitorSession(session, rules=RULES, sink=records.append) as guarded:
-            async with guarded.episode(task_id="turn"):
-                first = await guarded.call_tools(
-                    [
-                        ("search_contacts", {"name": "Fredrik"}, "c1"),
-                        ("send_message", {"person_id": "p-17", "text": "late"}, "c2"),  # only the search returns p-17
-                        ("search_contacts", {"name": "Olsen"}, "c3"),
-                    ]
-                )
-                person_id = result_value(first[0])["contacts"][0]["person_id"]
-                second = await guarded.call_tools(
-                    [
-                        ("send_message", {"person_id": person_id, "text": "late"}, "c4"),
-                        ("send_message", {"person_id": person_id, "text": "late"}, "c5"),
-                    ]
-                )
+        async with (
+            stdio_session() as session,
+            MonitorSession(session, rules=RULES, sink=records.append) as guarded,
+            guarded.episode(task_id="turn"),
+        ):
+            first = await guarded.call_tools(
+                [
+                    ("search_contacts", {"name": "Fredrik"}, "c1"),
+                    ("send_message", {"person_id": "p-17", "text": "late"}, "c2"),  # only the search returns p-17
+                    ("search_contacts", {"name": "Olsen"}, "c3"),
+                ]
+            )
+            person_id = result_value(first[0])["contacts"][0]["person_id"]
+            second = await guarded.call_tools(
+                [
+                    ("send_message", {"person_id": person_id, "text": "late"}, "c4"),
+                    ("send_message", {"person_id": person_id, "text": "late"}, "c5"),
+                ]
+            )
         assert [r.is_error for r in first] == [False, True, False]
         assert "search_contacts (call 1 of this batch) produces them but has not returned" in text(first[1])
         assert [r.is_error for r in second] == [False, False]  # a duplicate is reported, and both are sent
