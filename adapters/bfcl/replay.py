@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
-from prefixmon import EpisodeRecord, Monitor
+from prefixmon import Episode, EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.jsonlines import iter_json_lines
 from prefixmon.learn import Call, Message, Transcript
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.records import write_records
+from prefixmon.spec import values_at
 
 from .checker import TurnChecker
 from .data import CATEGORIES, BfclTask, category_of, task_index
@@ -84,6 +85,8 @@ class ResultEntry:
     task: BfclTask
     turns: tuple[tuple[BfclCall, ...], ...]
     """Per turn, the decoded calls of all its steps, in order."""
+    steps: tuple[tuple[int, ...], ...] = ()
+    """Per turn, how many of those calls each step (one model message) decoded to."""
 
 
 def infer_labels(path: str | Path) -> dict[str, str]:
@@ -157,18 +160,24 @@ def read_results(path: str | Path, problems: list[Problem]) -> Iterator[ResultEn
             )
             continue
         turns: list[tuple[BfclCall, ...]] = []
+        steps: list[tuple[int, ...]] = []
         for t, turn in enumerate(result):
             calls: list[BfclCall] = []
+            sizes: list[int] = []
             for s, step in enumerate(turn):
                 where = f"turn {t} step {s}"
                 try:
-                    calls.extend(_decode_step(step, where))
+                    decoded = _decode_step(step, where)
                 except (CallParseError, RecursionError) as e:
                     problems.append(
                         Problem(path=name, line=n, task_id=task_id, skipped=False, message=f"{e}; step skipped, as BFCL does")
                     )
+                    continue
+                calls.extend(decoded)
+                sizes.append(len(decoded))
             turns.append(tuple(calls))
-        yield ResultEntry(path=name, line=n, task=task, turns=tuple(turns))
+            steps.append(tuple(sizes))
+        yield ResultEntry(path=name, line=n, task=task, turns=tuple(turns), steps=tuple(steps))
 
 
 @dataclass(slots=True)
@@ -177,6 +186,12 @@ class ReplaySummary:
 
     records: list[EpisodeRecord] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    multi_call_messages: int = 0
+    """Steps (model messages) of several calls. BFCL runs a message's calls in order, each seeing
+    what the one before it did, so they are judged call by call, as BFCL runs them."""
+    sibling_uses: int = 0
+    """Calls of such a message with a reference argument only an earlier call of the same message
+    returned: the model wrote it before that result existed (BFCL still runs it)."""
 
 
 async def replay_files(
@@ -212,10 +227,45 @@ async def replay_files(
                 checker.force_terminated(len(turns))
                 return "success" if checker.valid else "failure"
 
-            run = await run_task(monitor, entry.task, turns, labels=entry_labels, after_turn=after_turn, finish=finish)
+            watch = _SiblingUses(entry.steps, summary)
+            run = await run_task(
+                monitor, entry.task, turns, labels=entry_labels, on_call=watch, after_turn=after_turn, finish=finish
+            )
             assert run.episode.record is not None
             summary.records.append(run.episode.record)
     return summary
+
+
+class _SiblingUses:
+    """Counts, before each call, whether it uses a reference an earlier call of its own message returned."""
+
+    def __init__(self, steps: Sequence[Sequence[int]], summary: ReplaySummary) -> None:
+        self._starts: dict[int, int] = {}
+        """``{position of a call in the episode: position of its message's first call}``, for messages of several calls."""
+        position = 0
+        for sizes in steps:
+            for size in sizes:
+                if size > 1:
+                    summary.multi_call_messages += 1
+                    for k in range(1, size):
+                        self._starts[position + k] = position
+                position += size
+        self._summary = summary
+        self._position = 0
+
+    def __call__(self, ep: Episode, call: BfclCall, env: BfclEnv) -> None:
+        position, self._position = self._position, self._position + 1
+        start = self._starts.get(position)
+        spec = ep.monitor.toolset.get(call.name)
+        if start is None or spec is None or isinstance(call.args, str):
+            return
+        first_depth = ep.state.depth - (position - start) + 1  # the depth its message's first call took
+        for path, ref in spec.refs:
+            for _, value in values_at(call.args, path):
+                binding = ep.state.binding(value, ref.kind)
+                if binding is not None and binding.depth >= first_depth:
+                    self._summary.sibling_uses += 1
+                    return
 
 
 class BfclReplaySource:
@@ -244,7 +294,8 @@ class BfclReplaySource:
         success = sum(r.success for r in records) / n if n else 0.0
         print(
             f"replayed {n} task(s) to {request.out}; skipped {skipped} malformed entr{'y' if skipped == 1 else 'ies'}; "
-            f"TER {ter:.3f}, BFCL success {success:.3f}"
+            f"TER {ter:.3f}, BFCL success {success:.3f}; {summary.multi_call_messages} message(s) of several calls "
+            f"(judged call by call, as BFCL runs them), {summary.sibling_uses} call(s) using what a sibling returned"
         )
         return 1 if skipped else 0
 

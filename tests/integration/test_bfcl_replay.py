@@ -40,6 +40,20 @@ def _result_file(tmp_path: Path, rows: list[Any], model: str = "my-model") -> Pa
     return _write(tmp_path / "result" / model / "multi_turn" / "BFCL_v4_multi_turn_base_result.json", rows)
 
 
+class TestMessagesOfSeveralCalls:
+    """A step of several calls is one model message; BFCL runs its calls in order, and so does the replay."""
+
+    async def test_counted_and_judged_call_by_call(self, tmp_path: Path) -> None:
+        """In base_14's gold, send_message(receiver_id='USR005') sits beside the add_contact that returns USR005:
+        one use of what a sibling returned, counted; BFCL runs it, so it is not refused."""
+        task = task_index()["multi_turn_base_14"]
+        summary = await replay_files([_result_file(tmp_path, [{"id": task.id, "result": _strings(task.id)}])])
+        assert summary.multi_call_messages == sum(len(turn) > 1 for turn in ground_truth_calls(task))
+        assert summary.sibling_uses == 1
+        (record,) = summary.records
+        assert record.executable
+
+
 class TestEncodings:
     """Both call encodings replay to the same record."""
 
