@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import anyio
@@ -69,9 +70,10 @@ class Hook:
         self.answers = answers or {}
 
     async def __call__(self, verdict: Verdict, call: ToolCall) -> Any:
-        args = dict(call.args) if isinstance(call.args, dict) else json.loads(call.args or "{}")
+        raw = call.args
+        args: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else json.loads(raw or "{}")
         self.asked.append(args)
-        return self.answers.get(args.get("amount"), Approve())
+        return self.answers.get(float(args.get("amount", 0)), Approve())
 
 
 def through_json(snapshot: Snapshot) -> Any:
