@@ -829,24 +829,7 @@ class Episode:
 
     async def _ask(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
         """An executable call that could not be fully decided: a human approves, edits or denies it (FED is untouched)."""
-        depth = verdict.depth
-        self._hooked[depth] = (verdict, token)
-        try:
-            resolution = await escalation(
-                self.monitor.intervention,
-                self._answers(),
-                verdict,
-                raw,
-                self.state,
-                undetermined=True,
-                judge=self._judge_named,
-                fault=self._fault,
-            )
-        finally:
-            del self._hooked[depth]
-        if resolution.args is None:
-            self._refuse(verdict, token, resolution)
-        return self._pending(verdict, raw, resolution.args, resolution.decision, token, None, resolution.call)
+        return await self._resolve(verdict, raw, token, undetermined=True)
 
     async def _intervene(self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
         """Apply the policy to a call that is not executable."""
@@ -855,6 +838,13 @@ class Episode:
             self._fed = depth
         if any(f.code == "monitor_fault" for f in verdict.failures):
             self._refuse(verdict, token, Resolution(decision=Decision.FAIL_CLOSED))
+        return await self._resolve(verdict, raw, token, undetermined=False)
+
+    async def _resolve(
+        self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any, *, undetermined: bool
+    ) -> PendingCall:
+        """The policy's hooks (or a remembered answer) decide the call: run it as resolved, or refuse it."""
+        depth = verdict.depth
         self._hooked[depth] = (verdict, token)
         try:
             resolution = await escalation(
@@ -863,7 +853,7 @@ class Episode:
                 verdict,
                 raw,
                 self.state,
-                undetermined=False,
+                undetermined=undetermined,
                 judge=self._judge_named,
                 fault=self._fault,
             )

@@ -19,12 +19,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 from pydantic import Field
 
-from prefixmon import Cause, Decision, Deny, EpisodeRecord, Monitor, Observer, Outcome, Policy, Toolset, TrackedState, Verdict
+from prefixmon import Cause, Decision, Deny, EpisodeRecord, Monitor, Outcome, Policy, Toolset, TrackedState
 from prefixmon.adapters.langchain import MonitorMiddleware, interrupt_escalation, parse_answer
 from prefixmon.batch import DUPLICATE, SIBLING
 
 from ..test_bounds import collections_watched
 from ..test_real_traffic_ids import flight_booking
+from ._codes import Codes
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -344,16 +345,6 @@ class TestParallelCalls:
             (record,) = app.records
             assert [a.call_id for a in record.actions] == ids
             assert [a.depth for a in record.actions] == list(range(1, 9))
-
-
-class Codes(Observer):
-    """The failure codes of every recorded call, by call id (records keep the cause, verdicts the code)."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str | None, list[str]] = {}
-
-    def call_finished(self, episode: Any, action: Any, verdict: Verdict, token: Any) -> None:
-        self.codes[verdict.call_id] = [f.code for f in verdict.failures]
 
 
 Case = tuple[Contacts, Callable[[dict[str, Any]], None]]

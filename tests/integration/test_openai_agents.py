@@ -17,11 +17,12 @@ from agents import Agent, FunctionTool, RunConfig, Runner, function_tool, set_tr
 from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from prefixmon import Cause, Decision, Edit, Episode, EpisodeRecord, Monitor, Observer, Outcome, Toolset, Verdict
+from prefixmon import Cause, Decision, Edit, Episode, EpisodeRecord, Monitor, Observer, Outcome, Toolset
 from prefixmon.adapters.openai_agents import MonitorGuardrail
 from prefixmon.batch import DUPLICATE, SIBLING
 
 from ..test_bounds import collections_watched
+from ._codes import Codes
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -162,16 +163,6 @@ class TestBlockAndRepair:
         (record,) = app.records
         assert record.fed == 2 and record.actions[1].cause is Cause.STATE_CONSISTENCY
         assert record.actions[1].reached_environment and record.invalid_reached_environment
-
-
-class Codes(Observer):
-    """The failure codes of every recorded call, by call id (records keep the cause, verdicts the code)."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str | None, list[str]] = {}
-
-    def call_finished(self, episode: Any, action: Any, verdict: Verdict, token: Any) -> None:
-        self.codes[verdict.call_id] = [f.code for f in verdict.failures]
 
 
 class TestBatches:

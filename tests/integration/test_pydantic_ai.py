@@ -41,20 +41,19 @@ from prefixmon import (
     EpisodeRecord,
     JsonlSink,
     Monitor,
-    Observer,
     Outcome,
     Policy,
     Ref,
     Telemetry,
     Toolset,
     TrackedState,
-    Verdict,
     read_records,
 )
 from prefixmon.adapters.pydantic_ai import MonitorCapability, deferred_approval
 from prefixmon.batch import DUPLICATE, SIBLING
 
 from ..test_real_traffic_ids import flight_booking
+from ._codes import Codes
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -317,16 +316,6 @@ class TestBlockAndRepair:
         assert shown == ["booked 2026-01-02 2026-01-03 9"]
         (record,) = records
         assert record.fed == 2 and record.actions[0].reached_environment and record.actions[0].error is None
-
-
-class Codes(Observer):
-    """The failure codes of every recorded call, by call id (records keep the cause, verdicts the code)."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str | None, list[str]] = {}
-
-    def call_finished(self, episode: Any, action: Any, verdict: Verdict, token: Any) -> None:
-        self.codes[verdict.call_id] = [f.code for f in verdict.failures]
 
 
 class TestBatches:
