@@ -182,7 +182,7 @@ class TestClientBatches:
         assert [r.is_error for r in first] == [False, True, False]
         assert "search_contacts (call 1 of this batch) produces them but has not returned" in text(first[1])
         assert [r.is_error for r in second] == [False, False]  # a duplicate is reported, and both are sent
-        assert result_value(second[1])["count"] == 2
+        assert sorted(result_value(r)["count"] for r in second) == [1, 2]  # sent concurrently: either may land first
         (record,) = records
         assert [(a.depth, a.call_id, a.code, a.reached_environment) for a in record.actions] == [
             (1, "c1", None, True),
