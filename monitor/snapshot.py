@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .exceptions import RecordError, SpecError
 from .order import OrderLog
@@ -158,19 +158,13 @@ class Snapshot(_Model):
     pool_complete: bool = False
     """Whether :attr:`told` rebuilds the whole information pool (no tool result was seen, nothing was left out)."""
 
-    @field_validator("actions", mode="before")
+    @field_validator("actions", "probes", mode="before")
     @classmethod
-    def _actions(cls, value: Any) -> Any:
-        """Actions as records are read: strictly, from their JSON form."""
+    def _as_records(cls, value: Any, info: ValidationInfo) -> Any:
+        """Actions and probes as records are read: strictly, from their JSON form."""
         if isinstance(value, list) and any(isinstance(v, Mapping) for v in value):
-            return _ACTIONS.validate_json(json.dumps([_plain(v) for v in value]))
-        return value
-
-    @field_validator("probes", mode="before")
-    @classmethod
-    def _probes(cls, value: Any) -> Any:
-        if isinstance(value, list) and any(isinstance(v, Mapping) for v in value):
-            return _PROBES.validate_json(json.dumps([_plain(v) for v in value]))
+            adapter = _ACTIONS if info.field_name == "actions" else _PROBES
+            return adapter.validate_json(json.dumps([_plain(v) for v in value]))
         return value
 
     @model_validator(mode="after")
