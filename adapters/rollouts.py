@@ -11,6 +11,11 @@ call a model made and the environment's own answer to it. Every file is replayed
   (``examples/specs/tau_<domain>.yaml`` for v1, ``tau2_<domain>.yaml`` for τ²), no database
   and no environment: what a middleware in front of an unmodelled tool layer knows.
 
+``--rules learned`` replaces the hand-written spec by one ``prefixmon learn`` drafts: from the
+first half of each file's episodes, replayed observation-only on the second half and on the
+other files of the same domain (the learned tools and arguments those files declare), with the
+precondition threshold ``--enable-above``.
+
 Each replay is scored with :mod:`prefixmon.analytics.scoring` (recall and precision of
 refusals against the environment's errors, refusals of calls that succeeded by cause). With
 no file given, the files of ``../shared/data/rollouts`` (beside the repository) are used, or
@@ -32,13 +37,24 @@ from typing import Any, Final, Literal
 from prefixmon import EpisodeRecord, Monitor, Toolset
 from prefixmon.analytics.scoring import VerdictScore, render_scores, score_records
 from prefixmon.commands import run_async
+from prefixmon.learn import fit_spec
 
 from .transcripts import ReplayInputError, error_text, load_json, replay_messages
 
-__all__ = ("BENCH", "Rollouts", "detect", "observed_tau2", "run_file")
+__all__ = (
+    "BENCH",
+    "Rollouts",
+    "bare_toolset",
+    "conversations",
+    "detect",
+    "fit_spec",
+    "learned_scores",
+    "observed_tau2",
+    "run_file",
+)
 
 Benchmark = Literal["tau", "tau2"]
-Rules = Literal["database", "observed"]
+Rules = Literal["database", "observed", "learned"]
 DEFAULT_DATA: Final = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "rollouts"
 """Where a checkout's development corpus lives (``../shared/data/rollouts`` beside the repository)."""
 _RETAIL_ONLY: Final = frozenset({"get_order_details", "get_product_details", "find_user_id_by_email"})
@@ -93,7 +109,7 @@ def spec_path(benchmark: Benchmark, domain: str) -> Path:
     return folder / f"{benchmark}_{domain}.yaml"
 
 
-def run_file(rollouts: Rollouts, rules: Rules) -> list[EpisodeRecord]:
+def run_file(rollouts: Rollouts, rules: Literal["database", "observed"]) -> list[EpisodeRecord]:
     """Replay one result file with the database-backed rules or the observation-only spec."""
     if rollouts.benchmark == "tau":
         from .taubench.replay import _rollouts, replay_tau
@@ -116,6 +132,52 @@ def run_file(rollouts: Rollouts, rules: Rules) -> list[EpisodeRecord]:
     tools = observed_tau2(domain, spec_path("tau2", rollouts.domain))
     conversations = [(s.task_id, openai_messages(s.messages)) for s in results.simulations]
     return run_async(lambda: _replay_observed(tools, conversations))
+
+
+def conversations(rollouts: Rollouts) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Every episode of a result file as (episode id, OpenAI messages), in the file's order."""
+    if rollouts.benchmark == "tau":
+        from .taubench.replay import _rollouts
+
+        return [(f"{r.task_id}-{r.trial}", r.traj) for r in _rollouts(rollouts.path, rollouts.data)]
+    from .tau2.replay import Tau2Results
+
+    results = Tau2Results.model_validate(rollouts.data)
+    return [(f"{s.task_id}-{i}", openai_messages(s.messages)) for i, s in enumerate(results.simulations)]
+
+
+def bare_toolset(rollouts: Rollouts) -> Toolset:
+    """The file's tools with their schemas and no spec (``Error:`` results are rejections)."""
+    if rollouts.benchmark == "tau2":
+        return observed_tau2(rollouts.domain, None)
+    from .taubench.data import load_schemas
+
+    definitions = load_schemas(rollouts.domain)  # type: ignore[arg-type]
+    strict = {d.get("function", d)["name"]: {"coercion": "strict", "unknown": "forbid"} for d in definitions}
+    return Toolset.from_openai(definitions, rules=strict, error_result=error_text)
+
+
+def learned_scores(corpus: Sequence[Rollouts], thresholds: Any = None) -> list[VerdictScore]:
+    """Learn a spec from the first half of each file; score it on the second half and on the domain's other files."""
+    from prefixmon.learn import Learner
+
+    from .transcripts import transcript_from_messages
+
+    episodes = {r.path: conversations(r) for r in corpus}
+    scores = []
+    for r in corpus:
+        half = len(episodes[r.path]) // 2
+        learner = Learner(bare_toolset(r), thresholds=thresholds)
+        for episode_id, messages in episodes[r.path][:half]:
+            learner.add(transcript_from_messages(messages, episode_id=episode_id))
+        spec = learner.spec()
+        targets = [(r, episodes[r.path][half:], "second half")]
+        targets += [(q, episodes[q.path], "all") for q in corpus if q.path != r.path and q.domain == r.domain]
+        for target, test, part in targets:
+            tools = fit_spec(bare_toolset(target), spec)
+            records = run_async(lambda tools=tools, test=test: _replay_observed(tools, test))  # type: ignore[misc]
+            scores.append(score_records(records, input=f"{r.path.name} (first half) -> {target.path.name} ({part})"))
+    return scores
 
 
 def observed_tau2(domain: Any, spec: Path | None) -> Toolset:
@@ -216,10 +278,24 @@ class RolloutsBench:
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         parser.add_argument("files", nargs="*", metavar="FILE", help="τ v1 or τ² result files (default: the corpus)")
         parser.add_argument("--data", metavar="DIR", help="a folder of result files (default: ../shared/data/rollouts)")
-        parser.add_argument("--rules", choices=("database", "observed", "both"), default="both")
+        parser.add_argument(
+            "--rules",
+            choices=("database", "observed", "both", "learned"),
+            default="both",
+            help="both: database and observed; learned: a spec learned from each file's first half (not in both)",
+        )
+        parser.add_argument(
+            "--enable-above",
+            type=float,
+            default=None,
+            metavar="CONF",
+            help="with --rules learned: the confidence from which learned preconditions are enabled (default: learn's)",
+        )
         parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
         parser.add_argument(
-            "--fail-on-refusal", action="store_true", help="exit 3 when a database-backed replay refused a call that ran"
+            "--fail-on-refusal",
+            action="store_true",
+            help="exit 3 when a database-backed (or learned) replay refused a call that ran",
         )
 
     def run(self, args: argparse.Namespace) -> int:
@@ -231,7 +307,14 @@ class RolloutsBench:
             return 1
         kinds: list[Rules] = ["database", "observed"] if args.rules == "both" else [args.rules]
         tables: dict[str, list[VerdictScore]] = {}
+        if args.rules == "learned":
+            from prefixmon.learn import Thresholds
+
+            thresholds = Thresholds() if args.enable_above is None else Thresholds(enable_above=args.enable_above)
+            tables["learned"] = learned_scores(corpus, thresholds)
         for rules in kinds:
+            if rules == "learned":
+                continue
             for r in corpus:
                 name = f"{r.benchmark} {r.domain}: {r.path.name}"
                 tables.setdefault(rules, []).append(score_records(run_file(r, rules), input=name))
@@ -239,10 +322,14 @@ class RolloutsBench:
             print(json.dumps({k: json.loads(render_scores(v, "json")) for k, v in tables.items()}, indent=2))
         else:
             for kind, scores in tables.items():
-                what = "database-backed rules / the real τ² environment" if kind == "database" else "observation-only spec files"
+                what = {
+                    "database": "database-backed rules / the real τ² environment",
+                    "observed": "observation-only spec files",
+                    "learned": "specs learned from each file's first half (observation-only)",
+                }[kind]
                 print(f"\n{what}:")
                 print(render_scores(scores, args.format))
-        refused = sum(sum(s.refused_ok.values()) for s in tables.get("database", ()))
+        refused = sum(sum(s.refused_ok.values()) for kind in ("database", "learned") for s in tables.get(kind, ()))
         if args.fail_on_refusal and refused:
             print(f"prefixmon bench rollouts: {refused} refusal(s) of calls the environment ran", file=sys.stderr)
             return 3

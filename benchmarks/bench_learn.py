@@ -311,6 +311,19 @@ print(json.dumps({"seconds": seconds, "cpu": cpu, "peak_mb": hwm, "calls": calls
 """
 
 
+def _rollout_transcripts() -> list[Transcript]:
+    """Real models' runs (../shared/data/rollouts) when the corpus is there: their rejected calls feed precondition mining."""
+    from prefixmon.adapters.rollouts import DEFAULT_DATA, conversations, detect
+    from prefixmon.adapters.transcripts import transcript_from_messages
+
+    files = sorted(DEFAULT_DATA.rglob("*.json")) if DEFAULT_DATA.is_dir() else []
+    return [
+        transcript_from_messages(messages, episode_id=f"{path.stem}:{episode}")
+        for path in files
+        for episode, messages in conversations(detect(path))
+    ]
+
+
 def timing(sizes: Sequence[int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -318,6 +331,7 @@ def timing(sizes: Sequence[int]) -> None:
             *read_transcripts(bfcl_files(folder)),
             *read_transcripts(tau_files(folder, "airline")),
             *read_transcripts(tau_files(folder, "retail")),
+            *_rollout_transcripts(),
         ]
         random.Random(0).shuffle(base)  # an even mix of both benchmarks at every size
         corpus = folder / "base.pickle"
@@ -330,7 +344,7 @@ def timing(sizes: Sequence[int]) -> None:
             if done.returncode:
                 raise SystemExit(f"the {n:,}-transcript run failed:\n{done.stderr}")
             results.append((n, json.loads(done.stdout.strip().splitlines()[-1])))
-    print(f"base corpus: {len(base):,} real transcripts (BFCL ground truth, τ-bench gold), cycled\n")
+    print(f"base corpus: {len(base):,} real transcripts (BFCL ground truth, τ-bench gold, real models' runs), cycled\n")
     print("| transcripts | calls | CPU time | µs per transcript | CPU time ratio | size ratio | wall time | peak memory |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     n0, r0 = results[0]

@@ -270,6 +270,15 @@ def _check_path(roots: Mapping[str, Shape | None], path: str, shown: str, prefix
         raise SpecError(f"{prefix}{e}") from None
 
 
+def declares_arg_path(tool: ToolSpec, path: str) -> bool:
+    """Whether a spec may name the argument path (``items[].item_id``): every step declared where the schema closes them."""
+    try:
+        _check_arg_path(_arguments(tool), path, "")
+    except SpecError:
+        return False
+    return True
+
+
 def _check_arg_path(shape: Shape | None, path: str, prefix: str) -> None:
     """An argument path (``items[].item_id``, relative to the arguments): each name declared, ``[]`` into list items."""
     walked = "args"

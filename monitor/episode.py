@@ -32,7 +32,8 @@ from .batch import Batch
 from .exceptions import SpecError, ToolBlocked
 from .grounding import InformedTexts
 from .policies import Intervention, Resolution
-from .records import ActionRecord, EpisodeRecord, ProbeRecord, Status, build_record, trusted_action
+from .records import ActionRecord, EpisodeRecord, ProbeRecord, Status, build_record, trusted_action, with_content
+from .redaction import RecordContent
 from .repeats import RejectedCalls
 from .snapshot import Approval, Approvals, Snapshot, escalation, take
 from .spec import ToolSpec
@@ -79,6 +80,10 @@ class EpisodeHost(Protocol):
     @property
     def informed_texts(self) -> InformedTexts | None:
         """Where long texts told to its episodes are read once for all of them (``None``: each episode reads them)."""
+
+    @property
+    def content(self) -> RecordContent | None:
+        """What of each call its action record holds (``Monitor(record_content=True)``); ``None``: nothing."""
 
     def report_fault(self, episode: Episode | None, where: str, error: BaseException, *, notify: bool = True) -> None:
         """Count, log and report an error the monitor caught in itself."""
@@ -390,6 +395,8 @@ class Episode:
         self._closed = False
         self.probes: list[ProbeRecord] = []
         """Lookups the monitor made itself before calls (spec-file probes), in order."""
+        self._content: RecordContent | None = monitor.content
+        """What of each call its action records (``Monitor(record_content=True)``); ``None``: nothing."""
         observers = monitor.observers
         self._hooks = start_episode(self, observers) if observers else NO_OBSERVERS
         """The observers taking part in each per-call hook (asked once they were told the episode started)."""
@@ -975,6 +982,8 @@ class Episode:
             action = self._slots[depth - 1] = trusted_action(
                 depth, verdict.tool, verdict.call_id, True, None, None, pending.decision, True, None, self.state.turn, None
             )
+            if self._content is not None:
+                self._add_content(action, verdict.args if verdict.args is not None else pending.args, result)
             if token is not None and hooks.finished:
                 hooks.call_finished(self, action, verdict, token)
             return
@@ -1058,10 +1067,25 @@ class Episode:
         action = self._slots[depth - 1] = _action(
             verdict, decision, reached, error, self.state.turn, replacement, step, deviation
         )
+        if self._content is not None:
+            self._add_content(action, verdict.args if verdict.args is not None else args, result)
         if not verdict.executable and (self._fed is None or depth < self._fed):
             self._fed = depth
         if token is not None and self._hooks.finished:
             self._hooks.call_finished(self, action, verdict, token)
+
+    def _add_content(self, action: ActionRecord, args: Any, result: Any) -> None:
+        """Put the call's arguments and result on its new action record, redacted and capped
+        (``record_content``); a redaction hook that raises costs only the content (counted and logged)."""
+        content = self._content
+        assert content is not None
+        try:
+            arguments = content.arguments(args)
+            text = content.result(result, args)
+        except Exception as e:
+            self._fault("record_content redaction", e)
+            return
+        with_content(action, arguments, text)
 
     def _fault(self, where: str, error: BaseException, *, notify: bool = True) -> None:
         self.internal_errors += 1

@@ -24,6 +24,7 @@ from .grounding import InformedTexts
 from .observer import Observer
 from .policies import EscalateHook, Intervention, Policy, ReplanHook
 from .records import EpisodeRecord, JsonlSink, Status
+from .redaction import RecordContent, Redactor
 from .snapshot import Snapshot, restore
 from .state import TrackedState
 from .toolset import Toolset
@@ -81,6 +82,18 @@ class Monitor:
         probe: ``(tool, args) -> result`` (sync or async): runs the read-only lookups spec
             files declare (``probes:``). Default: the toolset's own implementation of the
             probe's tool; without one (a replay), probes are not made.
+        record_content: put each call's arguments (compact JSON text) and its tool's result
+            (text) on its action record (``ActionRecord.arguments`` / ``.result``), redacted by
+            ``content_redact`` and cut at ``max_content_chars``, as
+            ``Telemetry(capture_content=True)`` records them on spans (``prefixmon learn`` learns
+            from such records). Off by default: records then hold no argument values or results
+            and are written exactly as without the option (``docs/security.md``). A call that
+            raised has no result (``error`` holds the exception); a redaction hook that raises
+            costs the call's content only (counted and logged).
+        content_redact: how recorded content is redacted: ``"secrets"`` (default:
+            :func:`~prefixmon.redaction.redact_secrets`), a hook such as
+            :func:`~prefixmon.redaction.redact_keys`, or ``None`` to record it as it is.
+        max_content_chars: recorded arguments and results longer than this are cut (with a marker).
     """
 
     def __init__(
@@ -98,6 +111,9 @@ class Monitor:
         observers: Sequence[Observer] = (),
         labels: Mapping[str, str] | None = None,
         probe: ProbeExecutor | None = None,
+        record_content: bool = False,
+        content_redact: Redactor | Literal["secrets"] | None = "secrets",
+        max_content_chars: int = 4096,
     ) -> None:
         if not isinstance(toolset, Toolset):
             raise SpecError(f"Monitor needs a Toolset, got {type(toolset).__name__}")
@@ -121,6 +137,8 @@ class Monitor:
         self.labels: dict[str, str] = text_labels(labels or {}, {})
         self.stats = MonitorStats()
         self.probe_executor = probe
+        self.content = RecordContent.make(content_redact, max_content_chars) if record_content else None
+        """How each call's arguments and result are put on its action record (``record_content``); ``None``: they are not."""
         self._log = get_logger()  # structlog when the application configured it, else stdlib logging
         self._threads = DaemonThreads()
         """Where plain-function sinks run: a sink that never returns cannot keep the process alive."""

@@ -24,7 +24,10 @@ column                         Arrow type                                 record
                                executable bool, cause, reason, decision,
                                reached_environment bool, error,
                                turn int32, replacement, plan_step int32,
-                               deviation, code>>
+                               deviation, code, arguments, result>>
+                               (``arguments`` / ``result``: content, only
+                               with ``record_content``; absent from older
+                               files, which read as null)
 ``started_at`` / ``ended_at``  timestamp[us, tz=UTC], not null            ``started_at`` / ``ended_at``
 ``status``                     string, not null                           ``status``
 ``error``                      string                                     ``error``
@@ -107,6 +110,8 @@ def arrow_schema() -> pa.Schema:
             pa.field("plan_step", pa.int32()),
             pa.field("deviation", s),
             pa.field("code", s),
+            pa.field("arguments", s),
+            pa.field("result", s),
         ]
     )
     first_failure = pa.struct(
@@ -168,6 +173,8 @@ def _row(record: EpisodeRecord) -> dict[str, Any]:
                 "plan_step": a.plan_step,
                 "deviation": a.deviation,
                 "code": a.code,
+                "arguments": a.arguments,
+                "result": a.result,
             }
             for a in record.actions
         ],

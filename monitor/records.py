@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from ._trusted import trusted_constructor
@@ -50,6 +50,7 @@ __all__ = (
     "read_records",
     "record_line",
     "trusted_action",
+    "with_content",
     "write_records",
 )
 
@@ -61,6 +62,10 @@ _STRICT: Final = ConfigDict(strict=True)
 column loader included, accepts exactly the same lines."""
 
 Status = Literal["finished", "error", "cancelled"]
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +105,13 @@ class ActionRecord:
     """The primary failure's code when not executable (``unbound_reference``, ``precondition:after``,
     ``duplicate_call``...): what tells a finding that does not block (a duplicate or conflict in a
     batch) from a refusal of the same cause."""
+    arguments: Annotated[str | None, Field(exclude_if=_is_none)] = None
+    """The call's arguments as compact JSON text, redacted and size-capped: recorded only with
+    ``Monitor(record_content=True)`` (else ``None``, and left out of the record's JSON)."""
+    result: Annotated[str | None, Field(exclude_if=_is_none)] = None
+    """The tool's result as text, redacted and size-capped: recorded only with
+    ``Monitor(record_content=True)``, for a call that returned (one that raised has its
+    exception in :attr:`error`); else ``None``, and left out of the record's JSON."""
 
     def __post_init__(self) -> None:
         if self.depth < 1:
@@ -110,13 +122,23 @@ class ActionRecord:
             raise ValueError(f"action at depth {self.depth} is not executable but has no cause")
 
 
+def with_content(action: ActionRecord, arguments: str | None, result: str | None) -> ActionRecord:
+    """``action`` with its content (:attr:`ActionRecord.arguments` and ``result``), where there is some (internal)."""
+    if arguments is not None:
+        object.__setattr__(action, "arguments", arguments)
+    if result is not None:
+        object.__setattr__(action, "result", result)
+    return action
+
+
 trusted_action: Final = trusted_constructor(
     ActionRecord,
     (
         "depth", "tool", "call_id", "executable", "cause", "reason", "decision",
         "reached_environment", "error", "turn", "replacement", "plan_step", "deviation", "code",
+        "arguments", "result",
     ),
-    defaults={"plan_step": None, "deviation": None, "code": None},
+    defaults={"plan_step": None, "deviation": None, "code": None, "arguments": None, "result": None},
 )  # fmt: skip
 """An :class:`ActionRecord` from values the monitor derived itself (internal): without the
 frozen ``__init__`` and ``__post_init__``, which cost about twice as much, once per call when
@@ -340,14 +362,34 @@ def record_line(record: EpisodeRecord) -> bytes:
     if _fast_encode is not None:
         try:
             line: bytes = _fast_encode(record)
-            return line + b"\n"
         except Exception:  # lone surrogates and the like: pydantic's path handles them below
             pass
+        else:
+            return _without_null_content(line, len(record.actions)) + b"\n"
     try:
         return RECORD_ADAPTER.dump_json(record, exclude_none=False) + b"\n"
     except PydanticSerializationError:
         data = _scrub(RECORD_ADAPTER.dump_python(record, mode="json", exclude_none=False))
         return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+_NO_CONTENT: Final = b',"arguments":null,"result":null}'
+_NO_RESULT: Final = b',"result":null}'
+_NO_ARGUMENTS: Final = b',"arguments":null,'
+
+
+def _without_null_content(line: bytes, actions: int) -> bytes:
+    """msgspec's line without the actions' ``arguments`` and ``result`` where they are ``null``, as
+    pydantic leaves them out (``exclude_if``): a record without content is written as before they existed.
+
+    Only an action object can hold these keys with ``null`` (labels hold text, and a quote inside a
+    string is escaped), so the text is cut safely; the two rarer cuts are made only when some
+    action has content.
+    """
+    cut = line.replace(_NO_CONTENT, b"}")
+    if len(line) - len(cut) == actions * (len(_NO_CONTENT) - 1):
+        return cut
+    return cut.replace(_NO_RESULT, b"}").replace(_NO_ARGUMENTS, b",")
 
 
 def _scrub(obj: Any) -> Any:

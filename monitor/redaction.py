@@ -13,6 +13,8 @@ Argument values and results are not recorded by default. With
   ``json.dumps``. With :func:`redact_keys`, keys are masked during that same bounded pass.
   Any other ``redact=`` hook receives a private mutable copy (:func:`thaw`), so a hook that
   edits its value in place changes only what is recorded, never what runs.
+- :class:`RecordContent` is what ``Monitor(record_content=True)`` records of each call on its
+  action record (``arguments`` and ``result``), with the same hooks and cap.
 - :func:`record_redactor` builds a hook for :class:`~prefixmon.JsonlSink` (``redact=``) that
   masks patterns in, or drops, the free text of episode records (reasons, precondition
   messages, tool error text, plan deviations) before they are serialised.
@@ -46,6 +48,7 @@ __all__ = (
     "SECRET_KEY_PARTS",
     "ContentKind",
     "KeyRedactor",
+    "RecordContent",
     "RecordRedactor",
     "Redactor",
     "bounded_json",
@@ -595,12 +598,56 @@ def content_text(kind: ContentKind, value: Any, redact: Redactor | None, limit: 
 
 
 # -- records ------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordContent:
+    """What ``Monitor(record_content=True)`` puts on each action record: the call's arguments and
+    the tool's result as :func:`content_text` makes them (redacted, then capped at ``limit``), the
+    same text ``Telemetry(capture_content=True)`` puts on spans.
+
+    Args:
+        redact: ``"secrets"`` (:func:`redact_secrets`), a hook (:func:`redact_keys`, your own) or
+            ``None`` (content as it is).
+        limit: the most characters a value is recorded with (then a cut marker).
+    """
+
+    redact: Redactor | None
+    limit: int
+
+    @classmethod
+    def make(cls, redact: Redactor | Literal["secrets"] | None = "secrets", limit: int = 4096) -> RecordContent:
+        """Checked settings.
+
+        Raises:
+            ValueError: ``limit`` below 1.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"max_content_chars must be an int >= 1, got {limit!r}")
+        return cls(redactor(redact), limit)
+
+    def arguments(self, args: Any) -> str | None:
+        """The arguments' text (``None``: nothing to record).
+
+        Raises:
+            Exception: whatever the redaction hook raised.
+        """
+        return None if args is None else content_text("arguments", args, self.redact, self.limit)
+
+    def result(self, result: Any, args: Any) -> str | None:
+        """The result's text, masked where it quotes masked ``args`` (``None``: nothing to record).
+
+        Raises:
+            Exception: whatever the redaction hook raised.
+        """
+        return None if result is None else content_text("result", result, self.redact, self.limit, arguments=args)
+
+
 def record_redactor(*patterns: str | re.Pattern[str], mask: str = "[REDACTED]", drop_text: bool = False) -> RecordRedactor:
     """A :class:`~prefixmon.JsonlSink` ``redact=`` hook for the free text of episode records.
 
     Free text is what may quote argument values, results or secrets: each action's ``reason``
     (precondition messages and failure reasons), ``error`` (the environment's exception or
-    error-result text) and ``deviation``, and the first failure's ``reason``. Causes, codes,
+    error-result text), ``deviation``, ``arguments`` and ``result`` (content, recorded only with
+    ``Monitor(record_content=True)``), and the first failure's ``reason``. Causes, codes,
     decisions, depths, tool names and labels are kept, so every metric is unchanged.
 
     Args:
@@ -625,8 +672,19 @@ def record_redactor(*patterns: str | re.Pattern[str], mask: str = "[REDACTED]", 
 
     def redact(record: EpisodeRecord) -> EpisodeRecord:
         actions = [
-            dataclasses.replace(a, reason=text(a.reason), error=text(a.error), deviation=text(a.deviation))
-            if a.reason is not None or a.error is not None or a.deviation is not None
+            dataclasses.replace(
+                a,
+                reason=text(a.reason),
+                error=text(a.error),
+                deviation=text(a.deviation),
+                arguments=text(a.arguments),
+                result=text(a.result),
+            )
+            if a.reason is not None
+            or a.error is not None
+            or a.deviation is not None
+            or a.arguments is not None
+            or a.result is not None
             else a
             for a in record.actions
         ]

@@ -90,6 +90,15 @@ class Evidence(_Model):
     first_seen: str | None = Field(default=None, description="Episode id where it was first seen.")
     last_seen: str | None = Field(default=None, description="Episode id where it was last seen.")
     examples: tuple[str, ...] = Field(default=(), description="A few supporting observations, as text.")
+    confidence: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="A learned precondition: the estimated chance that a call it refuses is one the environment rejects.",
+    )
+    predicts: tuple[str, ...] = Field(
+        default=(), description="A learned precondition: the error texts (ids and numbers masked) it predicts."
+    )
 
 
 class ArgRule(_Model):

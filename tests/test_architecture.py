@@ -63,6 +63,7 @@ CORE: Final = frozenset(
         "batch",
         "order",
         "snapshot",
+        "redaction",  # what records may hold of arguments and results (Monitor(record_content=True))
     }
 )
 """DESIGN §1: core (spec, state, predicate, policies, episode, monitor, records)."""

@@ -486,6 +486,10 @@ class TestReadersAgree:
             assert_same(columns, columns_from_records(read_records(name, on_error="skip", errors=slow)))
             assert [(e.line, e.message) for e in fast] == [(e.line, e.message) for e in slow]
 
+    def test_a_jsonl_file_that_starts_like_parquet(self) -> None:
+        """Found by test_corrupted_bytes: ``PAR1`` inserted at the start made the fast reader take the file for Parquet."""
+        self._both(b'PAR1{"schema": "prefixmon.episode/1"}\n')
+
     @FUZZ
     @given(
         records=st.lists(record_strategy(), min_size=1, max_size=3),

@@ -113,7 +113,7 @@ class TestWholeResults:
         assert evidence.examples[0] == "find_user answers with a bare value (12 of 12 accepted results)"
         assert evidence.examples[1].startswith("shop-0: get_user(user_id=") and evidence.examples[1].endswith(" <- find_user")
         rule = catalogue_spec.tools["get_user"].args["user_id"]
-        assert rule.ref == "user_id" and not rule.user
+        assert rule.ref == "user_id" and rule.user  # the next user may state what these looked up
 
     def test_mapping_keyed_by_names(self, catalogue_spec: SpecFile) -> None:
         """list_products returns {product name: product id}: names that are not identifiers, so produces {product_id: '*'}."""
@@ -334,12 +334,14 @@ class TestPreconditions:
     """A field of the referenced object that separates accepted from rejected calls."""
 
     def test_status_suggestion(self, shop_spec: SpecFile) -> None:
-        """cancel_order gets a disabled suggestion order.status == "pending", with its let and observes."""
+        """cancel_order gets order.status == "pending", with its let and observes, enabled by its confidence."""
         rules = shop_spec.tools["cancel_order"]
         (suggestion,) = [r for r in rules.requires if "status" in r.expr]
         assert suggestion.expr == 'order.status == "pending"'
-        assert suggestion.suggested and not suggestion.enabled
+        assert suggestion.suggested and suggestion.enabled
         assert suggestion.evidence is not None and suggestion.evidence.support >= 3
+        assert suggestion.evidence.confidence is not None and suggestion.evidence.confidence >= Thresholds().enable_above
+        assert suggestion.evidence.predicts == ("Error: non-pending order cannot be cancelled",)
         assert rules.let["order"].object == "order" and rules.let["order"].id == "args.order_id"
         assert any(o.object == "order" and o.id == "order_id" for o in shop_spec.tools["get_order"].observes)
 
@@ -536,7 +538,8 @@ class TestReaders:
         got = list(read_transcripts([traces]))
         assert len(got) == 2
         calls = list(got[0].calls)
-        assert calls[0].tool == "get_user" and isinstance(calls[0].arguments, dict) and calls[0].error is False
+        assert calls[0].tool == "get_user" and isinstance(calls[0].arguments, dict)
+        assert calls[0].error is None  # the result text decides
         assert any(c.error for c in calls)
         problems: list[Problem] = []
         assert list(read_transcripts([bare], problems=problems)) == []
@@ -608,6 +611,16 @@ class TestBadInput:
         assert failures == []
         assert len(got) == 2 and [(p.line, "nested too deeply" in p.message) for p in problems] == [(2, True)]
 
+    def test_an_unknown_format_names_what_each_reader_expects(self, tmp_path: Path) -> None:
+        """The error quotes the file's start and lists every format with what it reads."""
+        file = tmp_path / "notes.txt"
+        file.write_text("hello world\n")
+        with pytest.raises(CorpusError, match="cannot tell its transcript format") as caught:
+            detect_format(file)
+        text = str(caught.value)
+        assert "it starts 'hello world'" in text
+        assert "records: prefixmon episode records" in text and "otlp: OTLP JSON Lines traces" in text
+
     def test_a_folder_is_named_as_one(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A folder given as a file: 'is a folder', not 'no such file'."""
         from prefixmon._cli import main
@@ -675,6 +688,19 @@ class TestCli:
         assert main(["learn", "--tools", str(tools), str(runs), "--out", str(out)]) == 0
         assert load_spec(out).tools["get_order"].args["order_id"].ref == "order_id"
         assert "references" in capsys.readouterr().out
+
+    def test_enable_above(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """--enable-above decides which learned preconditions are written enabled; the summary counts both."""
+        tools, runs = self.write_corpus(tmp_path)
+        out = tmp_path / "learned.yaml"
+        assert main(["learn", "--tools", str(tools), str(runs), "--out", str(out)]) == 0
+        assert any(r.enabled for r in load_spec(out).tools["cancel_order"].requires)
+        assert "enabled" in capsys.readouterr().out
+        assert main(["learn", "--tools", str(tools), str(runs), "--out", str(out), "--enable-above", "1"]) == 0
+        requires = load_spec(out).tools["cancel_order"].requires
+        assert requires and not any(r.enabled for r in requires)
+        assert main(["learn", "--tools", str(tools), str(runs), "--out", str(out), "--enable-above", "2"]) == 1
+        assert "enable_above" in capsys.readouterr().err
 
     def test_an_empty_shard_among_the_inputs(self, tmp_path: Path) -> None:
         """An empty file of a run with a given format adds nothing and stops nothing (the input check refused it)."""

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 _THRESHOLDS: tuple[tuple[str, type, str, str], ...] = (
     ("min_support", int, "N", "observations a rule needs"),
     ("min_confidence", float, "F", "share of observations that must agree, 0.5 to 1"),
-    ("min_rejected", int, "N", "rejected calls a suggested precondition must separate"),
+    ("min_rejected", int, "N", "rejected calls a learned precondition must separate"),
+    ("enable_above", float, "CONF", "confidence from which a learned precondition is enabled, 0 to 1 (1: none)"),
     ("examples", int, "N", "examples quoted per rule, 0 for none"),
     ("min_distinct", int, "N", "distinct values a grounded argument needs"),
     ("max_producers", int, "N", "producers named per reference"),
@@ -27,7 +28,7 @@ _THRESHOLDS: tuple[tuple[str, type, str, str], ...] = (
 class LearnCommand:
     """``prefixmon learn --tools TOOLS.json FILE... --out SPEC``."""
 
-    help = "draft a spec file (references, grounding, invalidations, errors, read/write, suggestions) from transcripts"
+    help = "draft a spec file (references, grounding, invalidations, errors, read/write, preconditions) from transcripts"
     description = (
         "Read recorded runs (OpenAI-messages JSON Lines, tau-bench results, BFCL result files, OTLP traces "
         "recorded with content, or any format registered in prefixmon.transcripts) and write a spec file: "

@@ -220,6 +220,8 @@ if msgspec is not None:
         plan_step: int | None = None
         deviation: str | None = None
         code: str | None = None
+        arguments: str | None = None
+        result: str | None = None
 
     class _Failure(msgspec.Struct, gc=False, forbid_unknown_fields=True):
         depth: int
@@ -530,7 +532,19 @@ def _read_parquet_columns(source: Source, on_error: OnError = "raise", errors: l
     return read_parquet_columns(source.path, on_error, errors)
 
 
-register_reader("parquet", sniff=lambda path, head: head[:4] == b"PAR1", read=_read_parquet_columns)
+def _parquet(path: str, head: bytes) -> bool:
+    """Parquet starts and ends with ``PAR1``; a file only starting so (JSON Lines with bytes in front) is not one."""
+    if head[:4] != b"PAR1":
+        return False
+    try:
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            return f.read(4) == b"PAR1"
+    except OSError:  # a pipe: what follows cannot be looked at, so the start decides
+        return True
+
+
+register_reader("parquet", sniff=_parquet, read=_read_parquet_columns)
 
 
 def input_formats() -> Sequence[str]:

@@ -23,6 +23,7 @@ from .learner import LearnStats as LearnStats
 from .learner import Thresholds as Thresholds
 from .learner import learn as learn
 from .output import diff_spec as diff_spec
+from .output import fit_spec as fit_spec
 from .output import merge_spec as merge_spec
 from .output import render_spec as render_spec
 from .output import write_spec as write_spec
@@ -57,6 +58,7 @@ __all__ = (
     "compare_rules",
     "detect_format",
     "diff_spec",
+    "fit_spec",
     "learn",
     "merge_spec",
     "read_transcripts",

@@ -33,15 +33,17 @@
   tools it goes to ``defaults``.
 - **Access**: ``write`` when an object read before and after a call of the tool changed,
   else what the name or description says.
-- **Preconditions**: a scalar field of the object a reference argument named (as last
-  observed) that took at most three values over the accepted calls, while
-  ``min_rejected`` rejected calls saw another value: a disabled suggestion in CEL with the
-  ``let`` and ``observes`` it needs.
+- **Preconditions** (:mod:`prefixmon.learn._mining`): per tool and error class, the predicates
+  over arguments and the objects they name that hold on the accepted calls and fail on at
+  least ``min_rejected`` rejected calls of the class; the best per class is written in CEL
+  with the ``let`` and ``observes`` it needs, enabled when its confidence reaches
+  ``enable_above`` (else a disabled suggestion).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,7 +53,8 @@ from ..specfile import SCHEMA, ArgRule, ErrorRule, Evidence, ObserveRule, Requir
 from ..toolset import Toolset
 from . import _values as V
 from ._access import prior_access, words
-from ._stats import EVERY, GIVEN, WHOLE, ArgStats, FieldStats, InvalidationStats, ShapeStats, Tally, ToolStats
+from ._mining import Candidate, Miner, object_of
+from ._stats import EVERY, GIVEN, WHOLE, ArgStats, InvalidationStats, ShapeStats, Tally, ToolStats
 
 
 class _Thresholds(Protocol):
@@ -67,6 +70,8 @@ class _Thresholds(Protocol):
     def max_producers(self) -> int: ...
     @property
     def min_distinct(self) -> int: ...
+    @property
+    def enable_above(self) -> float: ...
 
 
 class _Notes(Protocol):
@@ -81,7 +86,7 @@ class Learner(Protocol):
     args: dict[tuple[str, str], ArgStats]
     invalidations: dict[tuple[str, str], InvalidationStats]
     shapes: dict[V.Shape, ShapeStats]
-    fields: dict[tuple[str, str, str, str], FieldStats]
+    miner: Miner
 
     @property
     def thresholds(self) -> _Thresholds: ...
@@ -141,8 +146,8 @@ def build_spec(learner: Learner) -> SpecFile:
         return rules.setdefault(name, {})
 
     for (name, path), ref in sorted(refs.items()):
-        user = ref.stats.user > 0
-        tool(name).setdefault("args", {})[path] = ArgRule(ref=ref.kind, user=user, evidence=ref.stats.ref.evidence())
+        # the user may state what the corpus's users looked up (a user id, an order number): never a refusal
+        tool(name).setdefault("args", {})[path] = ArgRule(ref=ref.kind, user=True, evidence=ref.stats.ref.evidence())
     keep = learner.thresholds.examples
     produced: dict[tuple[str, str], tuple[str, int, str | None, str | None, list[str]]] = {}
     for _, ref in sorted(refs.items()):
@@ -365,10 +370,15 @@ def _potential_producers(
     modes: Mapping[str, tuple[str, str]],
 ) -> dict[tuple[str, str], tuple[str, int, str]]:
     """Producers no observed use needed, which the next episode may take its value from (more producers never
-    refuse more): tools whose results hold a learned kind under its own name (``card_id``), under ``id`` when
+    refuse more): tools whose results hold a learned kind under its own name (``card_id``) or under a key that
+    produces it elsewhere (``orders``, as ``get_user_details`` returns them), under ``id`` when
     the tool is named after the kind's object (``create_ticket`` -> ``ticket_id``), or as their bare answer
     when the tool is named after the kind (``find_user_id_by_email`` -> ``user_id``)."""
     kinds = {ref.kind for ref in refs.values()}
+    keys_of: dict[str, set[str]] = {}
+    for (producer, kind), (key, *_) in produced.items():
+        if producer != GIVEN and key not in (WHOLE, EVERY) and key != kind:
+            keys_of.setdefault(kind, set()).add(key)
     out: dict[tuple[str, str], tuple[str, int, str]] = {}
     for name, stats in sorted(learner.tool_stats.items()):
         used = {key for (producer, _), (key, *_) in produced.items() if producer == name}
@@ -378,9 +388,14 @@ def _potential_producers(
         for kind in sorted(kinds):
             if (name, kind) in produced:
                 continue
+            elsewhere = sorted(k for k in keys_of.get(kind, ()) if k in stats.result_keys and k not in used)
             if kind in stats.result_keys and kind not in used:
                 out[(name, kind)] = (kind, stats.result_keys[kind], f"{name} returns {kind}, named like the {kind}s")
                 used.add(kind)
+            elif elsewhere:  # modify_user_address returns the user's orders as get_user_details does
+                key = elsewhere[0]
+                out[(name, kind)] = (key, stats.result_keys[key], f"{name} returns {key}, where other tools return {kind}s")
+                used.add(key)
             elif "id" in stats.result_keys and "id" not in used and named and named[-1] == _object_name(kind):
                 out[(name, kind)] = ("id", stats.result_keys["id"], f"{name} returns id, named like the {kind}s")
                 used.add("id")
@@ -582,78 +597,118 @@ def _object_name(kind: str) -> str:
     return name if V.IDENT.match(name) and name not in _RESERVED else f"{name}_object"
 
 
-def _literal(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    return repr(value)
-
-
 def _preconditions(learner: Learner, refs: Mapping[Arg, _Ref], tool: Any) -> None:
     th = learner.thresholds
-    found: dict[str, list[tuple[int, str, dict[str, Any], list[tuple[str, str, str]]]]] = {}
-    for (name, path, id_key, fname), fs in sorted(learner.fields.items(), key=lambda kv: kv[0]):
-        ref = refs.get((name, path))
-        if ref is None or not V.IDENT.match(fname) or not all(V.IDENT.match(p) for p in path.split(".")):
-            continue
-        if id_key != ref.kind and id_key not in {key for _, key in ref.chosen}:
-            continue  # the record was found by an id of another kind (an order by its user_id)
-        accepted = sum(fs.accepted.values())
-        if accepted < th.min_support:
-            continue
-        allowed: list[Any] = []
-        covered = 0
-        for value, n in sorted(fs.accepted.items(), key=lambda kv: (-kv[1], _literal(kv[0])))[:3]:
-            allowed.append(value)
-            covered += n
-            if covered / accepted >= th.min_confidence:
-                break
-        if covered / accepted < th.min_confidence:
-            continue
-        separated = sum(n for value, n in fs.rejected.items() if value not in allowed)
-        if separated < th.min_rejected:
-            continue
-        obj = _object_name(ref.kind)
-        field_expr = f"{obj}.{fname}"
-        expr = (
-            f"{field_expr} == {_literal(allowed[0])}"
-            if len(allowed) == 1
-            else (f"{field_expr} in [{', '.join(_literal(v) for v in allowed)}]")
-        )
-        shown = " or ".join(_literal(v) for v in allowed)
-        rule = {
-            "expr": expr,
-            "name": f"learned_{fname}"[:60] if V.IDENT.match(f"learned_{fname}") else None,
-            "message": f"{obj} {{args.{path}}} has {fname} {{{field_expr}}}; the calls the environment accepted had {shown}",
-            "enabled": False,
-            "suggested": True,
-            "evidence": Evidence(
-                support=covered,
-                counter_examples=accepted - covered,
-                first_seen=fs.tally.first,
-                last_seen=fs.tally.last,
-                examples=(f"{separated} rejected call(s) saw another {fname}", *fs.rejected_examples)[: max(th.examples, 1)]
-                if th.examples
-                else (),
-            ),
-        }
-        observers = [(producer, at, id_key) for (producer, at), _ in fs.observers.most_common(3)]
-        found.setdefault(name, []).append((separated, obj, {"rule": rule, "let": (obj, f"args.{path}"), "path": path}, observers))
-    for name, candidates in sorted(found.items()):
-        candidates.sort(key=lambda c: (-c[0], c[2]["rule"]["expr"]))
+    for name in sorted(learner.miner.tools):
+        mining = learner.miner.tools[name]
+        written: dict[str, int] = {}
+        classes: set[str] = set()
         entry = tool(name)
-        for _, obj, spec, observers in candidates[:_MAX_SUGGESTIONS]:
-            var, id_path = spec["let"]
-            lets = entry.setdefault("let", {})
-            if var in lets and lets[var] != {"object": obj, "id": id_path}:
-                continue  # two arguments of one kind: the first keeps the name
-            lets[var] = {"object": obj, "id": id_path}
-            entry["requires"] = (*entry.get("requires", ()), RequireRule.model_validate(spec["rule"]))
-            for producer, at, id_key in observers:
-                _observe(tool(producer), ObserveRule(object=obj, id=id_key, at=at))
+        lets: dict[str, Any] = dict(entry.get("let", {}))
+        requires: list[dict[str, Any]] = []
+        for c in learner.miner.candidates(
+            name, min_support=th.min_support, min_rejected=th.min_rejected, max_counter=1 - th.min_confidence
+        ):
+            if c.error in classes:
+                continue  # the class has its best rule
+            if c.expr in written:  # one predicate, several classes
+                classes.add(c.error)
+                rule = requires[written[c.expr]]
+                if c.error:
+                    predicts = (*rule["evidence"].predicts, c.error)[:_MAX_SUGGESTIONS]
+                    rule["evidence"] = rule["evidence"].model_copy(update={"predicts": predicts})
+                continue
+            if len(requires) >= _MAX_SUGGESTIONS:
+                break
+            at = object_of(c.feature)
+            placed = _place(c, refs, name, lets, mining.observers.get(at) if at else None)
+            if placed is None:
+                continue
+            expr, message, observes = placed
+            classes.add(c.error)
+            side = mining.classes.get(c.error)
+            seen = (
+                (f"{c.separated} of {side.calls} rejected call(s): {c.error}", *side.examples)
+                if side is not None
+                else (f"no rejected call; the tool's name says {c.shown}",)
+            )
+            written[c.expr] = len(requires)
+            requires.append(
+                {
+                    "expr": expr,
+                    "name": _rule_name(c, {r["name"] for r in requires}),
+                    "message": message,
+                    "enabled": c.confidence >= th.enable_above,
+                    "suggested": True,
+                    "evidence": Evidence(
+                        support=c.support,
+                        counter_examples=c.counter,
+                        first_seen=mining.accepted.first,
+                        last_seen=mining.accepted.last,
+                        confidence=round(c.confidence, 3),
+                        predicts=(c.error,) if c.error else (),
+                        examples=seen[: th.examples + 1] if th.examples else (),
+                    ),
+                }
+            )
+            for producer, observe in observes:
+                _observe(tool(producer), observe)
+        if requires:
+            if lets:
+                entry["let"] = lets
+            entry["requires"] = (*entry.get("requires", ()), *(RequireRule.model_validate(r) for r in requires))
+
+
+def _rule_name(c: Candidate, taken: set[str]) -> str:
+    """``learned_status``, ``learned_payment_id_2``: what the rule reads."""
+    f = c.feature
+    read = f[3] if f[0] in ("field", "size", "each", "elem_le") else f"{f[1]}_{f[4]}" if object_of(f) else "_".join(f[1:3])
+    base = re.sub(r"[^A-Za-z0-9_]", "_", f"learned_{read}")[:56]
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def _place(
+    c: Candidate, refs: Mapping[Arg, _Ref], name: str, lets: dict[str, Any], observers: Counter[tuple[str, str]] | None
+) -> tuple[str, str, list[tuple[str, ObserveRule]]] | None:
+    """The candidate's CEL with its object bound (a ``let`` it adds), its message, and the producers that must
+    observe the object; ``None`` when it cannot be written (no reference names the object, a ``let`` clash)."""
+    what = (
+        f"the environment answered {c.error!r} to such calls; the calls it accepted had {c.shown}"
+        if c.error
+        else f"the tool's name says {c.shown}, as every call the environment accepted had"
+    )
+    at = object_of(c.feature)
+    if at is None:
+        arg = c.feature[1]
+        return c.expr, (f"{arg} is {{args.{arg}}}: {what}" if c.feature[0] in ("arg", "prefix", "shape") else what), []
+    path, id_key = at
+    if not all(V.IDENT.match(p.removesuffix("[]")) for p in path.split(".")):
+        return None
+    ref = refs.get((name, path))
+    leaf = path.rsplit(".", 1)[-1]
+    if ref is not None and id_key != ref.kind and id_key not in {key for _, key in ref.chosen}:
+        return None  # the record was found by an id of another kind (an order by its user_id)
+    if ref is None and id_key not in (leaf, "id"):
+        return None  # no reference says what the argument names, and the record's id key does not either
+    obj = _object_name(ref.kind if ref is not None else leaf)
+    if c.feature[0] == "each":  # seen(obj, i) for each id of the list: no let
+        what = f"a {obj} of args.{path} had {c.feature[3]} other than {c.shown}: {what}"
+    elif c.feature[0] != "elem_le":
+        let = {"object": obj, "id": f"args.{path}"}
+        if lets.get(obj, let) != let:
+            return None  # two arguments of one kind: the first keeps the name
+        lets[obj] = let
+    if c.feature[0] == "field":
+        what = f"{obj} {{args.{path}}} has {c.feature[3]} {{{obj}.{c.feature[3]}}}: {what}"
+    observes = [
+        (producer, ObserveRule(object=obj, id=id_key, at=where))
+        for (producer, where), _ in (observers or Counter()).most_common(3)
+    ]
+    return c.expr.replace(f"{{{path}}}", obj), what, observes
 
 
 def _observe(entry: dict[str, Any], rule: ObserveRule) -> None:

@@ -15,7 +15,6 @@ __all__ = (
     "WHOLE",
     "AccessStats",
     "ArgStats",
-    "FieldStats",
     "InvalidationStats",
     "ShapeStats",
     "Tally",
@@ -31,8 +30,6 @@ MAX_SOURCE_SETS: Final = 256
 """Distinct combinations of producers kept per argument."""
 MAX_DISTINCT: Final = 64
 """Distinct values remembered per argument (enough to tell a constant or a choice from a fact)."""
-MAX_FIELD_VALUES: Final = 16
-"""Distinct values of an observed field counted per (tool, argument, field)."""
 MAX_NAME_KEYS: Final = 512
 """Distinct keys of a tool's flat result objects remembered (enough to tell a catalogue from a record)."""
 WHOLE: Final = "."
@@ -145,19 +142,6 @@ class ShapeStats:
     """Tools whose error results had the shape."""
     ok_tools: Counter[str] = field(default_factory=Counter)
     """Tools whose accepted results had it."""
-
-
-@dataclass(slots=True)
-class FieldStats:
-    """One scalar field of the object an argument referenced, as last observed before the call."""
-
-    accepted: Counter[Any] = field(default_factory=Counter)
-    rejected: Counter[Any] = field(default_factory=Counter)
-    observers: Counter[tuple[str, str]] = field(default_factory=Counter)
-    """(tool, at) pairs whose results showed the object."""
-    tally: Tally = field(default_factory=Tally)
-    """The accepted calls (support), with where they were seen."""
-    rejected_examples: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -220,7 +220,8 @@ def records(data: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """``(at, record)`` of the objects a result shows, where a spec's ``observes.at`` can name them.
 
     The result itself (``''``: a mapping, or each mapping of a top-level list), a mapping under
-    a top-level key (``'order'``) and each mapping of a list under one (``'orders[]'``).
+    a top-level key (``'order'``), each mapping of a list under one (``'orders[]'``) and each
+    mapping of a mapping of mappings under one (``'variants.*'``: records keyed by their ids).
     """
     if isinstance(data, Mapping):
         yield "", data
@@ -229,6 +230,9 @@ def records(data: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
                 continue
             if isinstance(v, Mapping):
                 yield k, v
+                values = list(v.values())[:200]
+                if values and all(isinstance(item, Mapping) for item in values):
+                    yield from ((f"{k}.*", item) for item in values)
             elif isinstance(v, list):
                 yield from ((f"{k}[]", item) for item in v[:200] if isinstance(item, Mapping))
     elif isinstance(data, list):

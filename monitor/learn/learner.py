@@ -19,23 +19,23 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .._rules import declares_arg_path
 from ..exceptions import SpecError
 from ..specfile import SpecFile
 from ..state import TrackedState
 from ..toolset import Toolset
 from . import _values as V
 from ._access import prior_access, words
+from ._mining import Miner, error_class
 from ._stats import (
     EVERY,
     GIVEN,
     MAX_DISTINCT,
-    MAX_FIELD_VALUES,
     MAX_NAME_KEYS,
     MAX_SOURCE_SETS,
     MAX_SOURCES,
     WHOLE,
     ArgStats,
-    FieldStats,
     InvalidationStats,
     ShapeStats,
     ToolStats,
@@ -49,8 +49,6 @@ _MAX_TOOLS: Final = 4_096
 """Tools learned about without a toolset (the names a corpus makes up are not all tools)."""
 _MAX_PATHS: Final = 128
 """Argument paths counted per tool."""
-_MAX_FIELDS: Final = 512
-"""(argument, id key, field) triples counted per tool."""
 _MAX_SHAPES: Final = 4_096
 _MAX_SOURCES_PER_VALUE: Final = 8
 
@@ -70,6 +68,10 @@ class Thresholds:
         min_distinct: distinct values a grounded argument needs. A fact seen k different times
             is missed next time with a chance of about 1/(k+2) (the rule of succession), and a
             grounded rule that misses refuses a call the environment runs.
+        enable_above: a learned precondition is written enabled when its confidence (the
+            estimated chance that a call it refuses is one the environment rejects, see
+            :mod:`prefixmon.learn._mining`) is at least this; below, it is a disabled suggestion.
+            1: every learned precondition stays disabled.
     """
 
     min_support: int = 3
@@ -78,6 +80,7 @@ class Thresholds:
     examples: int = 3
     max_producers: int = 6
     min_distinct: int = 8
+    enable_above: float = 0.75
 
     def __post_init__(self) -> None:
         if self.min_support < 1:
@@ -90,6 +93,8 @@ class Thresholds:
             raise SpecError(f"examples must be 0 or more, got {self.examples}")
         if self.max_producers < 1:
             raise SpecError(f"max_producers must be at least 1, got {self.max_producers}")
+        if not 0.0 <= self.enable_above <= 1.0:
+            raise SpecError(f"enable_above must be between 0 and 1, got {self.enable_above}")
         if not 1 <= self.min_distinct <= MAX_DISTINCT:
             raise SpecError(f"min_distinct must be between 1 and {MAX_DISTINCT}, got {self.min_distinct}")
 
@@ -163,10 +168,10 @@ class Learner:
         self.args: dict[tuple[str, str], ArgStats] = {}
         self.invalidations: dict[tuple[str, str], InvalidationStats] = {}
         self.shapes: dict[V.Shape, ShapeStats] = {}
-        self.fields: dict[tuple[str, str, str, str], FieldStats] = {}
+        self.miner = Miner(self.thresholds.examples)
         self._paths: Counter[str] = Counter()
-        self._field_keys: Counter[str] = Counter()
         self._read_prior: dict[str, bool] = {}
+        self._undeclared: set[tuple[str, str]] = set()
         self._names: dict[str, bool] = {}
         """Result keys and whether each is a name ``produces`` can write."""
 
@@ -256,6 +261,37 @@ class Learner:
         for path, value in leaves:
             self._argument(ep, tool, path, value, rejected, hits)
         self._blame(hits)
+        if args is not None:
+            objects: list[tuple[str, str, Mapping[str, Any], tuple[str, str]]] = []
+            elements: list[tuple[str, str, Mapping[str, Any], tuple[str, str]]] = []
+            nested: list[tuple[str, str, Mapping[str, Any], str, Mapping[str, Any], tuple[str, str]]] = []
+            for path, value in leaves:
+                k = V.key(value) if V.id_like(value) else None
+                if k is None:
+                    continue
+                if "[]" in path:
+                    continue
+                listed = isinstance(args.get(path.split(".", 1)[0]), list)  # a let binds one object, not a list's
+                for id_key, obs in ep.objects.get(k, {}).items():
+                    (elements if listed else objects).append((path, id_key, obs.record, (obs.tool, obs.at)))
+            for name, items in args.items():
+                if isinstance(items, list) and isinstance(name, str):
+                    for item in items[:32]:
+                        for key, value in item.items() if isinstance(item, Mapping) else ():
+                            k = V.key(value) if isinstance(key, str) and V.id_like(value) else None
+                            for id_key, obs in ep.objects.get(k, {}).items() if k is not None else ():
+                                nested.append((f"{name}[].{key}", key, item, id_key, obs.record, (obs.tool, obs.at)))
+            what = error_class(data if isinstance(data, Mapping) else call.result) if rejected else None
+            self.miner.add(
+                ep.id,
+                tool,
+                args,
+                objects,
+                elements,
+                nested,
+                what,
+                f"{ep.id}: {tool}({V.short(args, 96)}) -> {V.short(call.result, 96)}",
+            )
         if call.result is not None:
             ep.state.ingest(data)
         if rejected:
@@ -278,15 +314,17 @@ class Learner:
         keep = self.thresholds.examples
         stats = self.args.get((tool, path))
         if stats is None:
-            if self._paths[tool] >= _MAX_PATHS:
+            if self._paths[tool] >= _MAX_PATHS or (tool, path) in self._undeclared:
+                return
+            spec = self.tools.get(tool) if self.tools is not None else None
+            if spec is not None and not declares_arg_path(spec, path):
+                self._undeclared.add((tool, path))  # a field the schema does not have: no rule may name it
                 return
             self._paths[tool] += 1
             stats = self.args[(tool, path)] = ArgStats()
         k = V.key(value)
         if k is not None and V.id_like(value):
             self._later_use(ep, k, rejected, hits)
-            if "[]" not in path:
-                self._fields(ep, tool, path, k, rejected)
         if rejected:
             stats.rejected += 1
             return
@@ -374,32 +412,6 @@ class Learner:
                     continue
             for c in group:
                 c.rejected_later = True
-
-    def _fields(self, ep: _Episode, tool: str, path: str, k: Hashable, rejected: bool) -> None:
-        seen = ep.objects.get(k)
-        if not seen:
-            return
-        for id_key, obs in seen.items():
-            for name, value in list(obs.record.items())[:32]:
-                if not isinstance(name, str) or not V.IDENT.match(name) or name == id_key:
-                    continue
-                if value is not None and not isinstance(value, (str, int, float, bool)):
-                    continue
-                if isinstance(value, str) and len(value) > 64:
-                    continue
-                ident = (tool, path, id_key, name)
-                stats = self.fields.get(ident)
-                if stats is None:
-                    if self._field_keys[tool] >= _MAX_FIELDS:
-                        continue
-                    self._field_keys[tool] += 1
-                    stats = self.fields[ident] = FieldStats()
-                bounded_add(stats.rejected if rejected else stats.accepted, value, MAX_FIELD_VALUES)
-                bounded_add(stats.observers, (obs.tool, obs.at), 8)
-                if not rejected:
-                    stats.tally.hit(ep.id, None, 0)
-                elif len(stats.rejected_examples) < self.thresholds.examples:
-                    stats.rejected_examples.append(f"{ep.id}: {tool}({path}={V.short(k)}) rejected; {name} was {V.short(value)}")
 
     def _shape(self, ep: _Episode, tool: str, shape: V.Shape, lexical: bool, mark: bool | None, example: str) -> None:
         stats = self.shapes.get(shape)

@@ -4,7 +4,13 @@ Reads the JSON Lines files :mod:`prefixmon.otlp` reads (the OpenTelemetry file e
 the Collector ``file`` exporter's). Each prefixmon episode span with its ``execute_tool``
 call spans becomes one transcript: the tool name, call id, arguments
 (``gen_ai.tool.call.arguments``) and result (``gen_ai.tool.call.result``) of every call, in
-depth order, with the environment's rejections from ``prefixmon.error``. Only traces
+depth order. A call whose result was recorded is left unmarked (``error=None``): the result
+text is what the environment said, so the learner reads its shape (an ``Error:`` prefix, an
+``error`` field) and learns error recognisers from it, whatever the monitor concluded at the
+time (without a recogniser in its spec it took ``Error: ...`` texts as accepted); only a
+result the monitor's recogniser rejected (``prefixmon.error``) is marked an error. A call that
+ran without a result (it raised) is marked an error with ``prefixmon.error`` as its text, or
+accepted without one; a call refused or abandoned before it ran has ``ran=False``. Only traces
 recorded with ``Telemetry(capture_content=True)`` carry arguments and results; an episode
 without them is reported and skipped. Spans carry no user messages, so nothing can be
 learned about grounding from traces alone.
@@ -50,13 +56,22 @@ def transcript_from_spans(root: OtlpSpan, calls: list[OtlpSpan]) -> Transcript |
         error = c.get(sc.PREFIXMON_ERROR)
         abandoned = bool(c.get(sc.PREFIXMON_EXECUTABLE, True)) and error is not None
         ran = reached and not abandoned
+        result = c.get(sc.GEN_AI_TOOL_CALL_RESULT)
+        # with a result, what the environment said decides (read by its shape), unless the
+        # monitor's own error recogniser already rejected it; without one (it raised, or
+        # returned nothing), the monitor's word is all there is
+        mark: bool | None = True if error is not None else None
+        if not ran:
+            result = None
+        elif result is None:
+            result, mark = error, error is not None
         events.append(
             Call(
                 tool=str(c.get(sc.GEN_AI_TOOL_NAME, "")),
                 arguments=arguments,
                 call_id=None if c.get(sc.GEN_AI_TOOL_CALL_ID) is None else str(c[sc.GEN_AI_TOOL_CALL_ID]),
-                result=c.get(sc.GEN_AI_TOOL_CALL_RESULT, error) if ran else None,
-                error=(error is not None) if ran else None,
+                result=result,
+                error=mark if ran else None,
                 ran=ran,
             )
         )

@@ -21,10 +21,22 @@ from typing import Any, Final
 
 import yaml
 
+from .._rules import declares_arg_path
 from ..exceptions import SpecError
 from ..specfile import ArgRule, ErrorRule, Evidence, ObserveRule, RequireRule, SpecFile, ToolRules, parse_spec
+from ..toolset import Toolset
 
-__all__ = ("MergeResult", "count_rules", "diff_spec", "dump_spec", "format_of", "merge_spec", "render_spec", "write_spec")
+__all__ = (
+    "MergeResult",
+    "count_rules",
+    "diff_spec",
+    "dump_spec",
+    "fit_spec",
+    "format_of",
+    "merge_spec",
+    "render_spec",
+    "write_spec",
+)
 
 _SORTED: Final = frozenset({"tools", "args", "produces", "let", "evidence_for", "constants"})
 """Mappings written with their keys sorted (the rest keep the format's field order)."""
@@ -221,7 +233,18 @@ def _describe_arg(rule: ArgRule) -> str:
 def count_rules(spec: SpecFile) -> dict[str, int]:
     """How many rules of each kind a spec has (for summaries)."""
     counts = dict.fromkeys(
-        ("references", "grounded", "derived", "producers", "invalidations", "error recognisers", "access", "suggestions"), 0
+        (
+            "references",
+            "grounded",
+            "derived",
+            "producers",
+            "invalidations",
+            "error recognisers",
+            "access",
+            "preconditions",
+            "enabled",
+        ),
+        0,
     )
     counts["error recognisers"] += len(spec.defaults.errors)
     for rules in spec.tools.values():
@@ -233,5 +256,24 @@ def count_rules(spec: SpecFile) -> dict[str, int]:
         counts["invalidations"] += len(rules.invalidates)
         counts["error recognisers"] += len(rules.errors)
         counts["access"] += rules.access is not None
-        counts["suggestions"] += sum(r.suggested for r in rules.requires)
+        counts["preconditions"] += sum(r.suggested for r in rules.requires)
+        counts["enabled"] += sum(r.suggested and r.enabled for r in rules.requires)
     return counts
+
+
+def fit_spec(tools: Toolset, spec: SpecFile) -> Toolset:
+    """Apply a spec learned on other tools: only the tools and argument paths ``tools`` declares; a tool whose rules
+    still do not compile there (a rule that reads an argument it lacks) is left out."""
+    kept = {}
+    for name, rules in spec.tools.items():
+        base = tools.get(name)
+        if base is not None:
+            kept[name] = rules.model_copy(update={"args": {p: a for p, a in rules.args.items() if declares_arg_path(base, p)}})
+    while True:
+        try:
+            return tools.apply_spec(spec.model_copy(update={"tools": kept}))
+        except SpecError as e:
+            bad = next((n for n in kept if f"tools.{n}" in str(e) or f"{n!r}" in str(e)), None)
+            if bad is None:
+                raise
+            del kept[bad]

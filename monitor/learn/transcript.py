@@ -184,7 +184,16 @@ def detect_format(path: str | os.PathLike[str]) -> str:
             continue  # an unavailable reader cannot claim files
         if reader.sniff(file, head):
             return name
-    raise CorpusError(f"{file}: cannot tell its transcript format; give --format ({', '.join(reader_names())})")
+    expected = []
+    for name in reader_names():
+        try:
+            expected.append(f"  {name}: {transcript_reader(name).help}")
+        except CorpusError as e:
+            expected.append(f"  {name}: unavailable ({e})")
+    start = head[:60].decode("utf-8", "replace").splitlines()[0] if head.strip() else "(empty)"
+    raise CorpusError(
+        f"{file}: cannot tell its transcript format (it starts {start!r}); give --format, one of:\n" + "\n".join(expected)
+    )
 
 
 def read_transcripts(

@@ -85,3 +85,24 @@ def test_the_bench_verb_prints_the_table(capsys: pytest.CaptureFixture[str]) -> 
     report = json.loads(capsys.readouterr().out)
     row = report["database"]["total"]
     assert row["calls"] > 0 and row["refused_ok_by_cause"] == {}
+
+
+def test_learned_preconditions_catch_real_errors_and_refuse_nothing_that_ran(corpus: list[Rollouts]) -> None:
+    """Issue 38: learn on each file's first half, replay its second half and the domain's other files.
+
+    With the default threshold, recall of the environment's errors >= 40% at precision >= 95%, and no refusal of a
+    call the environment ran; with every learned precondition disabled (enable_above=1) the same specs catch far less.
+    """
+    from prefixmon.adapters.rollouts import learned_scores
+    from prefixmon.learn import Thresholds
+
+    scores = learned_scores(corpus)
+    assert len(scores) == len(corpus) + sum(1 for r in corpus for q in corpus if q is not r and q.domain == r.domain)
+    pooled = total(scores)
+    refused = {s.input: [e.reason for es in s.examples.values() for e in es] for s in scores if s.refused_ok}
+    assert not refused
+    precision, recall = pooled.confusion.precision, pooled.confusion.recall
+    assert precision is not None and precision >= 0.95
+    assert recall is not None and recall >= 0.40, [(s.input, s.confusion.recall) for s in scores]
+    without = total(learned_scores(corpus, Thresholds(enable_above=1.0))).confusion.recall
+    assert without is not None and without < recall / 2
