@@ -695,7 +695,8 @@ class TestCli:
         out = tmp_path / "learned.yaml"
         assert main(["learn", "--tools", str(tools), str(runs), "--out", str(out)]) == 0
         assert any(r.enabled for r in load_spec(out).tools["cancel_order"].requires)
-        assert "enabled" in capsys.readouterr().out
+        printed = capsys.readouterr()
+        assert "enabled" in printed.out and "learned precondition(s) are enabled" in printed.err
         assert main(["learn", "--tools", str(tools), str(runs), "--out", str(out), "--enable-above", "1"]) == 0
         requires = load_spec(out).tools["cancel_order"].requires
         assert requires and not any(r.enabled for r in requires)

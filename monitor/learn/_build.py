@@ -98,8 +98,8 @@ __all__ = ("build_spec",)
 
 _GENERIC_KEYS: Final = frozenset({"id", "ids", "key", "keys", "value", "values", "name", "result", "results", "data", "items"})
 _RESERVED: Final = frozenset({"args", "const", "true", "false", "null", "in"})
-_MAX_SUGGESTIONS: Final = 3
-"""Candidate preconditions written per tool at most."""
+_MAX_PRECONDITIONS: Final = 3
+"""Learned preconditions written per tool at most (the best of each error class first)."""
 
 Source = tuple[str, str]
 Arg = tuple[str, str]
@@ -615,10 +615,10 @@ def _preconditions(learner: Learner, refs: Mapping[Arg, _Ref], tool: Any) -> Non
                 classes.add(c.error)
                 rule = requires[written[c.expr]]
                 if c.error:
-                    predicts = (*rule["evidence"].predicts, c.error)[:_MAX_SUGGESTIONS]
+                    predicts = (*rule["evidence"].predicts, c.error)[:_MAX_PRECONDITIONS]
                     rule["evidence"] = rule["evidence"].model_copy(update={"predicts": predicts})
                 continue
-            if len(requires) >= _MAX_SUGGESTIONS:
+            if len(requires) >= _MAX_PRECONDITIONS:
                 break
             at = object_of(c.feature)
             placed = _place(c, refs, name, lets, mining.observers.get(at) if at else None)

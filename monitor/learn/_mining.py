@@ -43,7 +43,7 @@ from typing import Any, Final
 from . import _values as V
 from ._stats import bounded_add
 
-__all__ = ("Candidate", "Miner", "Side", "error_class")
+__all__ = ("Candidate", "Miner", "Nested", "Seen", "Side", "error_class", "shape")
 
 MAX_CLASSES: Final = 16
 """Error classes counted per tool (the rest are one class, ``other``)."""
@@ -58,6 +58,9 @@ _MAX_TEXT: Final = 64
 NAMED_PRIOR: Final = 2
 """Rejections an error text that names the predicate's value, field or argument counts as."""
 _WORD: Final = re.compile(r"[A-Za-z]{4,}")
+_AMOUNTS: Final = frozenset({"enough", "insufficient", "balance", "exceed", "exceeded", "limit", "many", "much"})
+"""Words of an error about an amount ("insufficient gift card balance", "not enough seats"): numbers decided it,
+so a value that happens to separate its calls (gift cards, a cabin) is no candidate; relations between numbers are."""
 _GENERIC: Final = frozenset(
     {"error", "with", "that", "this", "from", "should", "cannot", "have", "been", "than", "more", "less", "found", "none"}
 )
@@ -78,6 +81,11 @@ Relation = tuple[str, ...]
 """``("size_eq" | "zip_ne" | "ne", a, b)``: arguments a and b; ``("eq_field", a, path, id_key, f)``: argument a
 equals field f of the object argument ``path`` names; ``("member", a, path, id_key, f, k)``: a is the k of an
 element of that object's list f."""
+Seen = tuple[str, str, Mapping[str, Any], tuple[str, str]]
+"""An object a call's id names: (argument path, id key, the record as last observed, (tool, at) that showed it)."""
+Nested = tuple[str, str, Mapping[str, Any], str, Mapping[str, Any], tuple[str, str]]
+"""An object an id inside a list argument's element names: (path, the id's key, the element, id key, record, (tool, at))."""
+_VALUE_KINDS: Final = frozenset({"arg", "prefix", "shape", "field", "size", "each"})
 _OBJECT_RELATIONS: Final = frozenset({"eq_field", "member"})
 _ELEMENT_RELATIONS: Final = frozenset({"elem_le"})
 """``("elem_le", "payment_methods[].payment_id", id_key, f, x)``: each element's x is at most field f of the
@@ -121,12 +129,11 @@ class Side:
     """Calls on which a relation was false."""
     decided: Counter[Relation] = field(default_factory=Counter)
     """Calls on which a relation could be decided."""
+    failed_like: dict[Relation, Counter[str]] = field(default_factory=dict)
+    """Object relations -> the leading non-digit parts of the argument where the relation was false."""
     first: str | None = None
     last: str | None = None
     examples: list[str] = field(default_factory=list)
-
-    failed_like: dict[Relation, Counter[str]] = field(default_factory=dict)
-    """Object relations -> the leading non-digit parts of the argument where the relation was false."""
 
     def count(self, features: Iterable[tuple[Feature, Hashable]], relations: Iterable[tuple[Relation, bool, str | None]]) -> None:
         for feature, value in features:
@@ -171,7 +178,7 @@ class Candidate:
     counter: int
     """Accepted calls on which it is false."""
     unseen: int
-    """Accepted values seen once (an allowed set only)."""
+    """Accepted values seen once (value forms; 0 for relations)."""
     literals: int
     error: str
     """The class: the masked error text it predicts."""
@@ -205,27 +212,24 @@ class Miner:
         episode: str,
         tool: str,
         args: Mapping[str, Any],
-        objects: Iterable[tuple[str, str, Mapping[str, Any], tuple[str, str]]],
-        elements: Iterable[tuple[str, str, Mapping[str, Any], tuple[str, str]]],
-        nested: Iterable[tuple[str, str, Mapping[str, Any], str, Mapping[str, Any], tuple[str, str]]],
+        objects: Iterable[Seen],
+        elements: Iterable[Seen],
+        nested: Iterable[Nested],
         error: str | None,
         example: str,
     ) -> None:
-        """One call that ran: ``error`` is its class (``None``: accepted); ``objects`` the (argument path, id key,
-        record as last observed, (tool, at) that showed it) of the objects its id arguments name, ``elements``
-        those the ids of its list arguments name, ``nested`` (path, key, element, id key, record, shown by) those
-        an id inside an element of a list argument names (``payment_methods[].payment_id``)."""
+        """One call that ran: ``error`` is its class (``None``: accepted); ``objects`` those its id arguments
+        name, ``elements`` those the ids of its list arguments name, ``nested`` those an id inside an element
+        of a list argument names (``payment_methods[].payment_id``)."""
         mining = self.tools.get(tool)
         if mining is None:
             mining = self.tools[tool] = ToolMining()
         if error is None:
             side = mining.accepted
         else:
-            side = mining.classes.get(error)  # type: ignore[assignment]
-            if side is None:
-                if len(mining.classes) >= MAX_CLASSES:
-                    error = "other"
-                side = mining.classes.setdefault(error, Side())
+            if error not in mining.classes and len(mining.classes) >= MAX_CLASSES:
+                error = "other"
+            side = mining.classes.setdefault(error, Side())
         side.calls += 1
         if side.first is None:
             side.first = episode
@@ -320,8 +324,11 @@ class Miner:
                         )
                     )
             words = _words(error)
+            amounts = bool(words & _AMOUNTS)
             for c in found:
                 named = 2 if words & c.words[0] else 1 if words & c.words[1] else 0
+                if amounts and c.feature[0] in _VALUE_KINDS:
+                    continue
                 if named or c.distinct != 1 or c.feature[0] not in ("arg", "prefix", "shape"):
                     out.append(replace(c, named=named))
                 # else: every accepted call passed the same value (a corpus of one user name): any rejected call with

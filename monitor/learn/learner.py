@@ -26,7 +26,7 @@ from ..state import TrackedState
 from ..toolset import Toolset
 from . import _values as V
 from ._access import prior_access, words
-from ._mining import Miner, error_class
+from ._mining import Miner, Nested, Seen, error_class
 from ._stats import (
     EVERY,
     GIVEN,
@@ -50,6 +50,7 @@ _MAX_TOOLS: Final = 4_096
 _MAX_PATHS: Final = 128
 """Argument paths counted per tool."""
 _MAX_SHAPES: Final = 4_096
+
 _MAX_SOURCES_PER_VALUE: Final = 8
 
 
@@ -262,25 +263,7 @@ class Learner:
             self._argument(ep, tool, path, value, rejected, hits)
         self._blame(hits)
         if args is not None:
-            objects: list[tuple[str, str, Mapping[str, Any], tuple[str, str]]] = []
-            elements: list[tuple[str, str, Mapping[str, Any], tuple[str, str]]] = []
-            nested: list[tuple[str, str, Mapping[str, Any], str, Mapping[str, Any], tuple[str, str]]] = []
-            for path, value in leaves:
-                k = V.key(value) if V.id_like(value) else None
-                if k is None:
-                    continue
-                if "[]" in path:
-                    continue
-                listed = isinstance(args.get(path.split(".", 1)[0]), list)  # a let binds one object, not a list's
-                for id_key, obs in ep.objects.get(k, {}).items():
-                    (elements if listed else objects).append((path, id_key, obs.record, (obs.tool, obs.at)))
-            for name, items in args.items():
-                if isinstance(items, list) and isinstance(name, str):
-                    for item in items[:32]:
-                        for key, value in item.items() if isinstance(item, Mapping) else ():
-                            k = V.key(value) if isinstance(key, str) and V.id_like(value) else None
-                            for id_key, obs in ep.objects.get(k, {}).items() if k is not None else ():
-                                nested.append((f"{name}[].{key}", key, item, id_key, obs.record, (obs.tool, obs.at)))
+            objects, elements, nested = self._named_objects(ep, args, leaves)
             what = error_class(data if isinstance(data, Mapping) else call.result) if rejected else None
             self.miner.add(
                 ep.id,
@@ -309,6 +292,32 @@ class Learner:
             if len(candidates) < 16:
                 example = f"{ep.id}: {tool}({path}={V.short(k)})"
                 candidates.append(_Candidate(tool=tool, path=path, example=example, origin=ep.calls))
+
+    @staticmethod
+    def _named_objects(
+        ep: _Episode, args: Mapping[str, Any], leaves: list[tuple[str, Any]]
+    ) -> tuple[list[Seen], list[Seen], list[Nested]]:
+        """The objects, as last observed, that the call's ids name: by a scalar argument, by each id of a list
+        argument, and by an id inside an element of a list argument (``payment_methods[].payment_id``)."""
+        objects: list[Seen] = []
+        elements: list[Seen] = []
+        for path, value in leaves:
+            k = V.key(value) if "[]" not in path and V.id_like(value) else None
+            if k is None:
+                continue
+            listed = isinstance(args.get(path.split(".", 1)[0]), list)  # a let binds one object, not a list's
+            for id_key, obs in ep.objects.get(k, {}).items():
+                (elements if listed else objects).append((path, id_key, obs.record, (obs.tool, obs.at)))
+        nested: list[Nested] = []
+        for name, items in args.items():
+            if not isinstance(items, list) or not isinstance(name, str):
+                continue
+            for item in items[:32]:
+                for key, value in item.items() if isinstance(item, Mapping) else ():
+                    k = V.key(value) if isinstance(key, str) and V.id_like(value) else None
+                    for id_key, obs in ep.objects.get(k, {}).items() if k is not None else ():
+                        nested.append((f"{name}[].{key}", key, item, id_key, obs.record, (obs.tool, obs.at)))
+        return objects, elements, nested
 
     def _argument(self, ep: _Episode, tool: str, path: str, value: Any, rejected: bool, hits: list[_Candidate]) -> None:
         keep = self.thresholds.examples
