@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final, Literal
 
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from ._trusted import trusted_constructor
@@ -64,10 +64,6 @@ column loader included, accepts exactly the same lines."""
 Status = Literal["finished", "error", "cancelled"]
 
 
-def _is_none(value: object) -> bool:
-    return value is None
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ActionRecord:
     """One action slot of an episode, as the agent emitted it."""
@@ -105,10 +101,10 @@ class ActionRecord:
     """The primary failure's code when not executable (``unbound_reference``, ``precondition:after``,
     ``duplicate_call``...): what tells a finding that does not block (a duplicate or conflict in a
     batch) from a refusal of the same cause."""
-    arguments: Annotated[str | None, Field(exclude_if=_is_none)] = None
+    arguments: str | None = None
     """The call's arguments as compact JSON text, redacted and size-capped: recorded only with
     ``Monitor(record_content=True)`` (else ``None``, and left out of the record's JSON)."""
-    result: Annotated[str | None, Field(exclude_if=_is_none)] = None
+    result: str | None = None
     """The tool's result as text, redacted and size-capped: recorded only with
     ``Monitor(record_content=True)``, for a call that returned (one that raised has its
     exception in :attr:`error`); else ``None``, and left out of the record's JSON."""
@@ -355,9 +351,10 @@ else:
 def record_line(record: EpisodeRecord) -> bytes:
     """One record as one UTF-8 JSON line, newline included: what a JSON Lines sink writes.
 
-    The bytes are those of ``RECORD_ADAPTER.dump_json`` (tests/test_records.py checks they are
-    equal); with msgspec installed they are made by its encoder, which every episode with a
-    sink pays for: 1.5 µs against 5.5 µs for a one-call record (benchmarks/bench_sink.py).
+    The bytes are those of ``RECORD_ADAPTER.dump_json`` without the ``arguments`` and ``result`` of
+    actions that have none (tests/test_records.py checks they are equal); with msgspec installed
+    they are made by its encoder, which every episode with a sink pays for: 1.5 µs against 5.5 µs
+    for a one-call record (benchmarks/bench_sink.py).
     """
     if _fast_encode is not None:
         try:
@@ -367,10 +364,11 @@ def record_line(record: EpisodeRecord) -> bytes:
         else:
             return _without_null_content(line, len(record.actions)) + b"\n"
     try:
-        return RECORD_ADAPTER.dump_json(record, exclude_none=False) + b"\n"
+        line = RECORD_ADAPTER.dump_json(record, exclude_none=False)
     except PydanticSerializationError:
         data = _scrub(RECORD_ADAPTER.dump_python(record, mode="json", exclude_none=False))
-        return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        line = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return _without_null_content(line, len(record.actions)) + b"\n"
 
 
 _NO_CONTENT: Final = b',"arguments":null,"result":null}'
@@ -379,8 +377,9 @@ _NO_ARGUMENTS: Final = b',"arguments":null,'
 
 
 def _without_null_content(line: bytes, actions: int) -> bytes:
-    """msgspec's line without the actions' ``arguments`` and ``result`` where they are ``null``, as
-    pydantic leaves them out (``exclude_if``): a record without content is written as before they existed.
+    """A record line without the actions' ``arguments`` and ``result`` where they are ``null`` (the last two
+    fields of an action, written compactly by every encoder here): a record without content is written as
+    before they existed.
 
     Only an action object can hold these keys with ``null`` (labels hold text, and a quote inside a
     string is escaped), so the text is cut safely; the two rarer cuts are made only when some

@@ -130,7 +130,10 @@ class TestRecordLine:
             error=reason or None,
         )
         try:
-            expected = RECORD_ADAPTER.dump_json(rec, exclude_none=False) + b"\n"
+            # pydantic's bytes, without the content keys of actions that have none (records are written as before them)
+            expected = (
+                RECORD_ADAPTER.dump_json(rec, exclude_none=False).replace(b',"arguments":null,"result":null}', b"}") + b"\n"
+            )
         except PydanticSerializationError:  # lone surrogates: escaped instead, by either path
             expected = None
         line = record_line(rec)
