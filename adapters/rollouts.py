@@ -150,11 +150,9 @@ def bare_toolset(rollouts: Rollouts) -> Toolset:
     """The file's tools with their schemas and no spec (``Error:`` results are rejections)."""
     if rollouts.benchmark == "tau2":
         return observed_tau2(rollouts.domain, None)
-    from .taubench.data import load_schemas
+    from .taubench.toolsets import spec_toolset
 
-    definitions = load_schemas(rollouts.domain)  # type: ignore[arg-type]
-    strict = {d.get("function", d)["name"]: {"coercion": "strict", "unknown": "forbid"} for d in definitions}
-    return Toolset.from_openai(definitions, rules=strict, error_result=error_text)
+    return spec_toolset(rollouts.domain, spec=False, error_result=error_text)  # type: ignore[arg-type]
 
 
 def learned_scores(corpus: Sequence[Rollouts], thresholds: Any = None) -> list[VerdictScore]:

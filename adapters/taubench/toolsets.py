@@ -725,12 +725,22 @@ SPECS: Final = Path(__file__).resolve().parent / "specs"
 """The observation-only spec files we ship (``tau_airline.yaml``, ``tau_retail.yaml``)."""
 
 
-def spec_toolset(domain: Domain, *, data: str | os.PathLike[str] | None = None) -> Toolset:
-    """A toolset from the domain's tool schemas and its observation-only spec file: no database access.
+def spec_toolset(
+    domain: Domain,
+    *,
+    data: str | os.PathLike[str] | None = None,
+    spec: bool = True,
+    error_result: Callable[[object], str | None] | None = None,
+) -> Toolset:
+    """A toolset from the domain's tool schemas (strict: no coercion, no unknown arguments) and its
+    observation-only spec file: no database access.
 
     What the rules know comes from the tools' results only (``examples/specs/tau_<domain>.yaml``),
-    as for a tool layer nobody modelled.
+    as for a tool layer nobody modelled. ``spec=False``: the schemas alone (what ``prefixmon learn``
+    starts from); ``error_result``: how rejections read without the spec's recognisers.
     """
     definitions = load_schemas(domain, data)
     strict = {d.get("function", d)["name"]: {"coercion": "strict", "unknown": "forbid"} for d in definitions}
-    return Toolset.from_openai(definitions, rules=strict, spec=SPECS / f"tau_{domain}.yaml")
+    return Toolset.from_openai(
+        definitions, rules=strict, error_result=error_result, spec=SPECS / f"tau_{domain}.yaml" if spec else None
+    )
