@@ -431,7 +431,7 @@ class TrackedState:
             except ValueError as e:  # a lone surrogate, deep nesting, or not JSON: json.loads decides
                 result = self._parse_refused(result, str(e))
             t = type(result)
-        if t is str:  # plain text (an MCP server's usual answer): its leaf, no walk
+        if t is str or isinstance(result, str):  # plain text (an MCP server's usual answer): its leaf, no walk
             if result not in self._pool:
                 self._pool_text(result)
             if plan is not None:

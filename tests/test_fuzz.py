@@ -283,6 +283,7 @@ class TestIndexing:
         room=None,
         items=None,
     )
+    @example(result="#W123 and 2024-05-01", nesting=0, kinds=_PRODUCE, room=None, items=None)  # a text answer's ids
     def test_json_shapes_are_indexed_as_any_mapping_or_sequence(
         self, result: Any, nesting: int, kinds: Any, room: int | None, items: int | None
     ) -> None:
