@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from pydantic_core import from_json
 
-from prefixmon.jsonlines import too_deep
+from prefixmon.records.jsonlines import too_deep
 
 __all__ = ("copy_json", "json_or_text")
 

@@ -53,7 +53,7 @@ from pydantic import BaseModel
 
 from prefixmon import Episode, EpisodeRecord, Monitor, Outcome, PendingCall, ToolBlocked, ToolCall, Toolset
 from prefixmon.episode import cancellation
-from prefixmon.specfile import SpecFile
+from prefixmon.rules.specfile import SpecFile
 
 __all__ = [
     "ChatRun",

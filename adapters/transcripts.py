@@ -36,10 +36,10 @@ from pydantic_core import from_json
 
 from prefixmon import Episode, EpisodeRecord, Monitor, SpecError, ToolBlocked, ToolCall, Toolset
 from prefixmon.commands import ReplayRequest, run_async
-from prefixmon.jsonlines import JsonLine, iter_json_lines, ordinal, too_deep
 from prefixmon.learn import SNIFF_BYTES, Call, Message, Transcript
 from prefixmon.learn import Problem as LearnProblem
-from prefixmon.records import write_records
+from prefixmon.records.jsonlines import JsonLine, iter_json_lines, ordinal, too_deep
+from prefixmon.records.model import write_records
 
 __all__ = (
     "READER",

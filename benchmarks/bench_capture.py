@@ -2,7 +2,7 @@
 
 Run:  .venv/bin/python benchmarks/bench_capture.py [--items 1000000] [--cap 4096]
 
-Compares, in the same run, prefixmon.redaction.content_text (serialisation that stops at the
+Compares, in the same run, prefixmon.records.redaction.content_text (serialisation that stops at the
 cap, keys masked in the same pass) with what capture did before tracker issue 19: serialise
 the whole value with json.dumps (C speed) and cut the text afterwards, and, for redact_keys,
 first walk the whole value into a redacted copy. Values: a list of N small dicts (a database
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from prefixmon.redaction import content_text, redact_keys
+from prefixmon.records.redaction import content_text, redact_keys
 
 
 def _old_cut(value: Any, cap: int) -> str:

@@ -31,7 +31,7 @@ def generate(path: str, n: int, seed: int = 0) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from prefixmon.parquet import arrow_schema
+    from prefixmon.records.parquet import arrow_schema
 
     schema = arrow_schema()
     rng = np.random.default_rng(seed)

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from prefixmon import Monitor, Toolset, Undetermined
-from prefixmon.specfile import SCHEMA
+from prefixmon.rules.specfile import SCHEMA
 
 ORDER = {"type": "object", "properties": {"order_id": {"type": "string"}, "reason": {"type": "string"}}}
 SPEC: dict[str, Any] = {

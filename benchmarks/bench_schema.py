@@ -10,7 +10,7 @@ setup and disabled inside each timed batch.
 - **reference**: the previous validator, as it was: ``fastjsonschema.compile`` of the schema
   without ``$schema`` (so draft-07 for every tool), unknown arguments refused by default,
   the first error only.
-- **new**: :func:`prefixmon._validation.schema_validator` as the MCP client's ``auto`` sets it
+- **new**: :func:`prefixmon.rules._validation.schema_validator` as the MCP client's ``auto`` sets it
   up (the schema's dialect, unknown arguments as the schema says, lax coercion for the
   schemas without ``$schema``, strict for the draft-07 ones), every problem located.
 
@@ -36,8 +36,8 @@ import anyio
 import fastjsonschema
 
 from prefixmon import Monitor, ToolBlocked, Toolset
-from prefixmon._validation import schema_validator
 from prefixmon.exceptions import ArgumentError
+from prefixmon.rules._validation import schema_validator
 from prefixmon.verdict import ArgumentProblem
 
 DRAFT7: Final = "http://json-schema.org/draft-07/schema#"

@@ -16,8 +16,8 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from ._readonly import MappingView, view
-from ._trusted import trusted_constructor
+from ._internal.readonly import MappingView, view
+from ._internal.trusted import trusted_constructor
 from .verdict import ToolCall, Verdict
 
 __all__ = (

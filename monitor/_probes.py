@@ -15,8 +15,8 @@ from typing import Any
 import anyio
 
 from . import predicate
-from .records import ProbeRecord
-from .spec import MISSING, Probe, ToolSpec, resolve_path
+from .records.model import ProbeRecord
+from .rules.spec import MISSING, Probe, ToolSpec, resolve_path
 from .state import TrackedState
 from .toolset import Toolset
 

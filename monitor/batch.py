@@ -34,13 +34,13 @@ import json
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from .grounding import id_form
-from .spec import values_at
+from .rules.grounding import id_form
+from .rules.spec import values_at
 from .verdict import Failure, quote
 from .vocabulary import Cause
 
 if TYPE_CHECKING:
-    from .spec import ToolSpec
+    from .rules.spec import ToolSpec
     from .toolset import Toolset
 
 __all__ = ("CONFLICT", "DUPLICATE", "SIBLING", "Batch")

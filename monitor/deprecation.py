@@ -3,16 +3,20 @@
 Used by prefixmon and its adapters when a public name moves or is renamed::
 
     __getattr__ = moved_names(__name__, {"OldName": "prefixmon.adapters.x:NewName"}, removal="0.3.0")
+
+and, at a module's old path, when a whole module moves (``moved_module``).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
-__all__ = ("moved_names",)
+__all__ = ("moved_module", "moved_names")
 
 
 def moved_names(module: str, moves: Mapping[str, str], *, removal: str) -> Callable[[str], Any]:
@@ -37,3 +41,17 @@ def moved_names(module: str, moves: Mapping[str, str], *, removal: str) -> Calla
         return getattr(importlib.import_module(where), attr)
 
     return __getattr__
+
+
+def moved_module(old: str, new: ModuleType, *, removal: str) -> None:
+    """Make the module being imported as ``old`` be ``new`` itself, with a DeprecationWarning.
+
+    Called at the end of the shim left at the old path; after it, ``import old`` and
+    ``import new`` give the same object, so identity checks and private names keep working.
+    """
+    warnings.warn(
+        f"{old} is deprecated and will be removed in {removal}; import {new.__name__}",
+        DeprecationWarning,
+        stacklevel=3,  # the import statement (importlib's frames are skipped)
+    )
+    sys.modules[old] = new

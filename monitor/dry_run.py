@@ -12,7 +12,7 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .spec import ErrorResult, Precondition
+from .rules.spec import ErrorResult, Precondition
 from .state import TrackedState
 
 __all__ = ("dry_run",)

@@ -15,16 +15,16 @@ from typing import Any, Literal
 
 import anyio
 
-from ._daemon_threads import DaemonThreads
 from ._dispatch import OBSERVER_ERRORS
-from ._log import get_logger
+from ._internal.daemon_threads import DaemonThreads
+from ._internal.log import get_logger
 from .episode import Episode, PlanTracker, cancellation, text_labels
 from .exceptions import SpecError
-from .grounding import InformedTexts
 from .observer import Observer
 from .policies import EscalateHook, Intervention, Policy, ReplanHook
-from .records import EpisodeRecord, JsonlSink, Status
-from .redaction import RecordContent, Redactor
+from .records.model import EpisodeRecord, JsonlSink, Status
+from .records.redaction import RecordContent, Redactor
+from .rules.grounding import InformedTexts
 from .snapshot import Snapshot, restore
 from .state import TrackedState
 from .toolset import Toolset
@@ -91,8 +91,8 @@ class Monitor:
             raised has no result (``error`` holds the exception); a redaction hook that raises
             costs the call's content only (counted and logged).
         content_redact: how recorded content is redacted: ``"secrets"`` (default:
-            :func:`~prefixmon.redaction.redact_secrets`), a hook such as
-            :func:`~prefixmon.redaction.redact_keys`, or ``None`` to record it as it is.
+            :func:`~prefixmon.records.redaction.redact_secrets`), a hook such as
+            :func:`~prefixmon.records.redaction.redact_keys`, or ``None`` to record it as it is.
         max_content_chars: recorded arguments and results longer than this are cut (with a marker).
     """
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._dispatch import EPISODE_HOOKS, PER_CALL_HOOKS
 from .episode import Episode
-from .records import ActionRecord, EpisodeRecord
+from .records.model import ActionRecord, EpisodeRecord
 from .verdict import ToolCall, Verdict
 from .vocabulary import Decision
 

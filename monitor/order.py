@@ -29,7 +29,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Final
 
 from .exceptions import SpecError
-from .grounding import id_form
+from .rules.grounding import id_form
 from .verdict import Undetermined
 
 __all__ = ("AFTER", "AT_MOST", "NOT_AFTER", "After", "AtMost", "NotAfter", "OrderLog", "same_pairs")
@@ -40,7 +40,7 @@ NOT_AFTER: Final = "not_after"
 
 
 def _form(value: Any) -> Hashable | None:
-    """How a ``same`` value is compared: ids by :func:`~prefixmon.grounding.id_form`, other scalars as they are."""
+    """How a ``same`` value is compared: ids by :func:`~prefixmon.rules.grounding.id_form`, other scalars as they are."""
     if isinstance(value, str):
         return id_form(value)
     if isinstance(value, bool) or value is None:

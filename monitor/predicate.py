@@ -25,11 +25,11 @@ from typing import Any, Final, Protocol
 
 from pydantic_core import from_json
 
-from ._json_depth import MAX_JSON_DEPTH, deeper_than, json_goes_deeper
-from ._trusted import trusted_constructor
+from ._internal.json_depth import MAX_JSON_DEPTH, deeper_than, json_goes_deeper
+from ._internal.trusted import trusted_constructor
 from .exceptions import ArgumentError
-from .grounding import id_variants
-from .spec import Precondition, Ref, SymbolicEffect, ToolSpec, callable_name, values_at
+from .rules.grounding import id_variants
+from .rules.spec import Precondition, Ref, SymbolicEffect, ToolSpec, callable_name, values_at
 from .state import TrackedState
 from .toolset import Toolset
 from .verdict import Failure, Fault, ToolCall, Undetermined, Verdict, quote
@@ -566,7 +566,7 @@ def transition(
     invalidates become stale and its effects run. Plan verification calls it with
     ``simulate=True`` and a placeholder result, which is not indexed (the plan's view binds
     produced references symbolically), and an effect with a plan-time version
-    (:func:`~prefixmon.spec.plan_effect`) runs that version instead.
+    (:func:`~prefixmon.rules.spec.plan_effect`) runs that version instead.
     """
     faults: list[Fault] = []
     try:

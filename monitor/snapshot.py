@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from .exceptions import RecordError, SpecError
 from .order import OrderLog
 from .policies import Approve, Deny, Edit, FaultFn, Intervention, Judge, Policy, Resolution
-from .records import ActionRecord, ProbeRecord
+from .records.model import ActionRecord, ProbeRecord
 from .state import TrackedState
 from .verdict import ToolCall, Verdict
 from .vocabulary import Decision, Outcome

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import from_json
 
-from ._json_depth import loads_refused
-from .grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fold, id_form, stated_ids
-from .observed import ObservedObjects
+from ._internal.json_depth import loads_refused
 from .order import OrderLog
-from .spec import ProducePlan, produce_plan
+from .rules.grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fold, id_form, stated_ids
+from .rules.observed import ObservedObjects
+from .rules.spec import ProducePlan, produce_plan
 from .verdict import quote
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class TrackedState:
 
     Attributes:
         facts: key/value facts, updated by tool effects.
-        objects: observed objects, by kind and id (see :mod:`prefixmon.observed`).
+        objects: observed objects, by kind and id (see :mod:`prefixmon.rules.observed`).
         env: the live environment object given to the episode, or ``None``.
         exposed: names of the tools available now. A ``frozenset`` given to the constructor is
             shared, not copied, until the exposure first changes (every episode of a monitor
@@ -176,7 +176,7 @@ class TrackedState:
         self._exposed: set[str] | None = None if type(exposed) is frozenset else set(exposed or ())
         self._bindings: dict[Hashable, dict[str, Binding]] = {}
         self._id_forms: dict[str, Hashable] = {}
-        """``{id form: bound value}`` of bound values whose :func:`~prefixmon.grounding.id_form` differs from
+        """``{id form: bound value}`` of bound values whose :func:`~prefixmon.rules.grounding.id_form` differs from
         the value (``w1``: ``#W1``): a value in another form finds its binding in O(len(value)) (the first value
         bound in a form keeps it)."""
         self._objects: ObservedObjects | None = None
@@ -191,7 +191,7 @@ class TrackedState:
         self._user_texts: list[str] = []
         """The user's texts among them, for :meth:`user_said` of values of several words."""
         self._user_ids: set[str] = set()
-        """The id forms the user's texts state (:func:`~prefixmon.grounding.stated_ids`), for :meth:`user_said`."""
+        """The id forms the user's texts state (:func:`~prefixmon.rules.grounding.stated_ids`), for :meth:`user_said`."""
         self._agent_ids: set[str] = set()
         """Id forms the agent wrote before any tool returned them or the user said them (:meth:`agent_wrote`)."""
         self._forms = FormIndex()
@@ -276,7 +276,7 @@ class TrackedState:
     def binding(self, value: Any, kind: str | None = None) -> Binding | None:
         """The binding of ``value`` (as ``kind``, or as any kind), if one exists.
 
-        ``value`` as it is first; else in its id form (:func:`~prefixmon.grounding.id_form`:
+        ``value`` as it is first; else in its id form (:func:`~prefixmon.rules.grounding.id_form`:
         ``W1`` finds ``#W1``, ``#w1`` finds ``W1``), a current binding before a stale one.
         """
         key = value if type(value) is str else _key(value)
@@ -412,9 +412,9 @@ class TrackedState:
 
         Args:
             result: the result (JSON text is parsed when it looks like an object or array).
-            produce: ``{key: kind}`` (see :class:`~prefixmon.spec.Produce` for the forms of
+            produce: ``{key: kind}`` (see :class:`~prefixmon.rules.spec.Produce` for the forms of
                 ``key``: values under a result key, mapping values and keys, the result itself,
-                pattern matches), or a tool's :attr:`~prefixmon.spec.ToolSpec.produce_plan`.
+                pattern matches), or a tool's :attr:`~prefixmon.rules.spec.ToolSpec.produce_plan`.
             tool: the producing tool, for messages.
         """
         plan = None if not produce else produce if isinstance(produce, ProducePlan) else produce_plan(produce)
@@ -524,7 +524,7 @@ class TrackedState:
     def _parse_refused(self, text: str | bytes, why: str) -> Any:
         """JSON text pydantic's parser refused (``why``) as ``json.loads`` parses it (``text``
         itself when that refuses it too). Values nested deeper than the walk goes may be cut
-        off (see :func:`~prefixmon._json_depth.loads_refused`): the pool is then incomplete."""
+        off (see :func:`~prefixmon._internal.json_depth.loads_refused`): the pool is then incomplete."""
         try:
             value, cut = loads_refused(text, why, MAX_WALK_DEPTH)
         except ValueError:
@@ -683,7 +683,7 @@ class TrackedState:
             match: ``"exact"``: as it is (an equal value or word, or, for text and numbers, a
                 substring of informed text, ignoring case and runs of whitespace); ``"normalized"`` (and
                 ``"derived"``, whose derivations :meth:`derivation` finds): also in any form
-                :mod:`prefixmon.grounding` normalises (``#W123`` for ``W123``, ``May 1st, 2024``
+                :mod:`prefixmon.rules.grounding` normalises (``#W123`` for ``W123``, ``May 1st, 2024``
                 for ``2024-05-01``, ``$1,234.50`` for ``1234.5``). Each form is one set lookup;
                 only the substring search reads the informed text.
         """
@@ -717,8 +717,8 @@ class TrackedState:
         """How ``value`` is computed from two numbers seen recently (``"150 = 3 * 50"``), or ``None``.
 
         Sums, differences, products and quotients of two of the
-        :data:`~prefixmon.grounding.MAX_RECENT_NUMBERS` distinct numbers seen most recently;
-        O(that many) set lookups. See :func:`prefixmon.grounding.derivation`.
+        :data:`~prefixmon.rules.grounding.MAX_RECENT_NUMBERS` distinct numbers seen most recently;
+        O(that many) set lookups. See :func:`prefixmon.rules.grounding.derivation`.
         """
         return self._forms.derive(value)
 
@@ -736,7 +736,7 @@ class TrackedState:
     def user_said(self, value: Any) -> bool:
         """Whether ``value`` appears in the user's messages (text given with ``inform(..., user=True)``).
 
-        A value of one word is looked up by its id form (:func:`~prefixmon.grounding.id_form`:
+        A value of one word is looked up by its id form (:func:`~prefixmon.rules.grounding.id_form`:
         case, a leading ``#``, surrounding punctuation and markdown, Unicode dashes), and an id of
         one or two letters before five digits or more also by its number (the user says "order
         9502127" of ``#W9502127``): set lookups, O(len(value)), whatever was said. A value of

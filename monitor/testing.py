@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .observer import Observer
-from .records import ActionRecord, EpisodeRecord
+from .records.model import ActionRecord, EpisodeRecord
 from .vocabulary import Cause
 
 __all__ = (

@@ -19,14 +19,14 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from . import _rules
-from ._json_depth import MAX_JSON_DEPTH, deep_line, deeper_than
-from ._log import get_logger
-from ._validation import Coercion, UnknownArguments, model_validator, schema_validator
+from ._internal.json_depth import MAX_JSON_DEPTH, deep_line, deeper_than
+from ._internal.log import get_logger
 from .exceptions import SpecError
-from .grounding import MATCHES, GroundingMatch
 from .order import AFTER, AT_MOST, NOT_AFTER, After, AtMost, NotAfter, same_pairs
-from .spec import (
+from .rules import _compile
+from .rules._validation import Coercion, UnknownArguments, model_validator, schema_validator
+from .rules.grounding import MATCHES, GroundingMatch
+from .rules.spec import (
     Effect,
     ErrorResult,
     Grounded,
@@ -39,7 +39,7 @@ from .spec import (
     _refuse_async,
     callable_name,
 )
-from .specfile import SpecFile, ToolRules, _decode_json, load_spec, parse_spec
+from .rules.specfile import SpecFile, ToolRules, _decode_json, load_spec, parse_spec
 
 __all__ = ("Grounding", "Produces", "Toolset")
 
@@ -366,7 +366,7 @@ class Toolset:
         """
         loaded = spec if isinstance(spec, SpecFile) else parse_spec(spec) if isinstance(spec, Mapping) else load_spec(spec)
         compiled: dict[str, ToolSpec] = {}
-        observed = _rules.observed_kinds(loaded, self._specs.values())
+        observed = _compile.observed_kinds(loaded, self._specs.values())
         for name, rules in loaded.tools.items():
             base = self._specs.get(name)
             if base is None:
@@ -377,9 +377,9 @@ class Toolset:
                         "give its parameters to declare it here"
                     )
                 base = Toolset().add_schema(name, rules.parameters, description=rules.description or "")
-            compiled[name] = _rules.compile_tool(loaded, name, rules, base, observed=observed)
-        _rules.check_probes(loaded, lambda n: compiled.get(n) or self._specs.get(n))
-        found = _rules.check_kinds(loaded, {**self._specs, **compiled}.values())
+            compiled[name] = _compile.compile_tool(loaded, name, rules, base, observed=observed)
+        _compile.check_probes(loaded, lambda n: compiled.get(n) or self._specs.get(n))
+        found = _compile.check_kinds(loaded, {**self._specs, **compiled}.values())
         # order rules are compiled on a trial toolset, so that a bad one changes nothing
         trial = Toolset(
             [*(compiled.get(n, t) for n, t in self._specs.items()), *(t for n, t in compiled.items() if n not in self._specs)]

@@ -13,7 +13,7 @@ trap 'rm -rf "$shadow"' EXIT
 mkdir "$shadow/prefixmon"
 for entry in "$root"/monitor/*; do ln -s "$entry" "$shadow/prefixmon/$(basename "$entry")"; done
 ln -s "$root/adapters" "$shadow/prefixmon/adapters"
-ln -s "$root/toplevel/_prefixmon_pytest.py" "$shadow/_prefixmon_pytest.py"
+ln -s "$root/pytest_plugin/_prefixmon_pytest.py" "$shadow/_prefixmon_pytest.py"
 cd "$root"
 "$root/.venv/bin/ruff" check .
 "$root/.venv/bin/ruff" format --check .

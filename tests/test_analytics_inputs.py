@@ -20,9 +20,9 @@ from prefixmon import Monitor, RecordError, ToolBlocked, Toolset
 from prefixmon.analytics import build_report, columns_from_records, load_columns, register_reader
 from prefixmon.analytics import inputs as inputs_module
 from prefixmon.analytics.columns import ColumnBuilder, EpisodeColumns, TextColumn, distinct_episodes
-from prefixmon.otel_setup import configure_otel
 from prefixmon.records import ActionRecord, BadLine, EpisodeRecord, build_record, dumps_record, read_records, write_records
 from prefixmon.telemetry import Telemetry
+from prefixmon.telemetry.otel_setup import configure_otel
 from prefixmon.vocabulary import Cause, Outcome
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

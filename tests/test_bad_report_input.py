@@ -17,8 +17,8 @@ from prefixmon import Monitor, RecordError, Toolset, read_records
 from prefixmon._cli import main
 from prefixmon.analytics import load_columns
 from prefixmon.analytics.completion import read_annotations
-from prefixmon.otlp import read_otlp_records
 from prefixmon.records import MAX_HORIZON, ActionRecord, BadLine, build_record, dumps_record
+from prefixmon.records.otlp import read_otlp_records
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -93,8 +93,8 @@ class TestOtlpInput:
     @staticmethod
     def traces(tmp_path: Path) -> Path:
         """Real OTLP JSON lines from a monitored episode."""
-        from prefixmon.otel_setup import configure_otel
         from prefixmon.telemetry import Telemetry
+        from prefixmon.telemetry.otel_setup import configure_otel
 
         path = tmp_path / "t.otlp.jsonl"
         otel = configure_otel(otlp_file=path, batch=False, service_name="bad-input")

@@ -187,7 +187,7 @@ class TestDeeplyNestedJsonText:
     def test_rules_and_plans_read_deep_results_with_room(self) -> None:
         """What learned rules and plan placeholders read of a result: parsed the same way (as
         json would, cut below 400 levels), with a collection meanwhile able to run."""
-        from prefixmon._json_depth import loads
+        from prefixmon._internal.json_depth import loads
 
         deep = '{"id": "ord-1", "data": ' + "[" * 10_000 + "]" * 10_000 + "}"
         with collections_watched() as failures:
@@ -204,7 +204,7 @@ class TestDeeplyNestedJsonText:
 
     def test_deep_text_refused_in_other_words_is_still_cut(self) -> None:
         """Were pydantic's parser to word its refusal otherwise, deep text would still be parsed (cut)."""
-        from prefixmon._json_depth import loads_refused
+        from prefixmon._internal.json_depth import loads_refused
 
         deep = '{"id": "ord-1", "data": ' + "[" * 10_000 + "]" * 10_000 + "}"
         value, cut = loads_refused(deep, "some other words", 64)

@@ -16,7 +16,7 @@ from prefixmon import PlanError, SpecError, Toolset
 from prefixmon.analytics.completion import read_annotations
 from prefixmon.exceptions import RecordError
 from prefixmon.plan import parse_plan
-from prefixmon.specfile import load_spec, parse_spec
+from prefixmon.rules.specfile import load_spec, parse_spec
 from prefixmon.telemetry import redact_keys
 
 from .test_bounds import collections_watched
@@ -142,7 +142,7 @@ class TestWhatIsNotJson:
     def test_brackets_inside_an_unclosed_string_are_text(self) -> None:
         """After a quote that never closes, brackets are string content to json: not nesting (they
         counted, and each escaped quote after it restarted a scan to the end: quadratic time)."""
-        from prefixmon.jsonlines import too_deep
+        from prefixmon.records.jsonlines import too_deep
 
         assert not too_deep('["' + '\\"' * 10 + "[" * 500)
         assert too_deep("[" * 401 + '"' + '\\"' * 10)  # what comes before the quote still nests

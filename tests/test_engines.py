@@ -35,8 +35,8 @@ from prefixmon._cli import main
 from prefixmon.analytics import build_report, columns_from_records, load_columns
 from prefixmon.analytics.engines import engine_report
 from prefixmon.exceptions import RecordError
-from prefixmon.parquet import PARQUET_SCHEMA, read_parquet_records, write_parquet
 from prefixmon.records import ActionRecord, EpisodeRecord, build_record, read_records, write_records
+from prefixmon.records.parquet import PARQUET_SCHEMA, read_parquet_records, write_parquet
 
 ENGINES = ("duckdb", "spark")
 

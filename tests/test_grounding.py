@@ -32,7 +32,7 @@ from prefixmon import (
     Verdict,
     verify_plan,
 )
-from prefixmon.grounding import (
+from prefixmon.rules.grounding import (
     MAX_RECENT_NUMBERS,
     FormIndex,
     InformedTexts,

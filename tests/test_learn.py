@@ -27,9 +27,9 @@ from prefixmon.learn import (
 from prefixmon.learn.evaluate import check_spec, compare_rules
 from prefixmon.learn.otlp import transcript_from_spans
 from prefixmon.learn.output import diff_spec, dump_spec, merge_spec, render_spec, write_spec
-from prefixmon.otel_setup import configure_otel
-from prefixmon.otlp import OtlpSpan
-from prefixmon.specfile import SpecFile, load_spec, parse_spec
+from prefixmon.records.otlp import OtlpSpan
+from prefixmon.rules.specfile import SpecFile, load_spec, parse_spec
+from prefixmon.telemetry.otel_setup import configure_otel
 
 from .learn_shop import CATALOGUE_TOOLS, TOOLS, as_messages, shop_episode
 from .test_bounds import collections_watched

@@ -18,7 +18,7 @@ import pytest
 from prefixmon import Monitor, Toolset
 from prefixmon.learn import Call, Thresholds, Transcript, learn
 from prefixmon.learn._mining import error_class, shape
-from prefixmon.specfile import RequireRule, SpecFile
+from prefixmon.rules.specfile import RequireRule, SpecFile
 
 
 def _tools(**tools: dict[str, Any]) -> Toolset:

@@ -18,7 +18,7 @@ from prefixmon import JsonlSink, Monitor, Telemetry, Toolset
 from prefixmon._cli import main
 from prefixmon.learn import CorpusError, Problem, Transcript, detect_format, learn, read_transcripts, transcript_reader
 from prefixmon.learn.records import NO_CONTENT
-from prefixmon.otel_setup import configure_otel
+from prefixmon.telemetry.otel_setup import configure_otel
 
 from .learn_shop import TOOLS, as_messages, shop_episode
 
@@ -121,8 +121,8 @@ class TestRecordsWithContent:
     def test_parquet(self, tmp_path: Path, content_records: Path) -> None:
         """prefixmon export keeps the content: the same rules from Parquet."""
         pytest.importorskip("pyarrow")
-        from prefixmon.parquet import export_records, read_parquet_records
         from prefixmon.records import read_records
+        from prefixmon.records.parquet import export_records, read_parquet_records
 
         out = tmp_path / "records.parquet"
         assert export_records([content_records], out) == SEEDS
@@ -133,7 +133,7 @@ class TestRecordsWithContent:
 
     def test_redaction(self, tmp_path: Path) -> None:
         """A secret argument value under a key configured for redaction never reaches the file."""
-        from prefixmon.redaction import redact_keys
+        from prefixmon.records.redaction import redact_keys
 
         async def run(monitor: Monitor) -> None:
             async with monitor.episode(task_id="t") as ep:
@@ -220,7 +220,7 @@ class TestRecords:
     def test_parquet_round_trip(self, tmp_path: Path) -> None:
         """prefixmon export's Parquet is the records format too: each row reported with its row number."""
         pytest.importorskip("pyarrow")
-        from prefixmon.parquet import export_records
+        from prefixmon.records.parquet import export_records
 
         jsonl = record_file(tmp_path / "records.jsonl", no_tool=True)
         out = tmp_path / "records.parquet"
@@ -245,7 +245,7 @@ class TestRecords:
     def test_parquet_without_pyarrow_names_the_extra(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Without pyarrow a Parquet file is still claimed, and reading it says which extra to install."""
         pytest.importorskip("pyarrow")
-        from prefixmon.parquet import export_records
+        from prefixmon.records.parquet import export_records
 
         out = tmp_path / "records.parquet"
         export_records([record_file(tmp_path / "records.jsonl")], out)
@@ -306,7 +306,7 @@ class TestCli:
         self, tmp_path: Path, source: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """Records made with record_content=True, and the same runs traced with content: a spec with the Error: recogniser."""
-        from prefixmon.specfile import load_spec
+        from prefixmon.rules.specfile import load_spec
 
         tools = tmp_path / "tools.json"
         tools.write_text(json.dumps(TOOLS))
@@ -334,8 +334,8 @@ def test_parquet_of_records_before_content_still_reads(tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from prefixmon.parquet import arrow_schema, iter_parquet_records, records_to_table
     from prefixmon.records import read_records
+    from prefixmon.records.parquet import arrow_schema, iter_parquet_records, records_to_table
 
     records = read_records(record_file(tmp_path / "records.jsonl", content=True, seeds=1))
     table = records_to_table(records)

@@ -21,7 +21,7 @@ from prefixmon.analytics import columns_from_records, load_columns
 from prefixmon.analytics._parallel import read_in_parallel
 from prefixmon.analytics.columns import EpisodeColumns
 from prefixmon.analytics.inputs import _read_records, _texts_again
-from prefixmon.records import BOM, ActionRecord, BadLine, EpisodeRecord, build_record, iter_records, record_line
+from prefixmon.records.model import BOM, ActionRecord, BadLine, EpisodeRecord, build_record, iter_records, record_line
 from prefixmon.vocabulary import Cause, Outcome
 
 from .test_bounds import collections_watched

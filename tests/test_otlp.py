@@ -32,10 +32,10 @@ from prefixmon import (
     read_records,
 )
 from prefixmon import semconv as sc
-from prefixmon.otel_setup import OtlpJsonFileSpanExporter, configure_otel
-from prefixmon.otlp import iter_otlp_spans, read_otlp_records, records_from_spans, spans_from_json
 from prefixmon.records import BadLine
+from prefixmon.records.otlp import iter_otlp_spans, read_otlp_records, records_from_spans, spans_from_json
 from prefixmon.telemetry import Telemetry
+from prefixmon.telemetry.otel_setup import OtlpJsonFileSpanExporter, configure_otel
 
 from .test_fuzz import TOOL_NAMES, raw_arguments
 from .test_fuzz import build_tools as build_fuzz_tools
@@ -156,7 +156,7 @@ class TestRoundTrip:
 # prefixmon episode of two calls, plus an unrelated span; ints as strings, as protobuf JSON writes them.
 def _export(path: Path, out: Path, errors: list[BadLine], through_a_pipe: bool) -> int:
     """``export_records`` of ``path`` under ``on_error="skip"``, from the file or from a pipe of its bytes."""
-    from prefixmon.parquet import export_records
+    from prefixmon.records.parquet import export_records
 
     if not through_a_pipe:
         return export_records([path], out, on_error="skip", errors=errors)
@@ -499,7 +499,7 @@ class TestFormatsToldApart:
     async def test_export_reads_records_naming_resource_spans(self, tools: Toolset, tmp_path: Path, through_a_pipe: bool) -> None:
         """A record whose label is called ``resourceSpans`` is a record (export read the file as traces and lost it)."""
         pytest.importorskip("pyarrow")
-        from prefixmon.parquet import iter_parquet_records
+        from prefixmon.records.parquet import iter_parquet_records
 
         path = tmp_path / "episodes.jsonl"
         monitor = Monitor(tools, sink=path, labels={"resourceSpans": "x"})

@@ -22,8 +22,8 @@ from typing import Annotated, Any
 import pytest
 
 from prefixmon import Cause, Monitor, Ref, Toolset, TrackedState
-from prefixmon.grounding import fold
 from prefixmon.predicate import check_dependencies, transition
+from prefixmon.rules.grounding import fold
 
 ORDER = Ref("order_id", user=True)
 PRODUCT = Ref("product_id", user=True)

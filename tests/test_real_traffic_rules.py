@@ -273,8 +273,8 @@ class TestScore:
 
     async def test_otlp_traces_score_as_the_records_do(self, tmp_path: Path) -> None:
         """A live monitor's OTLP JSON traces (content captured) give the same score as its records."""
-        from prefixmon.otel_setup import configure_otel
         from prefixmon.telemetry import Telemetry
+        from prefixmon.telemetry.otel_setup import configure_otel
 
         spec = tmp_path / "spec.yaml"
         spec.write_text(SPEC, encoding="utf-8")

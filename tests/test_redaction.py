@@ -1,4 +1,4 @@
-"""prefixmon.redaction: key masking that misses no spelling or container, and a size cap applied while serialising.
+"""prefixmon.records.redaction: key masking that misses no spelling or container, and a size cap applied while serialising.
 
 The masking tests go through ``prefixmon.telemetry.redact_keys`` (where users import it) and
 through a real Telemetry observer with content capture; the cap is checked by counting how
@@ -97,7 +97,7 @@ class TestKeyMasking:
 
     def test_key_value_pairs_inside_values_and_through_the_encoder(self) -> None:
         """A string inside a result (a log line, a header) is masked the same way, on every serialisation path."""
-        from prefixmon.redaction import content_text
+        from prefixmon.records.redaction import content_text
 
         keys = redact_keys("api_key")
         value = {"log": f"call with api_key={SECRET} ok", "n": 1}
@@ -108,7 +108,7 @@ class TestKeyMasking:
 
     def test_header_pairs(self) -> None:
         """A list of ``(name, value)`` pairs (HTTP headers) masks the value of a masked name."""
-        from prefixmon.redaction import content_text
+        from prefixmon.records.redaction import content_text
 
         headers = [("Authorization", "Bearer " + SECRET), ("Accept", "application/json")]
         keys = redact_keys("authorization")
@@ -121,7 +121,7 @@ class TestKeyMasking:
         """``Field(exclude=True)`` keeps a value out of the model's own serialisation: out of what is recorded too."""
         from pydantic import BaseModel, Field
 
-        from prefixmon.redaction import content_text
+        from prefixmon.records.redaction import content_text
 
         class Session(BaseModel):
             user: str
@@ -133,7 +133,7 @@ class TestKeyMasking:
 
     def test_argument_secrets_are_masked_wherever_they_are_quoted(self) -> None:
         """Values under masked argument keys are masked in the call's reason, error and text result; short ones are left."""
-        from prefixmon.redaction import ContentKind, content_text
+        from prefixmon.records.redaction import ContentKind, content_text
 
         keys = redact_keys("password", "pin")
         arguments = {"user": "ada", "password": SECRET, "pin": "42", "nested": {"password": ["p4ss-w0rd"]}}
@@ -162,7 +162,7 @@ class TestTextMaskingEdges:
     @pytest.mark.parametrize("wrap", [lambda t: t, lambda t: {"log": [t]}], ids=["text", "inside-a-value"])
     def test_a_masked_value_repeated_across_the_cut(self, wrap: Any) -> None:
         """Masks are shorter than what they replace: none of the value may slide into what the cut keeps."""
-        from prefixmon.redaction import content_text, redact_secrets
+        from prefixmon.records.redaction import content_text, redact_secrets
 
         password = "".join(chr(ord("a") + i % 26) for i in range(100)).upper()
         text = ("x" * 37 + password) * 100
@@ -183,20 +183,20 @@ class TestTextMaskingEdges:
         ],
     )
     def test_more_shapes_of_text(self, text: str) -> None:
-        from prefixmon.redaction import redact_secrets
+        from prefixmon.records.redaction import redact_secrets
 
         out = redact_secrets()("error", text % SECRET)
         assert SECRET not in out and M in out, out
 
     def test_prose_with_colons_is_left_alone(self) -> None:
-        from prefixmon.redaction import redact_secrets
+        from prefixmon.records.redaction import redact_secrets
 
         for text in ("Note: the meeting is at 10:30, see https://example.com/a?b=1", "order_id=o-1 status: shipped"):
             assert redact_secrets()("reason", text) == text
 
     def test_objects_written_as_text_and_keys_are_masked_too(self) -> None:
         """A value recorded by its ``str()`` (an exception, a response object) and a mapping's keys are text too."""
-        from prefixmon.redaction import content_text, redact_secrets
+        from prefixmon.records.redaction import content_text, redact_secrets
 
         class Response:
             def __str__(self) -> str:
@@ -209,7 +209,7 @@ class TestTextMaskingEdges:
 
     def test_long_runs_cost_what_the_cap_reads(self) -> None:
         """A masked argument of 1 MB and results of 1 MB: masking reads about the cap, not the megabytes."""
-        from prefixmon.redaction import content_text, redact_secrets
+        from prefixmon.records.redaction import content_text, redact_secrets
 
         class Counting(str):
             reads = 0
@@ -233,7 +233,7 @@ class TestDefaultSecrets:
          "cvv", "ssn"],
     )  # fmt: skip
     def test_credential_keys_are_masked(self, key: str) -> None:
-        from prefixmon.redaction import redact_secrets
+        from prefixmon.records.redaction import redact_secrets
 
         assert redact_secrets()("arguments", {key: SECRET, "user": "ada"}) == {key: M, "user": "ada"}
 
@@ -243,7 +243,7 @@ class TestDefaultSecrets:
          "completion_tokens", "total_tokens", "input_tokens", "output_tokens", "max_completion_tokens"],
     )  # fmt: skip
     def test_other_keys_are_kept(self, key: str) -> None:
-        from prefixmon.redaction import redact_secrets
+        from prefixmon.records.redaction import redact_secrets
 
         assert redact_secrets()("arguments", {key: "v"}) == {key: "v"}
 
@@ -359,7 +359,7 @@ class TestBoundedSerialisation:
 
     def test_long_strings_are_escaped_only_as_far_as_the_cap(self) -> None:
         """A 50 MB string inside a value yields cap characters (its escaping is not done whole)."""
-        from prefixmon.redaction import content_text
+        from prefixmon.records.redaction import content_text
 
         text = content_text("result", {"blob": "\u00e9\n" * 25_000_000}, None, 64)
         assert text is not None and len(text) == 64 + len("...[cut at 64 chars]")
@@ -367,7 +367,7 @@ class TestBoundedSerialisation:
 
     def test_json_text_too_long_to_parse_is_masked_not_leaked(self) -> None:
         """With redact_keys, JSON text longer than MAX_PARSED_CHARS is masked whole (masking needs the parse)."""
-        from prefixmon.redaction import MAX_PARSED_CHARS, content_text
+        from prefixmon.records.redaction import MAX_PARSED_CHARS, content_text
 
         big = json.dumps({"token": SECRET, "pad": "x" * MAX_PARSED_CHARS})
         assert content_text("result", big, redact_keys("token"), 100) == M
@@ -388,7 +388,7 @@ class TestSameTextAsJson:
     @given(value=JSON_VALUES, cap=st.integers(min_value=1, max_value=400))
     def test_prefix_of_json_dumps(self, value: Any, cap: int) -> None:
         """Uncut output equals json.dumps(value, ensure_ascii=False); cut output is its first cap characters."""
-        from prefixmon.redaction import content_text
+        from prefixmon.records.redaction import content_text
 
         if value is None or isinstance(value, str):
             return  # nothing is recorded for None; text is recorded as it is, not as JSON
@@ -398,7 +398,7 @@ class TestSameTextAsJson:
 
     def test_other_values(self) -> None:
         """Dataclasses become objects; NaN and infinities as json writes them; unknown objects their str()."""
-        from prefixmon.redaction import content_text
+        from prefixmon.records.redaction import content_text
 
         @dataclass
         class Point:

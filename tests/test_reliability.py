@@ -41,9 +41,9 @@ from prefixmon import (
     Verdict,
     read_records,
 )
-from prefixmon.otel_setup import configure_otel
 from prefixmon.records import build_record
 from prefixmon.telemetry import Telemetry
+from prefixmon.telemetry.otel_setup import configure_otel
 
 SECRET = "s3cr3t-in-an-exception-message"
 
@@ -670,7 +670,7 @@ class TestFailClosedSinks:
 class TestInterruptedWhileClosing:
     """A Ctrl-C that lands while the record is built or handed to the sink still leaves the record."""
 
-    @pytest.mark.parametrize("where", ["prefixmon.episode.build_record", "prefixmon.records.record_line"])
+    @pytest.mark.parametrize("where", ["prefixmon.episode.build_record", "prefixmon.records.model.record_line"])
     async def test_jsonl_sink(self, tools: Toolset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
         path = tmp_path / "r.jsonl"
         monitor = Monitor(tools, sink=path)

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from prefixmon import Cause, Decision, Monitor, Policy, ToolBlocked, Toolset
-from prefixmon.specfile import SCHEMA
+from prefixmon.rules.specfile import SCHEMA
 
 pytestmark = pytest.mark.anyio
 

@@ -48,10 +48,10 @@ from prefixmon import (
     Verdict,
 )
 from prefixmon import semconv as sc
-from prefixmon.logging import LiveLog, configure_json_logging
-from prefixmon.otel_setup import OtlpJsonFileSpanExporter
 from prefixmon.plan import PlanFollower
 from prefixmon.telemetry import Telemetry, redact_keys
+from prefixmon.telemetry.logging import LiveLog, configure_json_logging
+from prefixmon.telemetry.otel_setup import OtlpJsonFileSpanExporter
 
 CANARY = "CANARY-c0ffee-51gn4l"
 
@@ -601,7 +601,7 @@ class TestRecordRedaction:
     async def test_patterns_are_masked_and_metrics_unchanged(self, tmp_path: Path) -> None:
         """record_redactor masks the pattern in every free-text field; causes, depths, FED and outcome are the same."""
         from prefixmon import read_records
-        from prefixmon.redaction import record_redactor
+        from prefixmon.records.redaction import record_redactor
 
         plain, masked = tmp_path / "plain.jsonl", tmp_path / "masked.jsonl"
         await self._run(Monitor(secret_tools(), policy="block", sink=plain))
@@ -618,7 +618,7 @@ class TestRecordRedaction:
     async def test_drop_text(self, tmp_path: Path) -> None:
         """drop_text removes reasons and error text altogether."""
         from prefixmon import read_records
-        from prefixmon.redaction import record_redactor
+        from prefixmon.records.redaction import record_redactor
 
         path = tmp_path / "dropped.jsonl"
         with JsonlSink(path, redact=record_redactor(drop_text=True)) as sink:

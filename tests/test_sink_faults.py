@@ -664,7 +664,7 @@ class TestDelivery:
         """Every delivery thread busy and the wait cut off: the record never reached the sink."""
         import asyncio
 
-        from prefixmon._daemon_threads import DaemonThreads
+        from prefixmon._internal.daemon_threads import DaemonThreads
 
         in_sink, release = threading.Event(), threading.Event()
         calls: list[str] = []
@@ -724,9 +724,9 @@ class TestOtlpFileRotation:
 
     def test_rotated_trace_file_is_reopened(self, tmp_path: Path) -> None:
         """Spans exported after a logrotate-style move go to a new file at the path."""
-        from prefixmon.otel_setup import configure_otel
-        from prefixmon.otlp import read_otlp_records
+        from prefixmon.records.otlp import read_otlp_records
         from prefixmon.telemetry import Telemetry
+        from prefixmon.telemetry.otel_setup import configure_otel
 
         traces = tmp_path / "t.otlp.jsonl"
         otel = configure_otel(otlp_file=traces, batch=False, service_name="rotation")

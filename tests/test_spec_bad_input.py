@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from prefixmon import SpecError, Toolset
-from prefixmon.specfile import load_spec
+from prefixmon.rules.specfile import load_spec
 
 LAUGHS = "schema: prefixmon.spec/1\nconstants:\n" + "".join(
     "  a{0}: &a{0} [{1}]\n".format(n, ",".join([f"*a{n - 1}" if n else '"lol"'] * 10)) for n in range(9)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from prefixmon import Monitor, SpecError, Toolset
-from prefixmon.specfile import load_spec
+from prefixmon.rules.specfile import load_spec
 
 pytest.importorskip("cel_expr_python")
 

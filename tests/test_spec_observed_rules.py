@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from prefixmon import Cause, Monitor, SpecError, Toolset
-from prefixmon.specfile import load_spec, parse_spec
+from prefixmon.rules.specfile import load_spec, parse_spec
 
 pytest.importorskip("cel_expr_python")
 

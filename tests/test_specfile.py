@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from prefixmon import SpecError, Toolset
-from prefixmon.specfile import SCHEMA, load_spec, parse_spec, spec_json_schema
+from prefixmon.rules.specfile import SCHEMA, load_spec, parse_spec, spec_json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from prefixmon import Approve, Monitor, ToolBlocked, ToolCall, Toolset, TrackedState, Verdict
-from prefixmon.logging import LiveLog, configure_json_logging
+from prefixmon.telemetry.logging import LiveLog, configure_json_logging
 
 CANARY = "CANARY-51d0e2-secret"
 

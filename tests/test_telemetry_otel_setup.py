@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the otlp extra is not installed")
 
-from prefixmon.otel_setup import configure_otel
+from prefixmon.telemetry.otel_setup import configure_otel
 
 
 @pytest.fixture

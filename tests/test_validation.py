@@ -19,9 +19,9 @@ import jsonschema_rs
 import pytest
 
 from prefixmon import Cause, Monitor, SpecError, ToolBlocked, Toolset, Verdict
-from prefixmon._trusted import trusted_constructor
-from prefixmon._validation import MAX_PROBLEMS, JsonSchemaValidator, schema_validator
+from prefixmon._internal.trusted import trusted_constructor
 from prefixmon.exceptions import ArgumentError
+from prefixmon.rules._validation import MAX_PROBLEMS, JsonSchemaValidator, schema_validator
 
 from .test_bounds import collections_watched
 

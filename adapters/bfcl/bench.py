@@ -28,7 +28,7 @@ from typing import Any, Final
 from prefixmon import Cause, EpisodeRecord, Monitor
 from prefixmon.analytics import Confusion
 from prefixmon.commands import run_async
-from prefixmon.records import write_records
+from prefixmon.records.model import write_records
 
 from .._bench import auc_pec, fmt, pec, prediction_header, prediction_row, ter
 from .data import CATEGORIES, BfclTask, load_tasks

@@ -20,7 +20,7 @@ from functools import cache
 from typing import Any, Final, Union, get_args, get_origin, get_type_hints
 
 from prefixmon import SpecError
-from prefixmon.jsonlines import too_deep
+from prefixmon.records.jsonlines import too_deep
 
 from .._json import copy_json
 from .data import BfclTask, function_classes

@@ -27,11 +27,11 @@ from typing import Any, Final, cast
 
 from prefixmon import Episode, EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest, run_async
-from prefixmon.jsonlines import iter_json_lines
 from prefixmon.learn import Call, Message, Transcript
 from prefixmon.learn import Problem as LearnProblem
-from prefixmon.records import write_records
-from prefixmon.spec import values_at
+from prefixmon.records.jsonlines import iter_json_lines
+from prefixmon.records.model import write_records
+from prefixmon.rules.spec import values_at
 
 from .checker import TurnChecker
 from .data import CATEGORIES, BfclTask, category_of, task_index

@@ -18,8 +18,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError('pip install "prefixmon[mcp]"') from e
 
 from prefixmon import Episode, PendingCall, SpecError, ToolBlocked, Toolset
-from prefixmon.jsonlines import too_deep
-from prefixmon.specfile import SpecFile, load_spec, parse_spec
+from prefixmon.records.jsonlines import too_deep
+from prefixmon.rules.specfile import SpecFile, load_spec, parse_spec
 
 from .._json import json_or_text
 
@@ -285,7 +285,7 @@ def declare(
 
 
 SpecSource = SpecFile | str | os.PathLike[str] | Mapping[str, Any]
-"""A spec file: a path (YAML or JSON), its mapping, or a loaded :class:`~prefixmon.specfile.SpecFile`."""
+"""A spec file: a path (YAML or JSON), its mapping, or a loaded :class:`~prefixmon.rules.specfile.SpecFile`."""
 
 
 def load_source(spec: SpecSource | None) -> SpecFile | None:

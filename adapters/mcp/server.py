@@ -15,7 +15,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from prefixmon import Episode, Monitor, SpecError, ToolBlocked, Toolset
 from prefixmon.episode import cancellation
-from prefixmon.logging import get_logger
+from prefixmon.telemetry.logging import get_logger
 
 from ._common import (
     MAX_LIST_PAGES,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from prefixmon import Episode, EpisodeRecord, Monitor, PendingCall, ToolBlocked, ToolCall, TrackedState
-from prefixmon.jsonlines import too_deep
+from prefixmon.records.jsonlines import too_deep
 
 from ..taubench.gold import read_user_records
 from ..transcripts import _recorded_sequence

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from prefixmon import Episode, EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest, run_async
-from prefixmon.records import write_records
+from prefixmon.records.model import write_records
 
 from ..taubench.replay import TauRollout
 from ..transcripts import ReplayInputError, first_error, labelled_id, load_json

@@ -32,9 +32,9 @@ from pydantic_core import from_json
 from prefixmon import EpisodeRecord, Monitor
 from prefixmon.commands import ReplayRequest, run_async
 from prefixmon.deprecation import moved_names
-from prefixmon.jsonlines import too_deep
 from prefixmon.learn import Problem as LearnProblem
 from prefixmon.learn import Transcript
+from prefixmon.records.jsonlines import too_deep
 
 from .. import transcripts as _t
 from .data import Domain

@@ -25,8 +25,8 @@ from typing import Any, Final
 
 from prefixmon import Episode, EpisodeRecord, Monitor, PendingCall, ToolBlocked
 from prefixmon.commands import ReplayRequest, run_async
-from prefixmon.jsonlines import too_deep
-from prefixmon.records import write_records
+from prefixmon.records.jsonlines import too_deep
+from prefixmon.records.model import write_records
 
 from ..transcripts import ReplayInputError, load_json
 from .env import SandboxEnv, load_scenarios

@@ -28,12 +28,12 @@ import structlog
 from ..commands import run_async
 from ..episode import current_episode
 from ..exceptions import ToolBlocked
-from ..logging import LiveLog
 from ..monitor import Monitor
 from ..observer import Observer
-from ..spec import Grounded, Ref
+from ..rules.spec import Grounded, Ref
 from ..state import TrackedState
-from ..telemetry import Telemetry
+from ..telemetry.logging import LiveLog
+from ..telemetry.spans import Telemetry
 from ..toolset import Toolset
 from .args import non_negative_int, positive_int
 
@@ -400,7 +400,7 @@ def main(*, out: str | Path, tasks: int, trials: int, seed: int, bootstrap: int,
     """``prefixmon demo``: run the population, write records and traces, print the report."""
     from ..analytics import build_report, load_columns, plot_pec, render
     from ..analytics.report import DEFAULT_CHECKPOINTS
-    from ..otel_setup import configure_otel
+    from ..telemetry.otel_setup import configure_otel
     from .report import only_checkpoints, with_plot_depths
 
     if tasks < 1 or trials < 1:

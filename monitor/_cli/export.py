@@ -59,8 +59,8 @@ class ExportCommand:
         """Export and say how many episodes were written."""
         check_inputs(args.records, jsonl=True)  # before any work, and naming --out, not a temporary file
         check_output(args.out, option="--out")
-        from ..parquet import export_records
-        from ..records import BadLine
+        from ..records.model import BadLine
+        from ..records.parquet import export_records
 
         skipped: list[BadLine] = []
         n = export_records(args.records, args.out, on_error=args.on_error, errors=skipped, compression=args.compression)

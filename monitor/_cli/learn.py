@@ -69,7 +69,7 @@ class LearnCommand:
         from ..learn.learner import Learner, Thresholds
         from ..learn.output import count_rules, diff_spec, format_of, merge_spec, write_spec
         from ..learn.transcript import Problem, read_transcripts
-        from ..specfile import load_spec
+        from ..rules.specfile import load_spec
 
         if args.out is None and not args.diff:
             print("prefixmon learn: give --out SPEC (or --diff to see what would change)", file=sys.stderr)

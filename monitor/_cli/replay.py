@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._log import listening
+from .._internal.log import listening
 from ..commands import REPLAY_GROUP, ReplayRequest
-from ..records import BadLine
+from ..records.model import BadLine
 from . import plugins
 from .args import key_value
 from .paths import check_input, check_inputs, check_output, has_content

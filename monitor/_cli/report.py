@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..analytics.bootstrap import ProgressFn
     from ..analytics.columns import EpisodeColumns
     from ..analytics.report import Report
-    from ..records import BadLine
+    from ..records.model import BadLine
 
 PROGRESS_MIN_WORK: Final = 5_000_000
 """Resampled tasks (resamples x tasks) above which a TTY gets a progress bar."""
@@ -120,7 +120,7 @@ def _engine(args: argparse.Namespace) -> str:
     Raises:
         ValueError: an input or an option the chosen SQL engine cannot take.
     """
-    from ..parquet import is_parquet
+    from ..records.parquet import is_parquet
 
     parquet = all(is_parquet(p) for p in args.records)
     engine: str | None = args.engine
@@ -194,7 +194,7 @@ def run_report(args: argparse.Namespace) -> int:
     from ..analytics.columns import columns_from_records, distinct_episodes
     from ..analytics.metrics import group
     from ..analytics.report import DEFAULT_CHECKPOINTS
-    from ..parquet import iter_file_records
+    from ..records.parquet import iter_file_records
 
     skipped: list[BadLine] = []
     if args.validate:

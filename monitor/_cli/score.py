@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ..records import BadLine, EpisodeRecord, iter_records
+from ..records.model import BadLine, EpisodeRecord, iter_records
 from .paths import check_input
 
 if TYPE_CHECKING:  # imported by the verbs: prefixmon.analytics tries numpy on import
@@ -32,7 +32,7 @@ def score_file(name: str, errors: list[BadLine]) -> VerdictScore:
 
     score = VerdictScore(input=name)
     if _is_traces(name):  # OTLP JSON traces: rejections are visible only when content was captured
-        from ..otlp import iter_otlp_spans, records_from_spans
+        from ..records.otlp import iter_otlp_spans, records_from_spans
 
         spans = iter_otlp_spans(name, on_error="skip", errors=errors)
         records: Iterable[EpisodeRecord] = records_from_spans(spans, on_error="skip", bad=errors)
@@ -44,7 +44,7 @@ def score_file(name: str, errors: list[BadLine]) -> VerdictScore:
 
 
 def _is_traces(name: str) -> bool:
-    from ..otlp import is_trace_line
+    from ..records.otlp import is_trace_line
 
     with open(name, "rb") as f:
         for line in f:

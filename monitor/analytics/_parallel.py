@@ -32,7 +32,7 @@ from typing import Any, Final
 import numpy as np
 
 from ..exceptions import RecordError
-from ..records import BadLine
+from ..records.model import BadLine
 from .columns import ColumnBuilder, EpisodeColumns, OnError, TextColumn, Texts
 
 __all__ = ("MIN_BYTES", "WORKERS_VAR", "read_in_parallel", "workers_for")

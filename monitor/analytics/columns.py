@@ -15,7 +15,7 @@ from typing import Any, Final, Literal, overload
 import numpy as np
 import numpy.typing as npt
 
-from ..records import EpisodeRecord
+from ..records.model import EpisodeRecord
 from ..vocabulary import Cause, Outcome
 
 __all__ = (

@@ -24,7 +24,7 @@ from typing import Any, Final, overload
 import numpy as np
 import numpy.typing as npt
 
-from .._json_depth import MAX_JSON_DEPTH, deeper_than
+from .._internal.json_depth import MAX_JSON_DEPTH, deeper_than
 from ..exceptions import RecordError
 from .columns import CAUSES, OUTCOMES, EpisodeColumns, IntArray, task_units, unique_pairs
 

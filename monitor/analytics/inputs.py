@@ -15,7 +15,7 @@ A file is opened once: the first non-blank line decides its format (a named pipe
 in through :func:`register_reader`: a sniffer looks at the path and that first line, a
 reader gets the opened :class:`Source`. Record JSON Lines is the fallback. OTLP JSON
 traces (the OpenTelemetry file exporter's JSON Lines) are registered here and read by
-:mod:`prefixmon.otlp`.
+:mod:`prefixmon.records.otlp`.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any, Final, Literal
 
-from .._writer import flush_writers
 from ..exceptions import RecordError
-from ..otlp import is_trace_line
-from ..records import MAX_HORIZON, SCHEMA, BadLine, EpisodeRecord, bad_line, loads_record, merged_records
+from ..records._writer import flush_writers
+from ..records.model import MAX_HORIZON, SCHEMA, BadLine, EpisodeRecord, bad_line, loads_record, merged_records
+from ..records.otlp import is_trace_line
 from ..vocabulary import Cause, Decision, Outcome
 from ._parallel import read_in_parallel, workers_for
 from .columns import (
@@ -505,12 +505,12 @@ _RECORDS: Final = Reader(name="records", sniff=lambda path, head: True, read=rea
 
 
 def read_otlp_columns(source: Source, on_error: OnError = "raise", errors: list[BadLine] | None = None) -> EpisodeColumns:
-    """OTLP JSON Lines traces (file exporter format) rebuilt into records by :mod:`prefixmon.otlp`.
+    """OTLP JSON Lines traces (file exporter format) rebuilt into records by :mod:`prefixmon.records.otlp`.
 
     An incomplete episode skipped with ``on_error="skip"`` is reported as a :class:`BadLine`
     at the line of its episode span (0 when it has none).
     """
-    from ..otlp import iter_otlp_spans, records_from_spans  # the records layer's trace reader
+    from ..records.otlp import iter_otlp_spans, records_from_spans  # the records layer's trace reader
 
     skipped: list[BadLine] = []
     spans = list(iter_otlp_spans(source.path, on_error=on_error, errors=errors, lines=source.lines()))

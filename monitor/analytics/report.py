@@ -16,7 +16,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from ..records import BadLine, EpisodeRecord
+from ..records.model import BadLine, EpisodeRecord
 from .bootstrap import CHUNK_CELLS, ProgressFn, percentile_interval, resample_blocks, resample_sums, wilson_interval
 from .columns import (
     CAUSES,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..batch import CONFLICT, DUPLICATE
-from ..records import ActionRecord, EpisodeRecord
+from ..records.model import ActionRecord, EpisodeRecord
 from ..vocabulary import Cause
 from .agreement import Confusion
 

@@ -3,7 +3,7 @@
 Deterministic (no model in the loop): one streaming pass over the episodes mines value
 provenance (references and their producers, grounded and derived arguments),
 invalidations, read/write tools, error-result recognisers and candidate preconditions,
-then writes them in the spec-file format (:mod:`prefixmon.specfile`) with their evidence.
+then writes them in the spec-file format (:mod:`prefixmon.rules.specfile`) with their evidence.
 Suggested preconditions stay disabled until a person enables them.
 
 Example::

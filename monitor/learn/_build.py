@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from ..specfile import SCHEMA, ArgRule, ErrorRule, Evidence, ObserveRule, RequireRule, SpecFile, ToolRules
+from ..rules.specfile import SCHEMA, ArgRule, ErrorRule, Evidence, ObserveRule, RequireRule, SpecFile, ToolRules
 from ..toolset import Toolset
 from . import _values as V
 from ._access import prior_access, words

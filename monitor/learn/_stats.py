@@ -7,7 +7,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..specfile import Evidence
+from ..rules.specfile import Evidence
 
 __all__ = (
     "EVERY",

@@ -12,7 +12,7 @@ import re
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Final
 
-from .._json_depth import loads
+from .._internal.json_depth import loads
 
 __all__ = (
     "ARG_LEAVES",

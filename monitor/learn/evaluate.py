@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ToolBlocked
 from ..monitor import Monitor
-from ..specfile import SpecFile
+from ..rules.specfile import SpecFile
 from ..toolset import Toolset
 from . import _values as V
 from .transcript import Call, Message, Transcript

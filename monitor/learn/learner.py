@@ -5,7 +5,7 @@ per tool, argument path and result shape; the per-episode state (what was seen, 
 values which results returned, the objects observed) is dropped when the episode ends. So
 learning costs O(corpus size) time and O(tools x arguments) memory, and a corpus can be
 streamed from files of any size. :meth:`Learner.spec` turns the counts into a
-:class:`~prefixmon.specfile.SpecFile` (see :mod:`prefixmon.learn._build` for the rules).
+:class:`~prefixmon.rules.specfile.SpecFile` (see :mod:`prefixmon.learn._build` for the rules).
 
 Which calls the environment accepted is what the transcript says (:attr:`Call.error`); an
 unmarked result counts as rejected when its shape reads as an error (an ``Error:`` prefix,
@@ -19,9 +19,9 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .._rules import declares_arg_path
 from ..exceptions import SpecError
-from ..specfile import SpecFile
+from ..rules._compile import declares_arg_path
+from ..rules.specfile import SpecFile
 from ..state import TrackedState
 from ..toolset import Toolset
 from . import _values as V

@@ -1,6 +1,6 @@
 """OTLP traces recorded with content, as transcripts for ``prefixmon learn`` (the ``otlp`` format).
 
-Reads the JSON Lines files :mod:`prefixmon.otlp` reads (the OpenTelemetry file exporter's and
+Reads the JSON Lines files :mod:`prefixmon.records.otlp` reads (the OpenTelemetry file exporter's and
 the Collector ``file`` exporter's). Each prefixmon episode span with its ``execute_tool``
 call spans becomes one transcript: the tool name, call id, arguments
 (``gen_ai.tool.call.arguments``) and result (``gen_ai.tool.call.result``) of every call, in
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from .. import semconv as sc
-from .._json_depth import loads
-from ..otlp import OtlpSpan, is_trace_line, iter_otlp_spans
-from ..records import BadLine
+from .._internal.json_depth import loads
+from ..records.model import BadLine
+from ..records.otlp import OtlpSpan, is_trace_line, iter_otlp_spans
 from .transcript import Call, Problem, Transcript
 
 __all__ = ("READER", "OtlpTranscriptReader", "transcript_from_spans")
@@ -92,7 +92,7 @@ class OtlpTranscriptReader:
     help = "OTLP JSON Lines traces of prefixmon episodes recorded with Telemetry(capture_content=True)"
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        """The first line is OTLP trace data (see :func:`prefixmon.otlp.is_trace_line`)."""
+        """The first line is OTLP trace data (see :func:`prefixmon.records.otlp.is_trace_line`)."""
         return is_trace_line(head.lstrip().split(b"\n", 1)[0])
 
     def read(self, path: Path, problems: list[Problem]) -> Iterator[Transcript]:

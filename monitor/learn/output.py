@@ -21,9 +21,9 @@ from typing import Any, Final
 
 import yaml
 
-from .._rules import declares_arg_path
 from ..exceptions import SpecError
-from ..specfile import ArgRule, ErrorRule, Evidence, ObserveRule, RequireRule, SpecFile, ToolRules, parse_spec
+from ..rules._compile import declares_arg_path
+from ..rules.specfile import ArgRule, ErrorRule, Evidence, ObserveRule, RequireRule, SpecFile, ToolRules, parse_spec
 from ..toolset import Toolset
 
 __all__ = (
@@ -73,7 +73,7 @@ def dump_spec(spec: SpecFile) -> dict[str, Any]:
 
 
 def render_spec(spec: SpecFile, format: str = "yaml") -> str:
-    """The spec as YAML or JSON text that :func:`~prefixmon.specfile.load_spec` reads back."""
+    """The spec as YAML or JSON text that :func:`~prefixmon.rules.specfile.load_spec` reads back."""
     data = dump_spec(spec)
     if format == "json":
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"

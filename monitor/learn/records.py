@@ -2,7 +2,7 @@
 
 Reads the JSON Lines files the monitor's :class:`~prefixmon.JsonlSink` writes (also what
 ``prefixmon replay --out records.jsonl`` writes) and the Parquet files ``prefixmon export``
-writes, with the readers of :mod:`prefixmon.records` and :mod:`prefixmon.parquet`. Parquet
+writes, with the readers of :mod:`prefixmon.records` and :mod:`prefixmon.records.parquet`. Parquet
 needs the ``parquet`` extra (pyarrow).
 
 Episode records keep argument values and results only when the monitor was made with
@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from .._json_depth import loads
-from .._writer import flush_writers
+from .._internal.json_depth import loads
 from ..exceptions import RecordError
-from ..records import BOM, SCHEMA, ActionRecord, BadLine, EpisodeRecord, iter_records
+from ..records._writer import flush_writers
+from ..records.model import BOM, SCHEMA, ActionRecord, BadLine, EpisodeRecord, iter_records
 from .transcript import SNIFF_BYTES, Call, CorpusError, Problem, Transcript
 
 __all__ = ("NO_CONTENT", "READER", "RecordsTranscriptReader", "transcript_from_record")
@@ -174,7 +174,7 @@ class RecordsTranscriptReader:
             import pyarrow  # noqa: F401  (only to say what is missing)
         except ImportError:
             raise CorpusError(f"{path}: reading Parquet episode records needs the parquet extra ({_PARQUET_HINT})") from None
-        from ..parquet import iter_parquet_records
+        from ..records.parquet import iter_parquet_records
 
         name = str(path)
         row = 0

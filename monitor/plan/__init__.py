@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..spec import SymbolicEffect as SymbolicEffect
-from ..spec import plan_effect as plan_effect
+from ..rules.spec import SymbolicEffect as SymbolicEffect
+from ..rules.spec import plan_effect as plan_effect
 from ._view import PlanState as PlanState
 from .follow import DeviationKind as DeviationKind
 from .follow import PlanFollower as PlanFollower

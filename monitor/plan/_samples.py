@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..spec import ToolSpec
+from ..rules.spec import ToolSpec
 from ..verdict import Location
 from .model import PlanStep, to_data
 

@@ -12,10 +12,10 @@ import copy
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Final, cast
 
-from ..grounding import GroundingMatch
-from ..observed import ObservedObjects
 from ..order import OrderLog
-from ..spec import Produce, ToolSpec
+from ..rules.grounding import GroundingMatch
+from ..rules.observed import ObservedObjects
+from ..rules.spec import Produce, ToolSpec
 from ..state import Binding, TrackedState
 from ..toolset import Toolset
 from ..verdict import Location

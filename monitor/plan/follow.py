@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from .._json_depth import loads
+from .._internal.json_depth import loads
 from ..exceptions import PlanError
 from ..toolset import Toolset
 from ..verdict import Location, quote

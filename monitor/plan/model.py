@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
-from .._json_depth import MAX_JSON_DEPTH, deeper_than
+from .._internal.json_depth import MAX_JSON_DEPTH, deeper_than
 from ..exceptions import PlanError
 from ..predicate import quote
 from ..verdict import ArgumentProblem, Location

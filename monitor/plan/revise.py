@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..exceptions import PlanError
-from ..spec import ToolSpec
+from ..rules.spec import ToolSpec
 from ..state import TrackedState
 from ..toolset import Toolset
 from .model import Plan, PlanLike, parse_plan

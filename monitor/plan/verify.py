@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Final
 
-from .._trusted import trusted_constructor
+from .._internal.trusted import trusted_constructor
 from ..exceptions import ArgumentError
 from ..predicate import check_schema, judge, reference_failure, schema_failure, transition
-from ..spec import Precondition, ToolSpec, values_at
+from ..rules.spec import Precondition, ToolSpec, values_at
 from ..state import TrackedState
 from ..toolset import Toolset
 from ..verdict import ArgumentProblem, Failure, Undetermined, Verdict

@@ -175,7 +175,7 @@ class TestTau:
         from prefixmon._cli import main
         from prefixmon.adapters.taubench import load_schemas
         from prefixmon.adapters.taubench.replay import gold_rollouts
-        from prefixmon.specfile import load_spec
+        from prefixmon.rules.specfile import load_spec
 
         results, tools, out = tmp_path / "results.json", tmp_path / "tools.json", tmp_path / "learned.yaml"
         results.write_text(json.dumps(gold_rollouts("airline_test")))

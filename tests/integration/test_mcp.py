@@ -29,7 +29,7 @@ from structlog.testing import capture_logs
 
 from prefixmon import Cause, Decision, EpisodeRecord, Outcome, SpecError, Telemetry, Toolset, read_records
 from prefixmon.adapters.mcp import MonitorMiddleware, MonitorSession, declare_tools, result_value
-from prefixmon.logging import LiveLog
+from prefixmon.telemetry.logging import LiveLog
 
 from ..test_bounds import collections_watched
 

@@ -114,7 +114,7 @@ class TestServerMemorySpec:
 
     def test_the_spec_file_is_valid_json_schema_data(self) -> None:
         """The shipped spec loads (and its names match the server's tools, checked above)."""
-        from prefixmon.specfile import load_spec
+        from prefixmon.rules.specfile import load_spec
 
         spec = load_spec(SPEC)
         assert json.loads(spec.model_dump_json())["tools"]["delete_entities"]["invalidates"] == ["entity"]

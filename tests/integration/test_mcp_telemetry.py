@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from prefixmon import read_records
-from prefixmon.otlp import read_otlp_records
+from prefixmon.records.otlp import read_otlp_records
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from prefixmon import Telemetry
 from prefixmon.adapters.mcp import MonitorMiddleware
-from prefixmon.otel_setup import OtlpJsonFileSpanExporter
+from prefixmon.telemetry.otel_setup import OtlpJsonFileSpanExporter
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()

@@ -19,9 +19,9 @@ import pytest
 
 from prefixmon import Monitor, ToolBlocked, Toolset, read_records
 from prefixmon import semconv as sc
-from prefixmon.otel_setup import configure_otel
-from prefixmon.otlp import OtlpSpan, records_from_spans, spans_from_json
+from prefixmon.records.otlp import OtlpSpan, records_from_spans, spans_from_json
 from prefixmon.telemetry import Telemetry
+from prefixmon.telemetry.otel_setup import configure_otel
 
 pytestmark = pytest.mark.integration
 

@@ -2,7 +2,7 @@
 
 :func:`engine_report` computes the same :class:`~prefixmon.analytics.Report` as
 :func:`~prefixmon.analytics.build_report`, from ``prefixmon.parquet/1`` files
-(:mod:`prefixmon.parquet`), where the data lives::
+(:mod:`prefixmon.records.parquet`), where the data lives::
 
     from prefixmon.analytics.engines import engine_report
 
@@ -63,7 +63,7 @@ def engine_report(
         RecordError: a file is not ``prefixmon.parquet/1``.
         ValueError: as :func:`~prefixmon.analytics.build_report`.
     """
-    from ...parquet import check_parquet
+    from ...records.parquet import check_parquet
 
     for p in paths:
         check_parquet(p)

@@ -12,8 +12,8 @@ import os
 from typing import Any, Final
 
 from ...exceptions import RecordError
-from ...parquet import _open
-from ...records import BadLine
+from ...records.model import BadLine
+from ...records.parquet import _open
 from ..columns import CAUSE_CODE, OUTCOME_CODE, ColumnBuilder, EpisodeColumns, OnError
 
 _COLUMNS: Final = ("episode_id", "task_id", "labels", "horizon", "fed", "executable", "outcome", "first_failure")

@@ -1,7 +1,7 @@
 """Every report metric as SQL, written once and run by DuckDB and by Spark SQL.
 
 The queries read a view ``episodes`` with the columns of ``prefixmon.parquet/1``
-(:mod:`prefixmon.parquet`) plus ``_file`` (index of the input file) and ``_row`` (row in
+(:mod:`prefixmon.records.parquet`) plus ``_file`` (index of the input file) and ``_row`` (row in
 it), which each engine provides (:mod:`._duckdb`, :mod:`._spark`). Only four small
 expressions differ between the two dialects (:class:`Dialect`): exploding an array, a
 series of integers, hex to integer, and materialising a table. Everything else — the

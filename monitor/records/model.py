@@ -20,11 +20,11 @@ from typing import Any, Final, Literal
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from ._trusted import trusted_constructor
+from .._internal.trusted import trusted_constructor
+from ..exceptions import RecordError
+from ..vocabulary import Cause, Decision, Outcome
 from ._writer import DRAIN_TIMEOUT, MAX_QUEUE_BYTES, LineWriter, SinkStats, flush_writers
-from .exceptions import RecordError
 from .jsonlines import MAX_LINE_VALUES, ordinal, split_json_values
-from .vocabulary import Cause, Decision, Outcome
 
 __all__ = (
     "MAX_HORIZON",
@@ -570,7 +570,7 @@ class JsonlSink:
             dropped and counted (``stats.dropped``).
         drain_timeout: seconds :meth:`close` and interpreter exit wait for queued records.
         redact: ``(record) -> record`` applied before the record is serialised, in the
-            episode's task (e.g. :func:`prefixmon.redaction.record_redactor`). A hook that
+            episode's task (e.g. :func:`prefixmon.records.redaction.record_redactor`). A hook that
             raises or returns something else loses the record (counted and logged by the
             monitor); the unredacted record is never written.
     """

@@ -21,7 +21,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 from pydantic import TypeAdapter, ValidationError
 
-from ._json_depth import MAX_JSON_DEPTH, deeper_than
+from .._internal.json_depth import MAX_JSON_DEPTH, deeper_than
 
 __all__ = (
     "LAX_FORMATS",

@@ -18,6 +18,9 @@ import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
+from .._internal.json_depth import loads
+from ..exceptions import ArgumentError, SpecError
+from ..verdict import ArgumentProblem, Undetermined, quote
 from ._cel import (
     Expression,
     ExpressionError,
@@ -32,12 +35,9 @@ from ._cel import (
     field_shape,
     unknown_field,
 )
-from ._json_depth import loads
 from ._validation import Validator
-from .exceptions import ArgumentError, SpecError
 from .spec import MISSING, Grounded, Precondition, Probe, Produce, Ref, ToolSpec, resolve_path, values_at
 from .specfile import LetRule, SpecFile, ToolRules
-from .verdict import ArgumentProblem, Undetermined, quote
 
 __all__ = ("check_kinds", "check_probes", "compile_tool", "observed_kinds")
 

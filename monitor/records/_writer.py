@@ -52,8 +52,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from ._log import get_logger
-from ._signals import block_process_signals
+from .._internal.log import get_logger
+from .._internal.signals import block_process_signals
 
 __all__ = ["LineWriter", "SinkStats", "flush_writers"]
 

@@ -20,7 +20,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from ._signals import HANDLED, block_process_signals, restore_signals
+from .signals import HANDLED, block_process_signals, restore_signals
 
 __all__ = ["DaemonThreads"]
 

@@ -32,97 +32,56 @@ Argument values, results, reasons and error messages are content: they are recor
 with ``capture_content=True``, through the ``redact`` hook and capped at
 ``max_content_chars``. When no SDK is installed (or the episode span is not sampled) no span
 work is done for the episode's calls at all.
+
+The observer's parts live beside it: the span tokens in :mod:`._span_state`, the attribute
+sets the spans carry in :mod:`._span_attributes`, the instruments in :mod:`._metrics`.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from contextvars import ContextVar, Token
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from time import monotonic, time_ns
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from opentelemetry import _logs as otel_logs
-from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.metrics import Meter, MeterProvider
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-from . import semconv as sc
-from ._version import VERSION as _VERSION
-from .episode import current_episode
-from .observer import Observer
-from .plan import deviation_kind
-from .redaction import ContentKind, Redactor, content_text, redact_keys, redact_secrets, redactor
-from .vocabulary import Cause, Decision
+from .. import semconv as sc
+from .._version import VERSION as _VERSION
+from ..episode import current_episode
+from ..observer import Observer
+from ..records.redaction import ContentKind, Redactor, content_text, redact_keys, redact_secrets, redactor
+from ..vocabulary import Decision
+from ._metrics import _NO_METER_PROVIDERS, _CallKey, _Metrics
+from ._span_attributes import (
+    _GUARDRAIL_SPAN,
+    _NOT_RUN,
+    _PASS_ATTRS,
+    _PASS_EVENT,
+    _call_end_attributes,
+    _episode_end_attributes,
+    _inside_a_trace,
+    _is_tool_span,
+    _not_overwriting,
+    _ns,
+    _ran_nothing,
+    _tool_attributes,
+)
+from ._span_state import _Call, _Current, _EpisodeSpan
 
 if TYPE_CHECKING:
-    from .episode import Episode
-    from .records import ActionRecord, EpisodeRecord
-    from .verdict import ToolCall, Verdict
+    from ..episode import Episode
+    from ..records.model import ActionRecord, EpisodeRecord
+    from ..verdict import ToolCall, Verdict
 
 __all__ = ["ContentKind", "GuardrailEvents", "Redactor", "Telemetry", "ToolSpans", "redact_keys", "redact_secrets"]
 
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-_NOT_RUN: Final = frozenset({Decision.BLOCK, Decision.DENY, Decision.FAIL_CLOSED})
-"""Decisions after which nothing ran: the call's span is ``apply_guardrail``, not ``execute_tool``."""
-_GUARDRAIL_SPAN: Final = f"{sc.APPLY_GUARDRAIL} {sc.GUARDRAIL_COMPONENT}"
-
-
-def _not_overwriting(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
-    """``attrs`` without the ``gen_ai.*`` ones a framework's span already has (it says what it is);
-    when its attributes cannot be read, without any ``gen_ai.*`` (ours may not describe it)."""
-    present = getattr(span, "attributes", None)
-    if not isinstance(present, Mapping):
-        return {k: v for k, v in attrs.items() if not k.startswith("gen_ai.")}
-    return {k: v for k, v in attrs.items() if not (k.startswith("gen_ai.") and k in present)}
-
-
-def _inside_a_trace() -> bool:
-    """Whether a valid span context is current (an empty OpenTelemetry context, the common case, holds none)."""
-    return bool(otel_context.get_current()) and trace.get_current_span().get_span_context().is_valid
-
-
-def _ran_nothing(action: ActionRecord) -> bool:
-    """Whether prefixmon's decision left nothing to run: refused, or intervened without a replacement call."""
-    return not action.reached_environment and action.decision is not Decision.ALLOW and action.replacement is None
-
-
-_INTERVENTIONS: Final = frozenset(
-    {Decision.BLOCK, Decision.REPLAN, Decision.APPROVE, Decision.EDIT, Decision.DENY, Decision.FAIL_CLOSED}
-)
-
-
-def _ns(dt: datetime) -> int:
-    """A datetime as Unix nanoseconds, exactly (no float rounding)."""
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    delta = dt - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-
-
-_PASS_ATTRS: Final[Mapping[str, Any]] = {
-    sc.PREFIXMON_EXECUTABLE: True,
-    sc.PREFIXMON_DECISION: Decision.ALLOW.value,
-    sc.PREFIXMON_REACHED_ENVIRONMENT: True,
-}
-"""What a call span says at the end of the common case, known as soon as the call is let through."""
-_PASS_EVENT: Final[Mapping[str, Any]] = {
-    sc.GEN_AI_GUARDRAIL_COMPONENT_NAME: sc.GUARDRAIL_COMPONENT,
-    sc.GEN_AI_GUARDRAIL_SOURCE: sc.GUARDRAIL_SOURCE_TOOL_INPUT,
-    sc.GEN_AI_GUARDRAIL_RESULT_TYPE: sc.GUARDRAIL_RESULT_DECISION,
-    sc.GEN_AI_GUARDRAIL_RESULT_VALUE: Decision.ALLOW.value,
-    sc.GEN_AI_GUARDRAIL_RESULT_REASON: "executable",
-    sc.PREFIXMON_EXECUTABLE: True,
-}
 GuardrailEvents = Literal["all", "non_pass"]
 ToolSpans = Literal["auto", "own", "enrich"]
 """``auto``: enrich a framework's own tool span when one is current as the call starts (a
@@ -137,141 +96,6 @@ _NO_HOOKS: Final[frozenset[str]] = frozenset()
 _RECHECK: Final = 0.1
 """Seconds a "no SDK configured" answer stands: an SDK set up later is used from the next
 episode that starts after it (at most this much later)."""
-_MAX_ATTRIBUTE_SETS: Final = 4096
-"""Metric attribute sets kept built (see ``Telemetry._attributes``)."""
-_CallKey = tuple[bool, Decision, "Cause | None"]
-"""``(executable, decision, cause)``: one distinct attribute set of the per-call counters."""
-_PASS_KEY: Final[_CallKey] = (True, Decision.ALLOW, None)
-
-
-def _is_tool_span(span: Span, tool: str) -> bool:
-    """Whether ``span`` is a framework's own span of executing ``tool`` (the SDK's spans show their attributes)."""
-    attrs = getattr(span, "attributes", None)
-    return (
-        isinstance(attrs, Mapping)
-        and attrs.get(sc.GEN_AI_OPERATION_NAME) == sc.EXECUTE_TOOL
-        and attrs.get(sc.GEN_AI_TOOL_NAME) == tool
-    )
-
-
-@dataclass(slots=True)
-class _EpisodeSpan:
-    """Per-episode tracing state."""
-
-    span: Span
-    """The episode span (ours or the framework's)."""
-    own: bool
-    parent: Context
-    """A context holding the episode span: the parent of call spans made outside its trace."""
-    trace_id: int
-    counts: dict[_CallKey, int] | None
-    """The episode's per-call counts (``None`` without metrics), but for the passes below."""
-    passes: int = 0
-    """Calls that ran executable and allowed, on the fast path (counted apart: cheaper)."""
-    first_failure: int | None = None
-    """Depth of the first failure already reported."""
-
-
-class _Call:
-    """The token of one traced call: its ``execute_tool`` span, started once, with every attribute.
-
-    The span starts when the call is let through (:meth:`Telemetry.call_checked`) or, for a
-    call that never runs, when it is recorded, with the start time taken when the call was
-    emitted: the verdict's attributes then go in with the others in one ``start_span``
-    instead of a second ``set_attributes``. While the tool runs the token is the context
-    manager that makes the span current.
-    """
-
-    __slots__ = (
-        "adopted", "args", "attrs", "detach", "fed", "name", "parent", "passed", "span", "start", "state", "tracer", "turn",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        tracer: Tracer,
-        state: _EpisodeSpan,
-        name: str,
-        attrs: dict[str, Any],
-        parent: Context | None,
-        fed: int | None,
-    ) -> None:
-        self.tracer = tracer
-        self.state = state
-        self.name = name
-        self.attrs = attrs
-        """Attributes for the span's start (start_span validates them once)."""
-        self.parent = parent
-        self.fed = fed
-        """The episode's FED when the call was emitted (what the span says unless it changed)."""
-        self.start = time_ns()
-        self.span: Span | None = None
-        self.passed = False
-        """The span started with the common case's final attributes: nothing to add at the end."""
-        self.turn = -1
-        self.detach: object = None
-        self.adopted = False
-        """The span is the framework's (``tool_spans="enrich"``): attributes go on it, it is never ended here."""
-        self.args: Mapping[str, Any] | None = None
-        """The call's validated arguments, kept with content capture: its texts are masked with them."""
-
-    def open(self) -> Span:
-        """Start the span (once)."""
-        span = self.span
-        if span is None:
-            span = self.span = self.tracer.start_span(
-                self.name, context=self.parent, kind=SpanKind.INTERNAL, attributes=self.attrs, start_time=self.start
-            )
-        return span
-
-    def end(self) -> None:
-        """End the span (starting it first if the call never got that far)."""
-        self.open().end()
-
-    def __enter__(self) -> Span:
-        span = self.open()
-        self.detach = otel_context.attach(trace.set_span_in_context(span))
-        return span
-
-    def __exit__(self, *exc: object) -> None:
-        detach, self.detach = self.detach, None
-        if detach is not None:
-            otel_context.detach(detach)  # type: ignore[arg-type]
-
-
-_HOME: Final[ContextVar[None]] = ContextVar("prefixmon_episode_span_home")
-"""Set while an episode span is current: tells whether an exit happens in the context that entered."""
-
-
-class _Current:
-    """Makes an episode span current while its episode is active in a task.
-
-    An episode entered in one task may be exited in another (an exit stack closed by a
-    framework's callback): that task's context never held the span, so nothing is detached
-    there (OpenTelemetry would log a failed detach).
-    """
-
-    __slots__ = ("home", "span", "token")
-
-    def __init__(self, span: Span) -> None:
-        self.span = span
-        self.token: object = None
-        self.home: Token[None] | None = None
-
-    def __enter__(self) -> Span:
-        self.home = _HOME.set(None)
-        self.token = otel_context.attach(trace.set_span_in_context(self.span))
-        return self.span
-
-    def __exit__(self, *exc: object) -> None:
-        token, home = self.token, self.home
-        self.token = self.home = None
-        if token is None or home is None:
-            return
-        try:
-            _HOME.reset(home)
-        except ValueError:  # another task's context
-            return
-        otel_context.detach(token)  # type: ignore[arg-type]
 
 
 class Telemetry(Observer):
@@ -389,30 +213,8 @@ class Telemetry(Observer):
         self._episodes: dict[int, _EpisodeSpan] = {}
         self._counts: dict[int, dict[_CallKey, int]] = {}
         """Per-call counts of each open episode, added to the counters when it ends."""
-        self._attribute_sets: dict[tuple[tuple[str | None, ...], tuple[Any, ...]], Mapping[str, Any]] = {}
-        """Metric attributes already built, by label values and attribute set (see :meth:`_attributes`)."""
-        meter = _get_meter(meter_provider)
-        buckets = [float(d) for d in range(1, max_depth + 1)]
-        self._m_episodes = meter.create_counter(sc.METRIC_EPISODES, "{episode}", "Finished episodes")
-        self._m_fed = meter.create_histogram(
-            sc.METRIC_FED,
-            "{action}",
-            "First-error depth (horizon + 1 when fully executable)",
-            explicit_bucket_boundaries_advisory=buckets,
-        )
-        self._m_horizon = meter.create_histogram(
-            sc.METRIC_HORIZON, "{action}", "Episode horizon T", explicit_bucket_boundaries_advisory=buckets
-        )
-        self._m_fraction = meter.create_histogram(
-            sc.METRIC_EXECUTABLE_FRACTION,
-            "1",
-            "Executable share of the horizon, (FED - 1) / T; AUC-PEC = sum / count",
-            explicit_bucket_boundaries_advisory=[0.0, 0.25, 0.5, 0.75, 1.0],
-        )
-        self._m_calls = meter.create_counter(sc.METRIC_CALLS, "{call}", "Checked tool calls")
-        self._m_first = meter.create_counter(sc.METRIC_FIRST_FAILURES, "{episode}", "Primary cause at FED")
-        self._m_interventions = meter.create_counter(sc.METRIC_INTERVENTIONS, "{call}", "Calls blocked, replanned or escalated")
-        self._m_errors = meter.create_counter(sc.METRIC_INTERNAL_ERRORS, "{error}", "Errors caught inside the monitor")
+        self._metrics = _Metrics(meter_provider, max_depth, self.metric_labels)
+        """The instruments and the metric attribute sets built for them."""
 
     def call_hooks(self) -> frozenset[str]:
         """Without content capture, raw results are not needed: ``call_result`` is skipped."""
@@ -532,7 +334,7 @@ class Telemetry(Observer):
                 span = st.span
                 try:
                     if span.is_recording():
-                        span.set_attributes(self._episode_end_attributes(record, episode.monitor.toolset, own=st.own))
+                        span.set_attributes(_episode_end_attributes(record, episode.monitor.toolset, own=st.own))
                         if record.status == "error":
                             span.set_status(Status(StatusCode.ERROR, record.error or "error"))
                 finally:
@@ -540,96 +342,7 @@ class Telemetry(Observer):
                         span.end(end_time=_ns(record.ended_at))
         finally:
             if counts is not None:  # measured: an SDK was configured when the episode started
-                key = self._label_key(record.labels)
-                if st is None and counts is not None:  # not traced: no per-call hooks ran; count its calls here
-                    for a in record.actions:
-                        if a.tool is not None:  # (the no-tool slot of an episode without calls is not a call)
-                            call = (a.executable, a.decision, a.cause)
-                            counts[call] = counts.get(call, 0) + 1
-                elif st is not None and st.passes and counts is not None:
-                    counts[_PASS_KEY] = counts.get(_PASS_KEY, 0) + st.passes
-                if counts:
-                    self._add_call_counts(counts, key)
-                self._record_episode(record, key)
-
-    def _record_episode(self, record: EpisodeRecord, key: tuple[str | None, ...]) -> None:
-        base = self._attributes(key)
-        outcome = record.outcome.value if record.outcome is not None else None
-        self._m_episodes.add(1, self._attributes(key, ("episode", record.executable, record.status, outcome)))
-        self._m_fed.record(record.fed, base)
-        self._m_horizon.record(record.horizon, base)
-        self._m_fraction.record((record.fed - 1) / record.horizon, base)
-        if record.first_failure is not None:
-            self._m_first.add(1, self._attributes(key, ("first", record.first_failure.cause.value)))
-
-    def _add_call_counts(self, counts: Mapping[_CallKey, int], key: tuple[str | None, ...]) -> None:
-        """Add per-call counts (with the episode's metric labels), once per distinct attribute set."""
-        for (executable, decision, cause), n in counts.items():
-            attrs = self._attributes(key, ("call", executable, decision.value, cause.value if cause is not None else None))
-            self._m_calls.add(n, attrs)
-            if decision in _INTERVENTIONS:
-                self._m_interventions.add(n, attrs)
-
-    def _label_key(self, labels: Mapping[str, str]) -> tuple[str | None, ...]:
-        """The values of the metric labels (``None`` where missing): what metric attributes depend on."""
-        return tuple(labels.get(k) for k in self.metric_labels)
-
-    def _attributes(self, key: tuple[str | None, ...], extra: tuple[Any, ...] = ()) -> Mapping[str, Any]:
-        """Metric attributes for the label values ``key`` and one of the attribute sets below, built once.
-
-        An episode records five to seven measurements; building their attribute dicts was most
-        of the metrics' cost per episode. The sets are few (labels are low-cardinality by
-        design), and the cache is cleared when it grows past :data:`_MAX_ATTRIBUTE_SETS`.
-        """
-        cached = self._attribute_sets.get((key, extra))
-        if cached is not None:
-            return cached
-        attrs: dict[str, Any] = {
-            sc.PREFIXMON_LABEL_PREFIX + k: v for k, v in zip(self.metric_labels, key, strict=True) if v is not None
-        }
-        kind = extra[0] if extra else None
-        if kind == "episode":
-            _, executable, status, outcome = extra
-            attrs[sc.PREFIXMON_EXECUTABLE] = executable
-            attrs[sc.PREFIXMON_STATUS] = status
-            if outcome is not None:
-                attrs[sc.PREFIXMON_OUTCOME] = outcome
-        elif kind == "first":
-            attrs[sc.PREFIXMON_CAUSE] = extra[1]
-        elif kind == "call":
-            _, executable, decision, cause = extra
-            attrs[sc.PREFIXMON_EXECUTABLE] = executable
-            attrs[sc.PREFIXMON_DECISION] = decision
-            if cause is not None:
-                attrs[sc.PREFIXMON_CAUSE] = cause
-        if len(self._attribute_sets) >= _MAX_ATTRIBUTE_SETS:
-            self._attribute_sets.clear()
-        self._attribute_sets[(key, extra)] = attrs
-        return attrs
-
-    def _episode_end_attributes(self, record: EpisodeRecord, declared: Container[str], *, own: bool) -> dict[str, Any]:
-        attrs: dict[str, Any] = {
-            sc.PREFIXMON_HORIZON: record.horizon,
-            sc.PREFIXMON_FED: record.fed,
-            sc.PREFIXMON_EXECUTABLE: record.executable,
-            sc.PREFIXMON_STATUS: record.status,
-            sc.PREFIXMON_INVALID_REACHED_ENVIRONMENT: record.invalid_reached_environment,
-        }
-        if record.outcome is not None:
-            attrs[sc.PREFIXMON_OUTCOME] = record.outcome.value
-        if record.error is not None:  # the agent body's exception type (no message)
-            attrs[sc.PREFIXMON_EPISODE_ERROR] = record.error
-            attrs[sc.ERROR_TYPE] = record.error
-        ff = record.first_failure
-        if ff is not None:
-            attrs[sc.PREFIXMON_FIRST_FAILURE_DEPTH] = ff.depth
-            attrs[sc.PREFIXMON_FIRST_FAILURE_CAUSE] = ff.cause.value
-            if ff.tool is not None:
-                attrs[sc.PREFIXMON_FIRST_FAILURE_TOOL] = sc.tool_label(ff.tool, declared)
-        if not own:  # the framework's span has its own times
-            attrs[sc.PREFIXMON_STARTED_AT] = _ns(record.started_at)
-            attrs[sc.PREFIXMON_ENDED_AT] = _ns(record.ended_at)
-        return attrs
+                self._metrics.episode_finished(record, counts, st.passes if st is not None else None)
 
     # -- calls --------------------------------------------------------------------------------
     def call_started(self, episode: Episode, tool: str, call_id: str | None, depth: int) -> _Call | None:
@@ -757,7 +470,7 @@ class Telemetry(Observer):
             if not self._measures_live and monotonic() >= self._recheck_at:
                 self._look_for_sdk()
             if self._measures_live:
-                self._add_call_counts({key: 1}, self._label_key(episode.labels))
+                self._metrics.add_call_counts({key: 1}, self._metrics.label_key(episode.labels))
         if call is not None:
             self._finish_call_span(episode, call, action, verdict)
 
@@ -767,7 +480,7 @@ class Telemetry(Observer):
         span = call.span
         try:
             code = verdict.code if not verdict.executable else None
-            attrs = self._call_end_attributes(action, code, fed)
+            attrs = _call_end_attributes(action, code, fed)
             refused = _ran_nothing(action)
             if span is None:
                 if refused:
@@ -839,30 +552,6 @@ class Telemetry(Observer):
             if span is not None and span.is_recording() and not call.adopted:
                 span.end()
 
-    def _call_end_attributes(self, action: ActionRecord, code: str | None, fed: int | None) -> dict[str, Any]:
-        attrs: dict[str, Any] = {
-            sc.PREFIXMON_EXECUTABLE: action.executable,
-            sc.PREFIXMON_DECISION: action.decision.value,
-            sc.PREFIXMON_REACHED_ENVIRONMENT: action.reached_environment,
-            sc.PREFIXMON_TURN: action.turn,
-        }
-        if fed is not None:
-            attrs[sc.PREFIXMON_FED] = fed
-        if action.cause is not None:
-            attrs[sc.PREFIXMON_CAUSE] = action.cause.value
-            attrs[sc.ERROR_TYPE] = f"prefixmon.{action.cause.value}"
-        elif action.error is not None:  # executable but its outcome never came: abandoned
-            attrs[sc.ERROR_TYPE] = "prefixmon.abandoned"
-        if code is not None:
-            attrs[sc.PREFIXMON_CODE] = code
-        if action.replacement is not None:
-            attrs[sc.PREFIXMON_REPLACEMENT] = action.replacement
-        if action.plan_step is not None:
-            attrs[sc.PREFIXMON_PLAN_STEP] = action.plan_step
-        if action.deviation is not None:  # the kind; the text may quote values (content)
-            attrs[sc.PREFIXMON_DEVIATION] = deviation_kind(action.deviation)
-        return attrs
-
     def _call_content(self, call: _Call, action: ActionRecord, verdict: Verdict) -> dict[str, str]:
         """Captured arguments (unless already on the span), reason and error message."""
         out: dict[str, str] = {}
@@ -884,31 +573,7 @@ class Telemetry(Observer):
     def internal_error(self, episode: Episode | None, where: str, error: BaseException) -> None:
         """Count a monitor-internal error (at once) and note it on the episode span."""
         if self.metrics:
-            self._m_errors.add(1, {sc.PREFIXMON_WHERE: where.split(" ", 1)[0], sc.ERROR_TYPE: type(error).__name__})
+            self._metrics.internal_error(where, error)
         st = self._episodes.get(id(episode)) if episode is not None else None
         if st is not None and st.span.is_recording():
             st.span.add_event(sc.PREFIXMON_INTERNAL_ERROR, {sc.PREFIXMON_WHERE: where, sc.ERROR_TYPE: type(error).__name__})
-
-
-def _tool_attributes(spec: Any) -> dict[str, Any]:
-    """The attributes every call span of a declared tool starts with."""
-    attrs: dict[str, Any] = {
-        sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
-        sc.GEN_AI_TOOL_NAME: spec.name,
-        sc.GEN_AI_TOOL_TYPE: sc.TOOL_TYPE_FUNCTION,
-    }
-    if spec.description:
-        attrs[sc.GEN_AI_TOOL_DESCRIPTION] = spec.description
-    return attrs
-
-
-try:  # the API's stand-in for a provider the application has not set: it forwards nothing until then
-    from opentelemetry.metrics._internal import _ProxyMeterProvider
-except ImportError:  # pragma: no cover - another API version: measure always, as if an SDK were there
-    _NO_METER_PROVIDERS: tuple[type, ...] = (otel_metrics.NoOpMeterProvider,)
-else:
-    _NO_METER_PROVIDERS = (otel_metrics.NoOpMeterProvider, _ProxyMeterProvider)
-
-
-def _get_meter(provider: MeterProvider | None) -> Meter:
-    return otel_metrics.get_meter("prefixmon", _VERSION, provider)

@@ -50,6 +50,9 @@ import jsonschema_rs
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, SchemaValidator, to_jsonable_python
 
+from .._internal.log import get_logger
+from ..exceptions import ArgumentError, SpecError
+from ..verdict import ArgumentProblem, Location
 from ._coercion import (
     LAX_FORMATS,
     MAX_DEPTH,
@@ -65,9 +68,6 @@ from ._coercion import (
     python_matches,
     schema_at,
 )
-from ._log import get_logger
-from .exceptions import ArgumentError, SpecError
-from .verdict import ArgumentProblem, Location
 
 __all__ = (
     "MAX_PROBLEMS",

@@ -1,0 +1,27 @@
+"""Records: what an episode leaves behind, and every format it is written to or read from.
+
+- :mod:`prefixmon.records.model`: ``EpisodeRecord``, ``ActionRecord``, the JSONL sink and readers
+  (re-exported here, so ``from prefixmon.records import EpisodeRecord`` keeps working).
+- :mod:`prefixmon.records.jsonlines`: bounded, line-numbered JSON Lines reading.
+- :mod:`prefixmon.records.parquet`: the columnar export and its reader.
+- :mod:`prefixmon.records.otlp`: records read back from OTLP traces.
+- :mod:`prefixmon.records.redaction`: what records may hold of arguments and results.
+- private: ``_writer`` (the durable file writer under every sink).
+
+Records sit on the base layer only; the core writes them and analytics read them.
+"""
+
+from typing import Any
+
+from . import model
+from .model import *  # noqa: F403
+
+__all__ = model.__all__
+
+
+def __getattr__(name: str) -> Any:
+    """Every other name the module this package replaced had (``prefixmon.records`` was one module before 0.2.0)."""
+    try:
+        return getattr(model, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
