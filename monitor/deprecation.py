@@ -4,7 +4,8 @@ Used by prefixmon and its adapters when a public name moves or is renamed::
 
     __getattr__ = moved_names(__name__, {"OldName": "prefixmon.adapters.x:NewName"}, removal="0.3.0")
 
-and, at a module's old path, when a whole module moves (``moved_module``).
+and, at a module's old path, when a whole module moves (``moved_module``), or in a package
+that replaced a module of its name (``forward_names``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-__all__ = ("moved_module", "moved_names")
+__all__ = ("forward_names", "moved_module", "moved_names")
 
 
 def moved_names(module: str, moves: Mapping[str, str], *, removal: str) -> Callable[[str], Any]:
@@ -55,3 +56,19 @@ def moved_module(old: str, new: ModuleType, *, removal: str) -> None:
         stacklevel=3,  # the import statement (importlib's frames are skipped)
     )
     sys.modules[old] = new
+
+
+def forward_names(package: str, module: ModuleType) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` for every name of the module it replaced (now ``module``, inside it).
+
+    The package re-exports ``module.__all__``; names outside it (helpers users may have
+    imported) keep resolving, silently, as they did before the module became a package.
+    """
+
+    def __getattr__(name: str) -> Any:
+        try:
+            return getattr(module, name)
+        except AttributeError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+
+    return __getattr__

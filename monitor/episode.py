@@ -55,9 +55,6 @@ from .vocabulary import Decision, Outcome
 
 __all__ = ("Episode", "EpisodeHost", "Executor", "PendingCall", "PlanTracker", "StepMatch", "current_episode")
 
-_random_id: Final = random_id
-"""(The old name, which tests import from here.)"""
-
 _current: ContextVar[Episode | None] = ContextVar("prefixmon_episode", default=None)
 
 

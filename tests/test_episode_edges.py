@@ -513,7 +513,7 @@ class TestEpisodeIds:
         """Each id parses as a version-4, RFC 4122 UUID, and 10,000 of them are all different."""
         import uuid
 
-        from prefixmon.episode import _random_id
+        from prefixmon._labels import random_id as _random_id
 
         ids = [_random_id() for _ in range(10_000)]
         assert len(set(ids)) == len(ids)
@@ -525,7 +525,7 @@ class TestEpisodeIds:
         """After fork the child's generator is seeded afresh: its next ids are not the parent's next ids."""
         import os
 
-        from prefixmon.episode import _random_id
+        from prefixmon._labels import random_id as _random_id
 
         read, write = os.pipe()
         pid = os.fork()

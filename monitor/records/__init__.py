@@ -11,17 +11,10 @@
 Records sit on the base layer only; the core writes them and analytics read them.
 """
 
-from typing import Any
-
+from ..deprecation import forward_names
 from . import model
 from .model import *  # noqa: F403
 
 __all__ = model.__all__
 
-
-def __getattr__(name: str) -> Any:
-    """Every other name the module this package replaced had (``prefixmon.records`` was one module before 0.2.0)."""
-    try:
-        return getattr(model, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = forward_names(__name__, model)  # ``prefixmon.records`` was one module before 0.2.0

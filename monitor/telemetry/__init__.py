@@ -10,17 +10,10 @@
 Attribute names live in :mod:`prefixmon.semconv` (base layer: the OTLP record reader needs them too).
 """
 
-from typing import Any
-
+from ..deprecation import forward_names
 from . import spans
 from .spans import *  # noqa: F403
 
 __all__ = spans.__all__
 
-
-def __getattr__(name: str) -> Any:
-    """Every other name the module this package replaced had (``prefixmon.telemetry`` was one module before 0.2.0)."""
-    try:
-        return getattr(spans, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = forward_names(__name__, spans)  # ``prefixmon.telemetry`` was one module before 0.2.0
