@@ -9,7 +9,7 @@ information pool, and a probe that fails leaves the rule undetermined (fail open
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -29,7 +29,7 @@ Fault = Callable[[str, BaseException], None]
 async def probe(
     state: TrackedState,
     spec: ToolSpec,
-    raw: Mapping[str, Any] | str | bytes | None,
+    parsed: dict[str, Any],
     depth: int,
     *,
     run: Run,
@@ -37,10 +37,8 @@ async def probe(
     records: list[ProbeRecord],
     fault: Fault,
 ) -> None:
-    """Make the probes of ``spec`` whose objects are missing; append what happened to ``records``."""
-    parsed = predicate.parse_arguments(raw)
-    if not isinstance(parsed, dict):
-        return
+    """Make the probes of ``spec`` for a call with the arguments ``parsed`` whose objects are
+    missing; append what happened to ``records``."""
     objects = state.objects
     values: dict[str, Any] = {"args": parsed}
     """What later probes' paths may read: the arguments, and each object an earlier probe is for."""

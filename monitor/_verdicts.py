@@ -1,6 +1,6 @@
 """The verdicts an episode makes itself: of a check that failed, a monitor fault, a merged failure.
 
-:func:`prefixmon.predicate.check_declared` judges a call against the tracked state. When that
+:func:`prefixmon.predicate.check_call` judges a call against the tracked state. When that
 check raises, when a rule faults, or when the monitor cannot watch the call (an observer failed,
 the sink cannot keep records), the episode makes the verdict here: fail-open lets the call run,
 fail-closed refuses it with a ``monitor_fault`` precondition failure. A failure the episode adds
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
-from . import predicate
+from ._call import ParsedCall
 from .toolset import Toolset
 from .verdict import Failure, Verdict
 from .vocabulary import Cause
@@ -47,24 +47,14 @@ class VerdictHost(Protocol):
         """Count and report an error the monitor caught in itself."""
 
 
-def check_failed(
-    episode: VerdictHost,
-    name: str,
-    args: Mapping[str, Any] | str | bytes | None,
-    depth: int,
-    call_id: str | None,
-    error: Exception,
-) -> Verdict:
+def check_failed(episode: VerdictHost, call: ParsedCall, depth: int, error: Exception) -> Verdict:
     """The verdict of a call whose check raised: fail-closed blocks it, fail-open lets it run."""
+    name, call_id = call.tool, call.call_id
     # a name the toolset lacks may be anything a client made up: never in a metric attribute
     episode._fault(f"checking {name}" if name in episode.monitor.toolset else "checking an undeclared tool", error)
     if episode.monitor.fail_closed:
         return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(fault_failure(name),))
-    try:
-        parsed = predicate.parse_arguments(args)
-    except Exception:  # fail-open must not raise what the check already reported
-        parsed = {}
-    return Verdict(tool=name, call_id=call_id, depth=depth, executable=True, args=parsed if isinstance(parsed, dict) else {})
+    return Verdict(tool=name, call_id=call_id, depth=depth, executable=True, args=call.args if call.args is not None else {})
 
 
 def unkept(name: str, call_id: str | None, depth: int, observer_failed: bool) -> Verdict:

@@ -27,6 +27,7 @@ from types import CoroutineType, MappingProxyType
 from typing import Any, Final, Protocol
 
 from . import predicate
+from ._call import ParsedCall, RawArgs, at_door, made, parse_call
 from ._dispatch import NO_OBSERVERS, Entered, start_episode
 from ._labels import call_text, random_id, required_text
 from ._labels import text_labels as text_labels
@@ -367,11 +368,11 @@ class Episode:
         with what its probes observe. Probes are recorded in :attr:`probes`, never as actions.
         """
         spec = self.monitor.toolset.get(name)
-        if spec is not None and spec.probes:
+        if spec is not None and spec.probes and (parsed := parse_call(name, args, None).args) is not None:
             await probe(
                 self.state,
                 spec,
-                args,
+                parsed,
                 self.state.depth + 1,
                 run=self.monitor.run_probe,
                 toolset=self.monitor.toolset,
@@ -383,17 +384,23 @@ class Episode:
         """Judge a call as if it were emitted next, without recording anything."""
         return self._judge_named(name, args, self.state.depth + 1, call_id)
 
-    def _judge_named(self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None) -> Verdict:
+    def _judge_named(self, name: str, args: RawArgs, depth: int, call_id: str | None) -> Verdict:
         """:meth:`_judge` of the tool ``name``, its spec looked up here (what the policy hooks judge replacements with)."""
-        return self._judge(name, args, depth, call_id, self.monitor.toolset.get(name))
+        return self._judge(name, args, call_id, at_door(name, args, call_id), depth, self.monitor.toolset.get(name))
 
     def _judge(
-        self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None, spec: ToolSpec | None
+        self, name: str, args: RawArgs, call_id: str | None, call: ParsedCall | None, depth: int, spec: ToolSpec | None
     ) -> Verdict:
         """The predicate's verdict, plus what only the episode sees: a call the environment refused
-        already (:mod:`prefixmon.repeats`), a finding of its batch (:mod:`prefixmon.batch`), faults."""
+        already (:mod:`prefixmon.repeats`), a finding of its batch (:mod:`prefixmon.batch`), faults.
+
+        ``call`` is what :func:`~prefixmon._call.at_door` made of the arguments (``None``: a dict).
+        """
         try:
-            verdict = predicate.check_declared(spec, self.monitor.toolset, self.state, name, args, depth, call_id)
+            if call is None:  # a dict: nothing to parse
+                verdict = predicate.check_parsed(spec, self.monitor.toolset, self.state, name, args, depth, call_id)  # type: ignore[arg-type]
+            else:
+                verdict = predicate.check_call(spec, self.monitor.toolset, self.state, call, depth)
             if self._rejected and verdict.args is not None and (repeat := self._rejected.repeat(name, verdict.args)) is not None:
                 verdict = replace(verdict, executable=False, failures=in_cause_order(verdict.failures, repeat))
             batch = self.state.batch
@@ -405,7 +412,7 @@ class Episode:
             ):
                 verdict = replace(verdict, executable=False, failures=in_cause_order(verdict.failures, found))
         except Exception as e:
-            return check_failed(self, name, args, depth, call_id, e)
+            return check_failed(self, made(call, name, args, call_id), depth, e)
         return with_faults(self, verdict, name) if verdict.faults else verdict
 
     async def begin(
@@ -516,20 +523,22 @@ class Episode:
             if self._hooks.any:
                 token = self._hooks.call_started(self, name, call_id, depth)
             spec = self.monitor.toolset.get(name)
+            call = None if type(args) is dict else parse_call(name, args, call_id)  # at_door, inlined: the one parse
             if self.monitor.fail_closed and (self.internal_errors != faults or self.monitor.sink_failing):
                 verdict = unkept(name, call_id, depth, self.internal_errors != faults)
             elif unchecked is not None:
-                verdict = check_failed(self, name, args, depth, call_id, unchecked)
+                verdict = check_failed(self, made(call, name, args, call_id), depth, unchecked)
             elif spec is not None and spec.probes:
-                return self._guarded(self._probed(spec, name, args, depth, call_id, token), name, call_id, depth, token)
+                probed = self._probed(spec, made(call, name, args, call_id), depth, token)
+                return self._guarded(probed, name, call_id, depth, token)
             else:
-                verdict = self._judge(name, args, depth, call_id, spec)
+                verdict = self._judge(name, args, call_id, call, depth, spec)
             if verdict.executable and not verdict.undetermined:  # the common case, without _decide
                 if token is None:  # and no observer: _pending inlined
                     pending = self._open[depth] = PendingCall(self, verdict, args, verdict.args, _ALLOW, None, spec)  # type: ignore[arg-type]
                     return pending
                 return let_run(self, verdict, args, verdict.args, _ALLOW, token, spec)  # type: ignore[arg-type]
-            decided = decide(self, verdict, args, token, spec)
+            decided = decide(self, verdict, made(call, name, args, call_id), token, spec)
             if type(decided) is PendingCall:
                 return decided
             return self._guarded(decided, name, call_id, depth, token, verdict)  # type: ignore[arg-type]
@@ -553,15 +562,16 @@ class Episode:
             record_interrupted(self, name, call_id, depth, token, verdict)
             raise
 
-    async def _probed(
-        self, spec: ToolSpec, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None, token: Any
-    ) -> PendingCall:
+    async def _probed(self, spec: ToolSpec, call: ParsedCall, depth: int, token: Any) -> PendingCall:
         """The admission of a call whose spec has probes: look up what its rules read, then judge it."""
-        run, toolset = self.monitor.run_probe, self.monitor.toolset
-        await probe(self.state, spec, args, depth, run=run, toolset=toolset, records=self.probes, fault=self._fault)
-        verdict = self._judge(name, args, depth, call_id, spec)
-        decided = decide(self, verdict, args, token, spec)
-        return decided if type(decided) is PendingCall else await self._guarded(decided, name, call_id, depth, token, verdict)  # type: ignore[arg-type]
+        if call.args is not None:
+            run, toolset = self.monitor.run_probe, self.monitor.toolset
+            await probe(self.state, spec, call.args, depth, run=run, toolset=toolset, records=self.probes, fault=self._fault)
+        verdict = self._judge(call.tool, call.raw, call.call_id, call, depth, spec)
+        decided = decide(self, verdict, call, token, spec)
+        if type(decided) is PendingCall:
+            return decided
+        return await self._guarded(decided, call.tool, call.call_id, depth, token, verdict)  # type: ignore[arg-type]
 
     async def call(
         self,

@@ -12,11 +12,12 @@ the episode module, hence no cycle).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from types import CoroutineType
 from typing import Any, Final, NoReturn, Protocol
 
 from . import predicate
+from ._call import ParsedCall, RawArgs
 from ._dispatch import Entered
 from ._recording import Recorder, add_content, record
 from ._verdicts import in_cause_order
@@ -70,7 +71,7 @@ class CallHost(Recorder, Protocol):
     def _answers(self) -> Approvals:
         """The episode's remembered escalation answers."""
 
-    def _judge_named(self, name: str, args: Mapping[str, Any] | str | bytes | None, depth: int, call_id: str | None) -> Verdict:
+    def _judge_named(self, name: str, args: RawArgs, depth: int, call_id: str | None) -> Verdict:
         """Judge a call of ``name`` at ``depth`` (what the policy hooks judge replacements with)."""
 
     @property
@@ -91,7 +92,7 @@ class PendingCall:
         self,
         episode: CallHost,
         verdict: Verdict,
-        raw: Mapping[str, Any] | str | bytes | None,
+        raw: RawArgs,
         args: dict[str, Any],
         decision: Decision,
         token: Any,
@@ -216,36 +217,34 @@ _NO_HOOK: Final = frozenset({"observe", "block"})
 
 
 def decide(
-    episode: CallHost, verdict: Verdict, args: Mapping[str, Any] | str | bytes | None, token: Any, spec: ToolSpec | None
+    episode: CallHost, verdict: Verdict, call: ParsedCall, token: Any, spec: ToolSpec | None
 ) -> PendingCall | Coroutine[Any, Any, PendingCall]:
     """Apply the policy to a judged call: the call to run, or the coroutine that awaits a hook to decide."""
     if verdict.executable:
         if verdict.undetermined and episode.monitor.intervention.policy.undetermined == "escalate":
-            return _ask(episode, verdict, args, token)
-        return let_run(episode, verdict, args, verdict.args, _ALLOW, token, spec)  # type: ignore[arg-type]
+            return _ask(episode, verdict, call, token)
+        return let_run(episode, verdict, call.raw, verdict.args, _ALLOW, token, spec)  # type: ignore[arg-type]
     hookless = episode.monitor.intervention.policy(verdict) in _NO_HOOK
-    intervene = _intervene(episode, verdict, args, token)
+    intervene = _intervene(episode, verdict, call, token)
     return completed(intervene) if hookless else intervene
 
 
-async def _ask(episode: CallHost, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
+async def _ask(episode: CallHost, verdict: Verdict, call: ParsedCall, token: Any) -> PendingCall:
     """An executable call that could not be fully decided: a human approves, edits or denies it (FED is untouched)."""
-    return await _resolve(episode, verdict, raw, token, undetermined=True)
+    return await _resolve(episode, verdict, call, token, undetermined=True)
 
 
-async def _intervene(episode: CallHost, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any) -> PendingCall:
+async def _intervene(episode: CallHost, verdict: Verdict, call: ParsedCall, token: Any) -> PendingCall:
     """Apply the policy to a call that is not executable."""
     depth = verdict.depth
     if episode._fed is None or depth < episode._fed:  # live: known now, even while an observed call runs
         episode._fed = depth
     if any(f.code == "monitor_fault" for f in verdict.failures):
         refuse(episode, verdict, token, Resolution(decision=Decision.FAIL_CLOSED))
-    return await _resolve(episode, verdict, raw, token, undetermined=False)
+    return await _resolve(episode, verdict, call, token, undetermined=False)
 
 
-async def _resolve(
-    episode: CallHost, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, token: Any, *, undetermined: bool
-) -> PendingCall:
+async def _resolve(episode: CallHost, verdict: Verdict, call: ParsedCall, token: Any, *, undetermined: bool) -> PendingCall:
     """The policy's hooks (or a remembered answer) decide the call: run it as resolved, or refuse it."""
     depth = verdict.depth
     episode._hooked[depth] = (verdict, token)
@@ -254,7 +253,7 @@ async def _resolve(
             episode.monitor.intervention,
             episode._answers(),
             verdict,
-            raw,
+            call,
             episode.state,
             undetermined=undetermined,
             judge=episode._judge_named,
@@ -264,13 +263,13 @@ async def _resolve(
         del episode._hooked[depth]
     if resolution.args is None:
         refuse(episode, verdict, token, resolution)
-    return let_run(episode, verdict, raw, resolution.args, resolution.decision, token, None, resolution.call)
+    return let_run(episode, verdict, call.raw, resolution.args, resolution.decision, token, None, resolution.call)
 
 
 def let_run(
     episode: CallHost,
     verdict: Verdict,
-    raw: Mapping[str, Any] | str | bytes | None,
+    raw: RawArgs,
     args: dict[str, Any],
     decision: Decision,
     token: Any,

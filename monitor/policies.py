@@ -16,8 +16,8 @@ from typing import Any, Final, Literal, TypeAlias
 
 import anyio
 
+from ._call import ParsedCall, RawArgs
 from .exceptions import SpecError
-from .predicate import parse_arguments
 from .verdict import ToolCall, Verdict
 from .vocabulary import Cause, Decision
 
@@ -166,7 +166,7 @@ EscalateHook: TypeAlias = Callable[[Verdict, ToolCall], Awaitable["Approve | Edi
 """``async (verdict, call) -> Approve | Edit | Deny``; a timeout denies."""
 
 
-Judge: TypeAlias = Callable[[str, "Mapping[str, Any] | str | bytes | None", int, "str | None"], Verdict]
+Judge: TypeAlias = Callable[[str, RawArgs, int, "str | None"], Verdict]
 """``(name, args, depth, call_id) -> verdict``: checks a replacement or edited call."""
 FaultFn: TypeAlias = Callable[[str, BaseException], None]
 """``(where, error)``: reports an error the monitor caught in itself."""
@@ -219,31 +219,25 @@ class Intervention:
         self.escalate = escalate
         self.escalate_timeout = escalate_timeout
 
-    async def resolve(
-        self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, state: Any, *, judge: Judge, fault: FaultFn
-    ) -> Resolution:
-        """Decide what happens to a call that is not executable (never raises)."""
+    async def resolve(self, verdict: Verdict, call: ParsedCall, state: Any, *, judge: Judge, fault: FaultFn) -> Resolution:
+        """Decide what happens to ``call``, which is not executable (never raises)."""
         action = self.policy(verdict)
         if action == "observe":
-            runnable = runnable_args(verdict, raw)
+            runnable = runnable_args(verdict, call)
             return Resolution(decision=Decision.OBSERVE, args=runnable)
         if action == "block":
             return Resolution(decision=Decision.BLOCK)
         if action == "replan":
-            return await self._replan(verdict, raw, state, judge, fault)
-        return await self._escalate(verdict, raw, judge, fault)
+            return await self._replan(verdict, call, state, judge, fault)
+        return await self._escalate(verdict, call, judge, fault)
 
-    async def resolve_undetermined(
-        self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, *, judge: Judge, fault: FaultFn
-    ) -> Resolution:
+    async def resolve_undetermined(self, verdict: Verdict, call: ParsedCall, *, judge: Judge, fault: FaultFn) -> Resolution:
         """An executable call with undecided preconditions, under ``Policy(undetermined="escalate")``: a human decides."""
-        return await self._escalate(verdict, raw, judge, fault)
+        return await self._escalate(verdict, call, judge, fault)
 
-    async def _replan(
-        self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, state: Any, judge: Judge, fault: FaultFn
-    ) -> Resolution:
+    async def _replan(self, verdict: Verdict, call: ParsedCall, state: Any, judge: Judge, fault: FaultFn) -> Resolution:
         hook = self.replan
-        emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
+        emitted = ToolCall(name=verdict.tool, args=call.raw, call_id=verdict.call_id)
         answer: Any = None
         if hook is not None:
             try:
@@ -266,18 +260,16 @@ class Intervention:
             return Resolution(decision=Decision.BLOCK)
         if answer.call is None:
             return Resolution(decision=Decision.REPLAN, guidance=answer.guidance)
-        call = ToolCall(name=answer.call.name, args=answer.call.args, call_id=answer.call.call_id or emitted.call_id)
-        checked = judge(call.name, call.args, verdict.depth, call.call_id)
+        replacement = ToolCall(name=answer.call.name, args=answer.call.args, call_id=answer.call.call_id or emitted.call_id)
+        checked = judge(replacement.name, replacement.args, verdict.depth, replacement.call_id)
         if not checked.executable or checked.args is None:
             note = f"the suggested replacement was not executable either: {checked.reason}"
             return Resolution(decision=Decision.REPLAN, guidance=f"{answer.guidance}; {note}" if answer.guidance else note)
-        return Resolution(decision=Decision.REPLAN, args=dict(checked.args), call=call, guidance=answer.guidance)
+        return Resolution(decision=Decision.REPLAN, args=dict(checked.args), call=replacement, guidance=answer.guidance)
 
-    async def _escalate(
-        self, verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None, judge: Judge, fault: FaultFn
-    ) -> Resolution:
+    async def _escalate(self, verdict: Verdict, call: ParsedCall, judge: Judge, fault: FaultFn) -> Resolution:
         hook = self.escalate
-        emitted = ToolCall(name=verdict.tool, args=raw, call_id=verdict.call_id)
+        emitted = ToolCall(name=verdict.tool, args=call.raw, call_id=verdict.call_id)
         answer: Any = None
         timed_out = False
         if hook is not None:
@@ -294,7 +286,7 @@ class Intervention:
         if isinstance(answer, Deny):
             return Resolution(decision=Decision.DENY, guidance=answer.reason)
         if isinstance(answer, Approve):
-            runnable = runnable_args(verdict, raw)
+            runnable = runnable_args(verdict, call)
             if runnable is None:
                 return Resolution(decision=Decision.DENY, guidance="the call cannot run as emitted")
             return Resolution(decision=Decision.APPROVE, args=runnable)
@@ -302,8 +294,8 @@ class Intervention:
             edited = judge(verdict.tool, answer.args, verdict.depth, verdict.call_id)
             if not edited.executable or edited.args is None:
                 return Resolution(decision=Decision.DENY, guidance=f"the edited call is not executable either: {edited.reason}")
-            call = ToolCall(name=verdict.tool, args=answer.args, call_id=verdict.call_id)
-            return Resolution(decision=Decision.EDIT, args=dict(edited.args), call=call)
+            replacement = ToolCall(name=verdict.tool, args=answer.args, call_id=verdict.call_id)
+            return Resolution(decision=Decision.EDIT, args=dict(edited.args), call=replacement)
         fault("escalation hook", TypeError(f"escalation hook returned {type(answer).__name__}, not Approve/Edit/Deny"))
         return Resolution(decision=Decision.BLOCK)
 
@@ -313,11 +305,10 @@ def _timed_out(scope: anyio.CancelScope) -> bool:
     return scope.cancelled_caught or scope.cancel_called or anyio.current_time() >= scope.deadline
 
 
-def runnable_args(verdict: Verdict, raw: Mapping[str, Any] | str | bytes | None) -> dict[str, Any] | None:
-    """The arguments a non-executable call can still run with, or ``None`` when nothing can run."""
+def runnable_args(verdict: Verdict, call: ParsedCall) -> dict[str, Any] | None:
+    """The arguments ``call``, judged ``verdict``, can still run with, or ``None`` when nothing can run."""
     if verdict.args is not None:
         return dict(verdict.args)
     if verdict.code == "invalid_json":  # an unknown tool's call can still run where the framework owns the tools
         return None
-    parsed = parse_arguments(raw)
-    return parsed if isinstance(parsed, dict) else None
+    return call.args

@@ -19,13 +19,10 @@ for the runtime and for plan simulation alike.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Container, Mapping
 from typing import Any, Final, Protocol
 
-from pydantic_core import from_json
-
-from ._internal.json_depth import MAX_JSON_DEPTH, deeper_than, json_goes_deeper
+from ._call import ParsedCall, parse_arguments, parse_call
 from ._internal.trusted import trusted_constructor
 from .exceptions import ArgumentError
 from .rules.grounding import id_variants
@@ -44,9 +41,11 @@ __all__ = (
     "Verdict",
     "acceptance",
     "check",
+    "check_call",
     "check_declared",
     "check_dependencies",
     "check_information",
+    "check_parsed",
     "check_preconditions",
     "check_schema",
     "judge",
@@ -70,67 +69,6 @@ _executable: Final = trusted_constructor(
 share of the per-call overhead)."""
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
-"""One decoder for every call (``json.loads`` with an option builds a new one each time)."""
-
-
-def parse_arguments(raw: Mapping[str, Any] | str | bytes | None) -> dict[str, Any] | str:
-    """Parse raw arguments into a dict, or return a reason why they do not parse."""
-    if raw is None:
-        return {}
-    if isinstance(raw, dict):
-        return raw
-    if type(raw) is not str:  # JSON text, the other common case, skips these checks
-        if isinstance(raw, Mapping):
-            try:
-                return dict(raw)
-            except Exception as e:  # a framework's mapping that raises when read: nothing can run with it
-                return f"the arguments could not be read ({type(e).__name__})"
-        if isinstance(raw, (bytes, bytearray, memoryview)):
-            raw = bytes(raw)
-            try:
-                raw = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                return f"arguments are not valid UTF-8 (byte 0x{raw[e.start]:02x} at position {e.start})"
-        if not isinstance(raw, str):
-            return f"arguments must be a JSON object, got {type(raw).__name__}"
-    if not raw or raw.isspace():  # (no stripped copy of a large payload)
-        return {}
-    try:
-        parsed = from_json(raw, allow_inf_nan=False)  # pydantic's parser: what json gives, about 2x as fast
-    except ValueError as e:  # not JSON, or JSON it refuses (a lone surrogate, deep nesting): json decides and says why
-        if json_goes_deeper(str(e)) and deeper_than(raw, MAX_JSON_DEPTH):
-            return _TOO_DEEP  # json would recurse near the interpreter's limit, or fail there
-        return _parsed_by_json(raw)
-    if not isinstance(parsed, dict):
-        return f"arguments must be a JSON object, got {type(parsed).__name__}"
-    return parsed
-
-
-_TOO_DEEP: Final = f"arguments are nested too deeply to parse (more than {MAX_JSON_DEPTH} levels)"
-
-
-def _parsed_by_json(raw: str) -> dict[str, Any] | str:
-    """``raw`` as ``json.loads`` parses it (``NaN`` and ``Infinity`` refused), or why it does not parse."""
-    try:
-        if raw.startswith("\ufeff"):  # as json.loads does
-            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
-        parsed = _DECODER.decode(raw)
-    except json.JSONDecodeError as e:
-        return f"arguments are not valid JSON: {e} ({len(raw)} characters in all)"
-    except ValueError as e:
-        return f"arguments are not valid JSON ({e})"
-    except RecursionError:
-        return _TOO_DEEP
-    if not isinstance(parsed, dict):
-        return f"arguments must be a JSON object, got {type(parsed).__name__}"
-    return parsed
-
-
 def _available(toolset: Toolset, state: TrackedState) -> str:
     names = sorted(state.exposed)
     if not names:
@@ -145,45 +83,45 @@ def check_schema(
     toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
 ) -> tuple[ToolSpec | None, dict[str, Any] | None, Failure | None]:
     """Tool existence and exposure, argument parsing and schema fit."""
-    spec, _, args, failure = _check_schema(toolset.get(name), toolset, state, name, raw)
-    return spec, args, failure
+    spec = toolset.get(name)
+    call = parse_call(name, raw, None)
+    failure = _unavailable(spec, toolset, state, name) or _unparsed(call)
+    if spec is None or failure is not None or call.args is None:
+        return spec, None, failure
+    try:
+        return spec, spec.validate(call.args), None
+    except (ArgumentError, RecursionError) as e:
+        return spec, None, _invalid(name, e)
 
 
-def _check_schema(
-    spec: ToolSpec | None, toolset: Toolset, state: TrackedState, name: str, raw: Mapping[str, Any] | str | bytes | None
-) -> tuple[ToolSpec | None, dict[str, Any] | None, dict[str, Any] | None, Failure | None]:
-    """:func:`check_schema` of the tool ``name`` whose spec is ``spec`` (``None``: not declared), also
-    returning the parsed arguments (the names the call carried)."""
+def _unavailable(spec: ToolSpec | None, toolset: Toolset, state: TrackedState, name: str) -> Failure | None:
+    """Why the tool ``name`` (whose spec is ``spec``; ``None``: not declared) cannot be called now, or ``None``."""
     if spec is None:
-        return (
-            None,
-            None,
-            None,
-            Failure(
-                cause=Cause.SCHEMA,
-                code="unknown_tool",
-                reason=f"there is no tool named {quote(name)}{_available(toolset, state)}",
-            ),
+        return Failure(
+            cause=Cause.SCHEMA,
+            code="unknown_tool",
+            reason=f"there is no tool named {quote(name)}{_available(toolset, state)}",
         )
     if not state.is_exposed(name):
-        return (
-            spec,
-            None,
-            None,
-            Failure(
-                cause=Cause.SCHEMA,
-                code="not_exposed",
-                reason=f"{name} is not available at this point{_available(toolset, state)}",
-            ),
+        return Failure(
+            cause=Cause.SCHEMA,
+            code="not_exposed",
+            reason=f"{name} is not available at this point{_available(toolset, state)}",
         )
-    parsed = raw if type(raw) is dict else parse_arguments(raw)  # (a dict, the common case, without the call)
-    if isinstance(parsed, str):
-        return spec, None, None, Failure(cause=Cause.SCHEMA, code="invalid_json", reason=f"{name}: {parsed}")
-    try:
-        args = spec.validate(parsed)
-    except (ArgumentError, RecursionError) as e:
-        return spec, parsed, None, _invalid(name, e)
-    return spec, parsed, args, None
+    return None
+
+
+def _unparsed(call: ParsedCall) -> Failure | None:
+    """The schema failure of arguments that do not parse, or ``None`` when they do.
+
+    Raises:
+        Exception: what reading them raised, for the caller to report as a monitor fault.
+    """
+    if call.args is not None:
+        return None
+    if call.fault is not None:
+        raise call.fault
+    return Failure(cause=Cause.SCHEMA, code="invalid_json", reason=f"{call.tool}: {call.error}")
 
 
 def _invalid(name: str, error: ArgumentError | RecursionError) -> Failure:
@@ -485,18 +423,38 @@ def check_declared(
     call_id: str | None,
 ) -> Verdict:
     """:func:`check` of a tool whose spec the caller looked up already (``None``: not declared)."""
-    if spec is not None and type(raw_args) is dict and state.is_exposed(name):  # the common case: _check_schema inlined
-        parsed: Mapping[str, Any] | None = raw_args
-        args: dict[str, Any] | None
-        try:
-            args = spec.validate(raw_args)
-        except (ArgumentError, RecursionError) as e:
-            return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(_invalid(name, e),))
-    else:
-        spec, parsed, args, failure = _check_schema(spec, toolset, state, name, raw_args)
-        if spec is None or args is None:
-            assert failure is not None
-            return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
+    if type(raw_args) is dict:  # nothing to parse: the common case
+        return check_parsed(spec, toolset, state, name, raw_args, depth, call_id)
+    return check_call(spec, toolset, state, parse_call(name, raw_args, call_id), depth)
+
+
+def check_call(spec: ToolSpec | None, toolset: Toolset, state: TrackedState, call: ParsedCall, depth: int) -> Verdict:
+    """:func:`check_declared` of a call whose arguments were parsed already (:func:`prefixmon._call.parse_call`)."""
+    if call.args is not None:
+        return check_parsed(spec, toolset, state, call.tool, call.args, depth, call.call_id)
+    failure = _unavailable(spec, toolset, state, call.tool) or _unparsed(call)
+    assert failure is not None  # (arguments that did not parse)
+    return Verdict(tool=call.tool, call_id=call.call_id, depth=depth, executable=False, failures=(failure,))
+
+
+def check_parsed(
+    spec: ToolSpec | None,
+    toolset: Toolset,
+    state: TrackedState,
+    name: str,
+    parsed: dict[str, Any],
+    depth: int,
+    call_id: str | None,
+) -> Verdict:
+    """:func:`check_declared` of arguments parsed already into ``parsed``."""
+    if spec is None or not state.is_exposed(name):
+        failure = _unavailable(spec, toolset, state, name)
+        assert failure is not None
+        return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(failure,))
+    try:
+        args = spec.validate(parsed)
+    except (ArgumentError, RecursionError) as e:
+        return Verdict(tool=name, call_id=call_id, depth=depth, executable=False, failures=(_invalid(name, e),))
     if not spec.has_rules:  # judge() would say the same, one frame later
         return _executable(spec.name, call_id, depth, True, (), args, (), (), ())
     return judge(toolset, state, spec, args, depth=depth, call_id=call_id, sent=parsed)

@@ -22,7 +22,6 @@ the plan tracker (pass ``plan=`` again) and the live environment (pass ``env=`` 
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -30,6 +29,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator
 
+from ._call import ParsedCall, RawArgs, parse_call
 from .exceptions import RecordError, SpecError
 from .order import OrderLog
 from .policies import Approve, Deny, Edit, FaultFn, Intervention, Judge, Policy, Resolution
@@ -210,19 +210,30 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def args_key(raw: Mapping[str, Any] | str | bytes | None) -> str | None:
+def args_key(raw: RawArgs) -> str | None:
     """Canonical JSON of a call's arguments as emitted (sorted keys; JSON text parsed first).
 
     ``None`` when they are not JSON data: such a call's answer is not remembered (it is asked again).
     """
-    value: Any = raw
-    if isinstance(raw, bytes):
-        value = raw.decode("utf-8", "replace")
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):  # not JSON: the text itself
-            value = json.loads(value)
-    elif isinstance(value, Mapping):
-        value = dict(value)
+    return call_key(parse_call("", raw, None))
+
+
+def call_key(call: ParsedCall) -> str | None:
+    """:func:`args_key` of a call parsed already: blank text, or text that is not a JSON object,
+    is keyed by the text itself (``null`` for no arguments at all)."""
+    raw = call.raw
+    value: Any = call.args
+    if call.fault is not None:
+        return None
+    if raw is None:
+        return "null"
+    if not value:
+        if isinstance(raw, (str, bytes, bytearray, memoryview)):
+            text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
+            if value is None or not text or text.isspace():
+                value = text
+        elif value is None:
+            return None
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
@@ -282,7 +293,7 @@ async def escalation(
     intervention: Intervention,
     approvals: Approvals,
     verdict: Verdict,
-    raw: Mapping[str, Any] | str | bytes | None,
+    call: ParsedCall,
     state: Any,
     *,
     undetermined: bool,
@@ -297,9 +308,9 @@ async def escalation(
     asked = intervention.escalate
     if asked is None or (not undetermined and intervention.policy(verdict) != "escalate"):
         if undetermined:
-            return await intervention.resolve_undetermined(verdict, raw, judge=judge, fault=fault)
-        return await intervention.resolve(verdict, raw, state, judge=judge, fault=fault)
-    key = args_key(raw)
+            return await intervention.resolve_undetermined(verdict, call, judge=judge, fault=fault)
+        return await intervention.resolve(verdict, call, state, judge=judge, fault=fault)
+    key = call_key(call)
     remembered = approvals.find(verdict.tool, key, verdict.call_id) if key is not None else None
     if remembered is not None and remembered.decision != "deny" and not set(_shown(verdict)) <= set(remembered.failures):
         remembered = None  # it fails in a way the human did not approve (a second payment past at_most): asked again
@@ -313,7 +324,7 @@ async def escalation(
         return answer
 
     one = Intervention(Policy(default="escalate"), escalate=hook, escalate_timeout=intervention.escalate_timeout)
-    resolution = await one.resolve_undetermined(verdict, raw, judge=judge, fault=fault)
+    resolution = await one.resolve_undetermined(verdict, call, judge=judge, fault=fault)
     if remembered is None and key is not None and answers:
         entry = _entry(answers[-1], resolution, verdict, key)
         if entry is not None:

@@ -30,6 +30,7 @@ CORE: Final = frozenset(
         "toolset",
         "state",
         "predicate",
+        "_call",
         "policies",
         "episode",
         "_probes",

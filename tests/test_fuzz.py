@@ -37,8 +37,8 @@ from prefixmon import (
     TrackedState,
     iter_records,
 )
+from prefixmon._call import _parsed_by_json, parse_arguments
 from prefixmon.analytics import columns_from_records, load_columns
-from prefixmon.predicate import _parsed_by_json, parse_arguments
 from prefixmon.records import EpisodeRecord, build_record, dumps_record, loads_record, read_records
 from prefixmon.state import MAX_POOL_BYTES, MAX_WALK_DEPTH
 
