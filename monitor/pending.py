@@ -213,6 +213,8 @@ _ALLOW: Final = Decision.ALLOW
 """(An enum member read through its class costs about 0.1 µs on Python 3.11, once per call.)"""
 
 _NO_HOOK: Final = frozenset({"observe", "block"})
+
+_BLOCKED: Final = Resolution(decision=Decision.BLOCK)
 """Policy actions that :class:`~prefixmon.policies.Intervention` carries out without awaiting a hook."""
 
 
@@ -224,9 +226,12 @@ def decide(
         if verdict.undetermined and episode.monitor.intervention.policy.undetermined == "escalate":
             return _ask(episode, verdict, call, token)
         return let_run(episode, verdict, call.raw, verdict.args, _ALLOW, token, spec)  # type: ignore[arg-type]
-    hookless = episode.monitor.intervention.policy(verdict) in _NO_HOOK
+    action = episode.monitor.intervention.policy(verdict)
+    if action == "block":  # the common refusal, carried out here: no hook, nothing to await
+        _failed(episode, verdict, token)
+        refuse(episode, verdict, token, _BLOCKED)
     intervene = _intervene(episode, verdict, call, token)
-    return completed(intervene) if hookless else intervene
+    return completed(intervene) if action in _NO_HOOK else intervene
 
 
 async def _ask(episode: CallHost, verdict: Verdict, call: ParsedCall, token: Any) -> PendingCall:
@@ -236,12 +241,18 @@ async def _ask(episode: CallHost, verdict: Verdict, call: ParsedCall, token: Any
 
 async def _intervene(episode: CallHost, verdict: Verdict, call: ParsedCall, token: Any) -> PendingCall:
     """Apply the policy to a call that is not executable."""
+    _failed(episode, verdict, token)
+    return await _resolve(episode, verdict, call, token, undetermined=False)
+
+
+def _failed(episode: CallHost, verdict: Verdict, token: Any) -> None:
+    """What a call that is not executable does whatever the policy: it may be the episode's first
+    error (FED is live: known now, even while an observed call runs), and a monitor fault refuses it."""
     depth = verdict.depth
-    if episode._fed is None or depth < episode._fed:  # live: known now, even while an observed call runs
+    if episode._fed is None or depth < episode._fed:
         episode._fed = depth
     if any(f.code == "monitor_fault" for f in verdict.failures):
         refuse(episode, verdict, token, Resolution(decision=Decision.FAIL_CLOSED))
-    return await _resolve(episode, verdict, call, token, undetermined=False)
 
 
 async def _resolve(episode: CallHost, verdict: Verdict, call: ParsedCall, token: Any, *, undetermined: bool) -> PendingCall:

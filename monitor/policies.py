@@ -102,11 +102,12 @@ class Policy:
         return cls(default=_action(policy, "policy"))
 
     def __call__(self, verdict: Verdict) -> Action:
+        # (a Cause is a StrEnum: it hashes and compares as its value, so a rule keyed "schema" is found by Cause.SCHEMA)
         cause = verdict.cause
         rule = self.tools.get(verdict.tool)
         if cause is not None and not verdict.failures[0].blocks:  # only a rule naming its cause blocks it
-            act = rule.get(cause) or rule.get(cause.value) if rule is not None and not isinstance(rule, str) else None
-            act = act or self.causes.get(cause) or self.causes.get(cause.value)
+            act = rule.get(cause) if rule is not None and not isinstance(rule, str) else None
+            act = act or self.causes.get(cause)
             if act is not None:
                 return act
             chosen = rule if isinstance(rule, str) else self.default
@@ -114,11 +115,11 @@ class Policy:
         if isinstance(rule, str):
             return rule
         if rule is not None and cause is not None:
-            act = rule.get(cause) or rule.get(cause.value)
+            act = rule.get(cause)
             if act is not None:
                 return act
         if cause is not None:
-            act = self.causes.get(cause) or self.causes.get(cause.value)
+            act = self.causes.get(cause)
             if act is not None:
                 return act
         return self.default
