@@ -47,6 +47,7 @@ from .records.model import ActionRecord, EpisodeRecord, ProbeRecord, Status, bui
 from .records.redaction import RecordContent
 from .repeats import RejectedCalls
 from .rules.grounding import InformedTexts
+from .rules.provenance import ProvenanceIndex
 from .rules.spec import ToolSpec
 from .snapshot import Approval, Approvals, Snapshot, take
 from .state import TrackedState
@@ -154,7 +155,13 @@ class Episode:
             for n in names:
                 if n not in toolset:
                     raise SpecError(f"cannot expose unknown tool {n!r}")
-        self.state = TrackedState(facts=facts, env=env, exposed=names, informed=monitor.informed_texts)
+        self.state = TrackedState(
+            facts=facts,
+            env=env,
+            exposed=names,
+            informed=monitor.informed_texts,
+            provenance=ProvenanceIndex() if toolset.tracks_provenance() else None,
+        )
         self.plan: PlanTracker | None = None if plan is None else _tracker(plan, toolset)
         """Matches each recorded action to the approved plan, when the episode carries one."""
         if bindings:

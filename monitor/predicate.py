@@ -1,4 +1,4 @@
-"""The executability predicate: five checks, read top to bottom in tie-break order.
+"""The executability predicate: six checks, read top to bottom in tie-break order.
 
 1. schema            the tool exists and is exposed; the arguments parse and fit the schema
 2. dependency        every reference argument is bound, current and of the declared kind
@@ -6,6 +6,7 @@
 4. state_consistency the environment accepts the call (known only after it ran; see
                      :func:`acceptance`)
 5. information       every grounded argument's value is available information
+6. provenance        every value of an argument with a provenance rule came from a source it allows
 
 A schema failure stops the check (the arguments are unusable); otherwise every check runs so
 that the verdict lists every failure, and the primary cause is the first in this order.
@@ -26,6 +27,7 @@ from ._call import ParsedCall, parse_arguments, parse_call
 from ._internal.trusted import trusted_constructor
 from .exceptions import ArgumentError
 from .rules.grounding import id_variants
+from .rules.provenance import Provenance, ProvenanceIndex
 from .rules.spec import Precondition, Ref, SymbolicEffect, ToolSpec, callable_name, values_at
 from .state import TrackedState
 from .toolset import Toolset
@@ -47,6 +49,7 @@ __all__ = (
     "check_information",
     "check_parsed",
     "check_preconditions",
+    "check_provenance",
     "check_schema",
     "judge",
     "judge_precondition",
@@ -390,6 +393,87 @@ def _ungrounded(state: TrackedState, spec: ToolSpec, loc: str, value: Any, match
     )
 
 
+# 6. provenance -----------------------------------------------------------------------------
+MAX_NAMED_SOURCES: Final = 3
+"""Sources a provenance refusal names at most."""
+
+
+def check_provenance(
+    state: TrackedState, spec: ToolSpec, args: Mapping[str, Any], sent: Container[str] | None = None
+) -> Failure | None:
+    """Every value of an argument with a :class:`~prefixmon.rules.provenance.Provenance` rule must come from a source it allows.
+
+    A value no source said (the agent's own words) is not judged: whether it was seen is the
+    information check's business. Free text the agent wrote is judged by its distinctive
+    tokens (ids, numbers, links). O(size of the arguments).
+    """
+    index = state.provenance
+    if index is None:
+        return None
+    for path, rule in spec.provenance.items():
+        if "." not in path and "[]" not in path:  # a plain argument: no path walk
+            if sent is not None and path not in sent:
+                continue
+            value = args.get(path)
+            if value is not None and (failure := _provenance_of(index, spec, rule, path, value)) is not None:
+                return failure
+            continue
+        if sent is not None and _top(path) not in sent:
+            continue
+        for loc, value in values_at(args, path):
+            failure = _provenance_of(index, spec, rule, loc, value)
+            if failure is not None:
+                return failure
+    return None
+
+
+def _provenance_of(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc: str, value: Any) -> Failure | None:
+    t = type(value)
+    if t is str or t is int or t is float:  # the common values first
+        mask = index.mask(value)
+        if mask:
+            return None if mask & index.allowed(rule) else _untrusted(index, spec, rule, loc, mask, whole=True)
+        return _tokens_of(index, spec, rule, loc, value) if t is str else None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            failure = _provenance_of(index, spec, rule, f"{loc}.{k}", v)
+            if failure is not None:
+                return failure
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            failure = _provenance_of(index, spec, rule, f"{loc}[{i}]", v)
+            if failure is not None:
+                return failure
+        return None
+    mask = index.mask(value)
+    if mask:
+        return None if mask & index.allowed(rule) else _untrusted(index, spec, rule, loc, mask, whole=True)
+    return _tokens_of(index, spec, rule, loc, value) if isinstance(value, str) else None
+
+
+def _tokens_of(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc: str, text: str) -> Failure | None:
+    """Free text the agent wrote, by its distinctive tokens that a source said."""
+    for _, m in index.tokens(text):
+        if not m & index.allowed(rule):
+            return _untrusted(index, spec, rule, loc, m, whole=False)
+    return None
+
+
+def _untrusted(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc: str, mask: int, *, whole: bool) -> Failure:
+    sources = index.sources(mask)
+    named = ", ".join(s.describe() for s in sources[:MAX_NAMED_SOURCES])
+    if len(sources) > MAX_NAMED_SOURCES:
+        named += " and others"
+    what = f"the value for '{loc}'" if whole else f"'{loc}' holds a value that"
+    return Failure(
+        cause=Cause.PROVENANCE,
+        code="untrusted_source",
+        reason=f"{spec.name}: {what} came from {named}, not from {rule.describe()}",
+        blocks=rule.block,
+    )
+
+
 def _top(path: str) -> str:
     """The argument name a path starts with (``card.number`` and ``items[].id`` start with ``card`` and ``items``)."""
     end = len(path)
@@ -409,7 +493,7 @@ def check(
     depth: int,
     call_id: str | None = None,
 ) -> Verdict:
-    """Judge one call before it runs (checks 1, 2, 3 and 5)."""
+    """Judge one call before it runs (checks 1, 2, 3, 5 and 6)."""
     return check_declared(toolset.get(name), toolset, state, name, raw_args, depth, call_id)
 
 
@@ -472,7 +556,7 @@ def judge(
     dependency: Failure | None = None,
     sent: Container[str] | None = None,
 ) -> Verdict:
-    """Checks 2, 3 and 5 of arguments that passed check 1.
+    """Checks 2, 3, 5 and 6 of arguments that passed check 1.
 
     Args:
         watch: lets plan verification decide which precondition outcomes are undetermined.
@@ -498,6 +582,8 @@ def judge(
             failures.append(information)
         else:
             derived = information
+    if spec.provenance and (provenance := check_provenance(state, spec, args, sent)) is not None:
+        failures.append(provenance)
     if not failures and not faults and not undetermined:  # the common case
         return _executable(spec.name, call_id, depth, True, (), args, (), (), derived)
     return Verdict(

@@ -20,6 +20,7 @@ from ._internal.json_depth import loads_refused
 from .order import OrderLog
 from .rules.grounding import TOKEN_START, FormIndex, GroundingMatch, InformedTexts, fold, id_form, stated_ids
 from .rules.observed import ObservedObjects
+from .rules.provenance import ProvenanceIndex
 from .rules.spec import ProducePlan, produce_plan
 from .verdict import quote
 
@@ -155,6 +156,7 @@ class TrackedState:
         "depth",
         "env",
         "facts",
+        "provenance",
         "turn",
     )
 
@@ -165,8 +167,11 @@ class TrackedState:
         env: Any = None,
         exposed: Iterable[str] | None = None,
         informed: InformedTexts | None = None,
+        provenance: ProvenanceIndex | None = None,
     ) -> None:
         self.facts: dict[str, Any] = dict(facts) if facts else {}
+        self.provenance = provenance
+        """Who said each value seen, when the toolset declares provenance rules (:mod:`prefixmon.rules.provenance`)."""
         self.env = env
         self.depth = 0
         self.turn = 0
@@ -363,6 +368,8 @@ class TrackedState:
         Args:
             user: the user said it (text the user typed also satisfies ``Ref(kind, user=True)``).
         """
+        if self.provenance is not None:
+            self.provenance.add_told(value, user=user)
         if isinstance(value, str):
             if len(value) <= MAX_TOKENISED_LENGTH:
                 folded = fold(value)
@@ -417,6 +424,8 @@ class TrackedState:
                 pattern matches), or a tool's :attr:`~prefixmon.rules.spec.ToolSpec.produce_plan`.
             tool: the producing tool, for messages.
         """
+        if self.provenance is not None:
+            self.provenance.add_result(tool or "", result)
         plan = None if not produce else produce if isinstance(produce, ProducePlan) else produce_plan(produce)
         raw = result
         t = type(result)

@@ -26,6 +26,7 @@ from .order import AFTER, AT_MOST, NOT_AFTER, After, AtMost, NotAfter, same_pair
 from .rules import _compile
 from .rules._validation import Coercion, UnknownArguments, model_validator, schema_validator
 from .rules.grounding import MATCHES, GroundingMatch
+from .rules.provenance import Provenance
 from .rules.spec import (
     Effect,
     ErrorResult,
@@ -41,7 +42,7 @@ from .rules.spec import (
 )
 from .rules.specfile import SpecFile, ToolRules, _decode_json, load_spec, parse_spec
 
-__all__ = ("Grounding", "Produces", "Toolset")
+__all__ = ("Grounding", "Produces", "ProvenanceRules", "Toolset")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,6 +76,23 @@ def _sync_rules(name: str, effects: Iterable[Effect], error_result: ErrorResult 
 
 Grounding = str | Iterable[str] | Mapping[str, Grounded | GroundingMatch] | None
 """Grounded arguments: a name (or path), several, or ``{name: Grounded(...) or a match}``."""
+
+
+ProvenanceRules = Mapping[str, Provenance | str | Iterable[str]] | None
+"""Provenance rules: ``{argument path: Provenance(...)}``, or the sources alone (``["user", "tool:get_iban"]``)."""
+
+
+def _provenance(rules: ProvenanceRules, tool: str) -> dict[str, Provenance]:
+    """The :class:`~prefixmon.rules.provenance.Provenance` of each argument path of a :data:`ProvenanceRules`."""
+    out: dict[str, Provenance] = {}
+    for path, rule in (rules or {}).items():
+        if not isinstance(path, str):
+            raise SpecError(f"tool {tool!r}: provenance argument names must be strings, got {type(path).__name__}")
+        try:
+            out[path] = rule if isinstance(rule, Provenance) else Provenance(rule)
+        except (SpecError, TypeError) as e:
+            raise SpecError(f"tool {tool!r}: provenance[{path!r}]: {e}") from None
+    return out
 
 
 def _grounding(grounded: Grounding, tool: str) -> tuple[tuple[str, ...], dict[str, Grounded]]:
@@ -166,6 +184,8 @@ class Toolset:
         self._producers: dict[str, list[str]] = {}
         self._exposed: frozenset[str] | None = None
         """The names :meth:`exposed_names` returns, until a tool is added."""
+        self._provenance: bool | None = None
+        """What :meth:`tracks_provenance` returns, until a tool is added."""
         self._logged: dict[str, tuple[str, ...]] = {}
         """``{tool: arguments}`` of the tools order rules name (:attr:`ToolSpec.order_log`), kept when a tool is replaced."""
         for spec in specs:
@@ -184,7 +204,7 @@ class Toolset:
             for p in old.produces:
                 self._producers[p.kind].remove(old.name)
         self._specs[spec.name] = spec
-        self._exposed = None
+        self._exposed = self._provenance = None
         for p in spec.produces:
             self._producers.setdefault(p.kind, []).append(spec.name)
         return spec
@@ -211,6 +231,13 @@ class Toolset:
         if exposed is None:
             exposed = self._exposed = frozenset(s.name for s in self._specs.values() if s.exposed)
         return exposed
+
+    def tracks_provenance(self) -> bool:
+        """Whether a tool declares a provenance rule, so episodes index who said each value (cached until a tool is added)."""
+        tracks = self._provenance
+        if tracks is None:
+            tracks = self._provenance = any(s.provenance for s in self._specs.values())
+        return tracks
 
     @property
     def names(self) -> list[str]:
@@ -421,6 +448,7 @@ class Toolset:
         produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
         grounded: Grounding = None,
+        provenance: ProvenanceRules = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
         strict: bool = False,
@@ -438,6 +466,7 @@ class Toolset:
         produces: Produces = None,
         invalidates: str | Iterable[str] | None = None,
         grounded: Grounding = None,
+        provenance: ProvenanceRules = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
         strict: bool = False,
@@ -455,6 +484,9 @@ class Toolset:
             grounded: arguments whose values must be available information: names, or
                 ``{name: Grounded(match=...)}`` (also ``Annotated[..., Grounded()]``; an
                 option given here wins).
+            provenance: the sources arguments' values may come from: ``{name: ["user",
+                "tool:get_contacts.iban"]}`` or ``{name: Provenance(...)}`` (see
+                :mod:`prefixmon.rules.provenance`).
             error_result: recognises results that mean the environment rejected the call.
             exposed: ``False`` declares a tool that is not available until exposed.
             strict: pydantic strict mode for the arguments (no coercion of ``"5"`` to 5).
@@ -482,6 +514,7 @@ class Toolset:
                     refs=refs,
                     grounded=tuple(dict.fromkeys((*marks, *paths))),
                     grounding={**marks, **options},
+                    provenance=_provenance(provenance, tool_name),
                     error_result=error_result,
                     exposed=exposed,
                 )
@@ -505,6 +538,7 @@ class Toolset:
         invalidates: str | Iterable[str] | None = None,
         refs: Mapping[str, str | Ref] | None = None,
         grounded: Grounding = None,
+        provenance: ProvenanceRules = None,
         error_result: ErrorResult | None = None,
         exposed: bool = True,
         coercion: Coercion = "lax",
@@ -566,6 +600,7 @@ class Toolset:
                 refs=ref_pairs,
                 grounded=grounded_paths,
                 grounding=grounding,
+                provenance=_provenance(provenance, name),
                 error_result=error_result,
                 exposed=exposed,
                 metadata=dict(metadata or {}),

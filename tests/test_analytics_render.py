@@ -79,7 +79,7 @@ class TestJson:
                 curve = c[name]
                 assert set(curve) == {"length", "depth", "value"} and curve["length"] == 3
                 assert curve["depth"][0] == 1 and len(curve["depth"]) == len(curve["value"])
-            assert set(c["causes"]) == {"schema", "dependency", "precondition", "state_consistency", "information"}
+            assert set(c["causes"]) == {"schema", "dependency", "precondition", "state_consistency", "information", "provenance"}
         sloppy = next(c for c in doc["cohorts"] if c["key"]["method"] == "sloppy")
         # value[j] holds from depth[j] to the next change: PEC(1) = #{FED > 1} / N, and so on
         assert sloppy["pec"]["depth"] == [1, 2, 3]

@@ -157,6 +157,12 @@ class Plan:
     def __iter__(self) -> Iterator[PlanStep]:
         return iter(self.steps)
 
+    @property
+    def tools(self) -> frozenset[str]:
+        """The tools the plan's steps call: the allow list of an episode scoped to it
+        (``monitor.episode(exposed=plan.tools)``), so an injected instruction cannot reach another tool."""
+        return frozenset(s.tool for s in self.steps)
+
     def step(self, step_id: str) -> PlanStep | None:
         """The step with that id, or ``None``."""
         return next((s for s in self.steps if s.id == step_id), None)

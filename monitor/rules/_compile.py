@@ -36,6 +36,7 @@ from ._cel import (
     unknown_field,
 )
 from ._validation import Validator
+from .provenance import Provenance, Trust
 from .spec import MISSING, Grounded, Precondition, Probe, Produce, Ref, ToolSpec, resolve_path, values_at
 from .specfile import LetRule, SpecFile, ToolRules
 
@@ -179,6 +180,7 @@ def compile_tool(
             if a.grounded
         },
     }
+    provenance = _provenance(spec, rules, base, access=rules.access or spec.defaults.access)
     produces = (
         *base.produces,
         *(Produce(kind=k, key=v) for k, v in rules.produces.items() if v not in (".", "*") and v[0] != "~"),
@@ -219,6 +221,7 @@ def compile_tool(
         refs=tuple(refs),
         grounded=tuple(dict.fromkeys(grounded)),
         grounding=grounding,
+        provenance=provenance,
         produces=produces,
         invalidates=base.invalidates | frozenset(rules.invalidates),
         requires=tuple(requires),
@@ -227,6 +230,25 @@ def compile_tool(
         metadata=metadata,
         probes=(*base.probes, *probes),
     )
+
+
+def _provenance(spec: SpecFile, rules: ToolRules, base: ToolSpec, *, access: str | None) -> dict[str, Provenance]:
+    """The tool's provenance rules: its own, the file's per argument (``from``), and for a write tool the file's ``writes``."""
+    settings = spec.provenance
+    trust = Trust(settings.trust.trusted, settings.trust.untrusted)
+    out = dict(base.provenance)
+    if access == "write" and settings.writes:
+        properties = base.parameters.get("properties") if isinstance(base.parameters, Mapping) else None
+        for name in properties if isinstance(properties, Mapping) else ():
+            if isinstance(name, str) and name not in out:
+                out[name] = Provenance(settings.writes, trust=trust)
+    for path, arg in rules.args.items():
+        if arg.from_ is not None:
+            if arg.from_:
+                out[path] = Provenance(arg.from_, trust=trust)
+            else:
+                out.pop(path, None)
+    return out
 
 
 # -- names a rule reads ----------------------------------------------------------------------------

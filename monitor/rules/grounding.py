@@ -42,7 +42,7 @@ import math
 import re
 import threading
 from collections import deque
-from collections.abc import Container, Hashable, Iterable
+from collections.abc import Container, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final, Literal, TypeAlias
@@ -65,9 +65,11 @@ __all__ = (
     "fold",
     "id_form",
     "id_variants",
+    "operands",
     "parse_date",
     "parse_number",
     "stated_ids",
+    "text_date_forms",
     "value_forms",
 )
 
@@ -330,6 +332,14 @@ def _seen_date_forms(m: re.Match[str]) -> tuple[Hashable, ...]:
     return (what,) if what is not None else ()
 
 
+def text_date_forms(folded: str) -> Iterator[Hashable]:
+    """The forms of every date and date-time written in a folded text (as arriving text gives them); O(len(folded))."""
+    if _HAS_DIGIT(folded) is None:
+        return
+    for m in _DATES.finditer(folded):
+        yield from _seen_date_forms(m)
+
+
 def parse_date(text: str) -> tuple[Hashable, ...]:
     """The forms a value written as one date or date-time is looked up by (``()`` when it is not one).
 
@@ -444,20 +454,38 @@ def derivation(value: object, recent: Iterable[Number]) -> str | None:
         u = _units(x)
         if u is not None:
             keys[u] = None
+    found = _computed(v, keys)
+    if found is None:
+        return None
+    a, op, b = found
+    return f"{_show(v)} = {_show(a)} {op} {_show(b)}"
+
+
+def operands(value: Number, recent: Mapping[int, object]) -> tuple[int, int] | None:
+    """The two of ``recent`` (numbers in millionths, newest last) ``value`` is computed from, as :func:`derivation` finds them."""
+    v = _units(value)
+    if v is None:
+        return None
+    found = _computed(v, dict.fromkeys(reversed(tuple(recent))))
+    return None if found is None else (found[0], found[2])
+
+
+def _computed(v: int, keys: dict[int, None]) -> tuple[int, str, int] | None:
+    """``(a, op, b)`` with ``v = a op b`` for ``a`` and ``b`` in ``keys`` (millionths), products and quotients first."""
     scaled = v * _SCALE
     for a in keys:
         if a and a != _SCALE:
             if not scaled % a and (b := scaled // a) != v and b in keys:
-                return f"{_show(v)} = {_show(a)} * {_show(b)}"
+                return (a, "*", b)
             product = v * a
             if not product % _SCALE and (b := product // _SCALE) != v and b in keys:
-                return f"{_show(v)} = {_show(b)} / {_show(a)}"
+                return (b, "/", a)
     for a in keys:
         if a:
             if v - a in keys:
-                return f"{_show(v)} = {_show(a)} + {_show(v - a)}"
+                return (a, "+", v - a)
             if v + a in keys:
-                return f"{_show(v)} = {_show(v + a)} - {_show(a)}"
+                return (v + a, "-", a)
     return None
 
 

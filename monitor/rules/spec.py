@@ -20,6 +20,7 @@ from ..exceptions import SpecError
 from ..verdict import Undetermined
 from ._validation import Validator
 from .grounding import MATCHES, GroundingMatch
+from .provenance import Provenance
 
 __all__ = (
     "MISSING",
@@ -375,6 +376,8 @@ class ToolSpec:
     """Paths of grounded arguments (see :class:`Grounded`)."""
     grounding: Mapping[str, Grounded] = field(default_factory=dict)
     """Options of grounded arguments given any; the others are matched as ``Grounded()``."""
+    provenance: Mapping[str, Provenance] = field(default_factory=dict)
+    """``{argument path: Provenance}``: the sources each argument's value may come from (:mod:`prefixmon.rules.provenance`)."""
     error_result: ErrorResult | None = None
     exposed: bool = True
     """Whether the tool is available from the start of an episode."""
@@ -397,7 +400,7 @@ class ToolSpec:
     grounded_blocking: frozenset[str] = field(init=False, repr=False, compare=False)
     """Paths of grounded arguments declared ``Grounded(block=True)``."""
     has_rules: bool = field(init=False, repr=False, compare=False)
-    """Whether a call has anything to judge after its schema: references, preconditions or grounded arguments."""
+    """Whether a call has anything to judge after its schema: references, preconditions, grounded arguments or provenance."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "produce_map", MappingProxyType({p.key: p.kind for p in self.produces}))
@@ -409,7 +412,7 @@ class ToolSpec:
         default = Grounded()
         object.__setattr__(self, "grounded_match", tuple((path, options.get(path, default).match) for path in self.grounded))
         object.__setattr__(self, "grounded_blocking", frozenset(path for path, g in options.items() if g.block))
-        object.__setattr__(self, "has_rules", bool(self.refs or self.requires or self.grounded))
+        object.__setattr__(self, "has_rules", bool(self.refs or self.requires or self.grounded or self.provenance))
 
 
 def values_at(args: Mapping[str, Any], path: str) -> Iterator[tuple[str, Any]]:

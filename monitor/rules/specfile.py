@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from .._internal.json_depth import MAX_JSON_DEPTH, deep_line
 from ..exceptions import SpecError
+from .provenance import Sources
 
 __all__ = (
     "SCHEMA",
@@ -52,9 +53,11 @@ __all__ = (
     "LetRule",
     "ObserveRule",
     "ProbeRule",
+    "ProvenanceRules",
     "RequireRule",
     "SpecFile",
     "ToolRules",
+    "TrustRule",
     "load_spec",
     "parse_spec",
     "spec_json_schema",
@@ -116,6 +119,13 @@ class ArgRule(_Model):
         description="With grounded: a value that was not seen blocks the call under a blocking policy "
         "(by default an information finding is reported and the call runs).",
     )
+    from_: Sources | None = Field(
+        default=None,
+        alias="from",
+        description="Provenance: the sources the value may come from: user, system, trusted, tool:NAME[.PATH] (a "
+        "value of a tool's result), text:NAME[.PATH] (free text a tool returned); [] for no rule (not even the "
+        "file's provenance.writes).",
+    )
     pattern: str | None = Field(
         default=None,
         description="A string value must match this regular expression in full (the domain's id format, "
@@ -139,6 +149,25 @@ class ArgRule(_Model):
         return self
 
     evidence: Evidence | None = None
+
+
+class TrustRule(_Model):
+    """Which tool sources are trusted (by default a value of a result is, and free text is not)."""
+
+    trusted: tuple[str, ...] = Field(default=(), description="Tools or tool.path result fields trusted, free text included.")
+    untrusted: tuple[str, ...] = Field(default=(), description="Tools or tool.path result fields not trusted, values included.")
+
+
+class ProvenanceRules(_Model):
+    """Provenance rules for every tool of the file (see docs/provenance.md)."""
+
+    writes: Sources | None = Field(
+        default=None,
+        min_length=1,
+        description="The sources every argument of a write tool (access: write) may come from, unless the argument "
+        "says otherwise (args.<name>.from), e.g. [user, trusted].",
+    )
+    trust: TrustRule = Field(default_factory=TrustRule)
 
 
 class OrderRule(_Model):
@@ -416,6 +445,7 @@ class SpecFile(_Model):
         "a ref of one of these kinds needs no tool that produces it.",
     )
     defaults: Defaults = Field(default_factory=Defaults)
+    provenance: ProvenanceRules = Field(default_factory=ProvenanceRules)
     tools: dict[str, ToolRules] = Field(default_factory=dict)
     probe_budget: int = Field(default=8, ge=0, description="Probes the monitor makes at most per episode.")
 

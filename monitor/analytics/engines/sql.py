@@ -319,9 +319,10 @@ def sql_report(
             *map(int, row[4:7]),
         )
         o_s, o_p, o_f, o_none = map(int, row[7:11])
-        causes = {name: int(v) for name, v in zip(CAUSES, row[11:16], strict=True)}
-        k_len = int(row[16])
-        cp_counts = dict(zip(cps, map(int, row[17:]), strict=True))
+        end = 11 + len(CAUSES)
+        causes = {name: int(v) for name, v in zip(CAUSES, row[11:end], strict=True)}
+        k_len = int(row[end])
+        cp_counts = dict(zip(cps, map(int, row[end + 1 :]), strict=True))
         # PEC(k) = #{FED > k} / N and n_k = #{T >= k}: N less the first errors at or before k,
         # N less the episodes that ended before k
         points = sorted(p for p in curves[c] if p[0] <= k_len)
