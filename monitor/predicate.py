@@ -432,7 +432,7 @@ def _provenance_of(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc
     if t is str or t is int or t is float:  # the common values first
         mask = index.mask(value)
         if mask:
-            return None if mask & index.allowed(rule) else _untrusted(index, spec, rule, loc, mask, whole=True)
+            return _judged(index, spec, rule, loc, mask, whole=True)
         return _tokens_of(index, spec, rule, loc, value) if t is str else None
     if isinstance(value, Mapping):
         for k, v in value.items():
@@ -448,19 +448,30 @@ def _provenance_of(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc
         return None
     mask = index.mask(value)
     if mask:
-        return None if mask & index.allowed(rule) else _untrusted(index, spec, rule, loc, mask, whole=True)
+        return _judged(index, spec, rule, loc, mask, whole=True)
     return _tokens_of(index, spec, rule, loc, value) if isinstance(value, str) else None
 
 
 def _tokens_of(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc: str, text: str) -> Failure | None:
     """Free text the agent wrote, by its distinctive tokens that a source said."""
     for _, m in index.tokens(text):
-        if not m & index.allowed(rule):
-            return _untrusted(index, spec, rule, loc, m, whole=False)
+        failure = _judged(index, spec, rule, loc, m, whole=False)
+        if failure is not None:
+            return failure
     return None
 
 
-def _untrusted(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc: str, mask: int, *, whole: bool) -> Failure:
+def _judged(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc: str, mask: int, *, whole: bool) -> Failure | None:
+    """``None`` when a value said by the sources of ``mask`` may be used; else the failure, naming them."""
+    allowed, denied = index.judge(rule)
+    if mask & denied and not mask & index.user:
+        return _untrusted(index, spec, loc, mask & denied, "which it may not carry", whole=whole, block=rule.block)
+    if mask & allowed:
+        return None
+    return _untrusted(index, spec, loc, mask, f"not from {rule.describe()}", whole=whole, block=rule.block)
+
+
+def _untrusted(index: ProvenanceIndex, spec: ToolSpec, loc: str, mask: int, why: str, *, whole: bool, block: bool) -> Failure:
     sources = index.sources(mask)
     named = ", ".join(s.describe() for s in sources[:MAX_NAMED_SOURCES])
     if len(sources) > MAX_NAMED_SOURCES:
@@ -469,8 +480,8 @@ def _untrusted(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc: st
     return Failure(
         cause=Cause.PROVENANCE,
         code="untrusted_source",
-        reason=f"{spec.name}: {what} came from {named}, not from {rule.describe()}",
-        blocks=rule.block,
+        reason=f"{spec.name}: {what} came from {named}, {why}",
+        blocks=block,
     )
 
 

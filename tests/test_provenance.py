@@ -335,3 +335,37 @@ class TestTaskScopedExposure:
 
         record = anyio.run(run)
         assert [(a.tool, a.code) for a in record.actions] == [("read_file", None), ("message", "not_exposed")]
+
+
+class TestDeny:
+    def test_a_denied_source_is_refused_unless_the_user_said_it(self) -> None:
+        tools = Toolset()
+        tools.add_schema(
+            "get_profile", {"type": "object", "properties": {}}, func=lambda: {"name": "Emma", "passport": "HGK137803"}
+        )
+        tools.add_schema(
+            "send_email",
+            {"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}}},
+            func=lambda **kw: "sent",
+            provenance={"body": Provenance(["any"], deny=["tool:get_profile.passport"])},
+        )
+        calls = [
+            ("get_profile", {}),
+            ("send_email", {"to": "a@b.c", "body": "Hi Emma, see you"}),
+            ("send_email", {"to": "a@b.c", "body": "Passport: HGK137803"}),
+        ]
+        out = play(tools, "mail my friend", calls)
+        assert out[:2] == ["ran", "ran"]
+        assert out[2].endswith("came from the 'passport' field in the result of get_profile, which it may not carry")
+        assert play(tools, "mail my passport number HGK137803 to my friend", calls) == ["ran", "ran", "ran"]
+        with pytest.raises(SpecError, match="deny cannot name the user"):
+            Provenance(["any"], deny=["user"])
+
+    def test_not_from_in_a_spec_file(self, tmp_path: Path) -> None:
+        spec = tmp_path / "mail.yaml"
+        spec.write_text(
+            "schema: prefixmon.spec/1\ntools:\n  send_money:\n    args:\n      subject: {not_from: ['text:read_file']}\n",
+            encoding="utf-8",
+        )
+        rule = _bank({}).apply_spec(spec)["send_money"].provenance["subject"]
+        assert (rule.sources, rule.deny) == (("any",), ("text:read_file",))

@@ -180,7 +180,7 @@ def compile_tool(
             if a.grounded
         },
     }
-    provenance = _provenance(spec, rules, base, access=rules.access or spec.defaults.access)
+    provenance = _provenance(spec, name, rules, base, access=rules.access or spec.defaults.access)
     produces = (
         *base.produces,
         *(Produce(kind=k, key=v) for k, v in rules.produces.items() if v not in (".", "*") and v[0] != "~"),
@@ -232,22 +232,30 @@ def compile_tool(
     )
 
 
-def _provenance(spec: SpecFile, rules: ToolRules, base: ToolSpec, *, access: str | None) -> dict[str, Provenance]:
+def _provenance(spec: SpecFile, name: str, rules: ToolRules, base: ToolSpec, *, access: str | None) -> dict[str, Provenance]:
     """The tool's provenance rules: its own, the file's per argument (``from``), and for a write tool the file's ``writes``."""
     settings = spec.provenance
     trust = Trust(settings.trust.trusted, settings.trust.untrusted)
     out = dict(base.provenance)
-    if access == "write" and settings.writes:
+    writes = settings.writes if access == "write" else None
+    if writes:
         properties = base.parameters.get("properties") if isinstance(base.parameters, Mapping) else None
-        for name in properties if isinstance(properties, Mapping) else ():
-            if isinstance(name, str) and name not in out:
-                out[name] = Provenance(settings.writes, trust=trust)
+        for arg_name in properties if isinstance(properties, Mapping) else ():
+            if isinstance(arg_name, str) and arg_name not in out:
+                out[arg_name] = Provenance(writes, trust=trust)
     for path, arg in rules.args.items():
-        if arg.from_ is not None:
-            if arg.from_:
-                out[path] = Provenance(arg.from_, trust=trust)
+        if arg.from_ is None and not arg.not_from:
+            continue
+        sources: tuple[str, ...] = arg.from_ if arg.from_ is not None else writes or ()
+        if not sources and arg.not_from:  # only what it may not carry: anything else goes
+            sources = ("any",)
+        try:
+            if sources:
+                out[path] = Provenance(sources, trust=trust, deny=arg.not_from)
             else:
                 out.pop(path, None)
+        except SpecError as e:
+            raise SpecError(f"{spec.where('tools', name, 'args', path)}: tools.{name}.args.{path}: {e}") from None
     return out
 
 

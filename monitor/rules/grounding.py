@@ -70,6 +70,7 @@ __all__ = (
     "parse_number",
     "stated_ids",
     "text_date_forms",
+    "token_date_forms",
     "value_forms",
 )
 
@@ -338,6 +339,17 @@ def text_date_forms(folded: str) -> Iterator[Hashable]:
         return
     for m in _DATES.finditer(folded):
         yield from _seen_date_forms(m)
+
+
+def token_date_forms(f: str) -> set[Hashable]:
+    """The forms of a date or date-time written as one folded token (``2024-05-01``, ``2024-05-01t10:00z``), as
+    :meth:`FormIndex.add_token` finds them: ISO tokens without a regular expression."""
+    forms: set[Hashable] = set()
+    if len(f) >= 10 and f[4] == "-" and f[7] == "-":  # (the token itself is the caller's to keep)
+        _iso_forms(f, forms)
+    else:
+        forms.update(text_date_forms(f))
+    return forms
 
 
 def parse_date(text: str) -> tuple[Hashable, ...]:

@@ -24,7 +24,9 @@ carries the sources of both, and a word of a text the sources of the text.
 
 A rule (:class:`Provenance`) lists the sources an argument may come from (``from: [user,
 tool:get_contacts.iban]``; ``trusted`` is any trusted source: the user, the application and
-every result field, but not free text, unless :class:`Trust` says otherwise per tool or field).
+every result field, but not free text, unless :class:`Trust` says otherwise per tool or field;
+``any`` is every source), and may name sources it may not carry unless the user said the value
+too (``deny``, ``not_from`` in spec files: a profile's passport number in an email body).
 A value is checked by its own forms (an id without its ``#``, case and whitespace aside, a
 number in any written form); free text the agent wrote (a message body) is checked by the
 distinctive tokens in it (ids, numbers, links and addresses). A value with at least one allowed
@@ -49,7 +51,18 @@ from pydantic import AfterValidator
 from pydantic_core import from_json
 
 from ..exceptions import SpecError
-from .grounding import MAX_DERIVED, STRIP, Number, fold, operands, parse_date, parse_number, stated_ids, text_date_forms
+from .grounding import (
+    MAX_DERIVED,
+    STRIP,
+    Number,
+    fold,
+    operands,
+    parse_date,
+    parse_number,
+    stated_ids,
+    text_date_forms,
+    token_date_forms,
+)
 
 __all__ = (
     "MAX_PROVENANCE_KEYS",
@@ -168,17 +181,17 @@ _Pattern: TypeAlias = tuple[str, str]
 
 
 def parse_pattern(text: str) -> _Pattern:
-    """A ``from`` entry: ``user``, ``system``, ``trusted``, ``tool:NAME[.PATH]`` or ``text:NAME[.PATH]`` (NAME may be ``*``).
+    """A source entry: ``user``, ``system``, ``trusted``, ``any``, ``tool:NAME[.PATH]`` or ``text:NAME[.PATH]`` (NAME: or ``*``).
 
     Raises:
         SpecError: anything else.
     """
-    if text in ("user", "system", "trusted"):
+    if text in ("user", "system", "trusted", "any"):
         return (text, "")
     kind, colon, what = text.partition(":")
     if colon and kind in ("tool", "text") and what and all(part for part in what.split(".")):
         return ("field" if kind == "tool" else "text", what)
-    raise SpecError(f"provenance source {text!r}: expected user, system, trusted, tool:NAME[.PATH] or text:NAME[.PATH]")
+    raise SpecError(f"provenance source {text!r}: expected user, system, trusted, any, tool:NAME[.PATH] or text:NAME[.PATH]")
 
 
 def _checked(value: tuple[str, ...]) -> tuple[str, ...]:
@@ -196,35 +209,58 @@ Sources = Annotated[tuple[str, ...], AfterValidator(_checked)]
 
 @dataclass(frozen=True, slots=True)
 class Provenance:
-    """The sources an argument's value may come from (see the module docs for the entries).
+    """The sources an argument's value may come from, and those it may not carry (see the module docs).
 
     ``Provenance(["user", "tool:get_contacts.iban"])``: the recipient is one the user gave or one
-    of the user's contacts. A value whose every source is another fails the provenance check
-    (:attr:`~prefixmon.Cause.PROVENANCE`), which blocks the call under a blocking policy
-    unless ``block=False``.
+    of the user's contacts. ``Provenance(["any"], deny=["tool:get_user_information"])``: an email
+    body may say anything but what the user's profile holds (a passport number), unless the user
+    said it too. A value whose every source is another, or that came from a denied source, fails
+    the provenance check (:attr:`~prefixmon.Cause.PROVENANCE`), which blocks the call under a
+    blocking policy unless ``block=False``.
 
     Raises:
-        SpecError: an entry is not a source pattern, or no entry is given.
+        SpecError: an entry is not a source pattern, no source is given, or ``deny`` names the user.
     """
 
     sources: tuple[str, ...] = ("trusted",)
     trust: Trust = field(default_factory=Trust)
     block: bool = True
+    deny: tuple[str, ...] = ()
     patterns: tuple[_Pattern, ...] = field(init=False, repr=False, compare=False)
+    denied: tuple[_Pattern, ...] = field(init=False, repr=False, compare=False)
 
-    def __init__(self, sources: Iterable[str] | str = ("trusted",), *, trust: Trust | None = None, block: bool = True) -> None:
+    def __init__(
+        self,
+        sources: Iterable[str] | str = ("trusted",),
+        *,
+        trust: Trust | None = None,
+        block: bool = True,
+        deny: Iterable[str] = (),
+    ) -> None:
         listed = (sources,) if isinstance(sources, str) else tuple(sources)
         if not listed:
-            raise SpecError("provenance: give at least one source an argument may come from")
+            raise SpecError("provenance: give at least one source an argument may come from (any for every one)")
+        denied = tuple(deny)
         object.__setattr__(self, "sources", listed)
         object.__setattr__(self, "trust", trust if trust is not None else Trust())
         object.__setattr__(self, "block", block)
+        object.__setattr__(self, "deny", denied)
         object.__setattr__(self, "patterns", tuple(parse_pattern(s) for s in listed))
+        object.__setattr__(self, "denied", tuple(parse_pattern(s) for s in denied))
+        if any(kind in ("user", "any") for kind, _ in self.denied):
+            raise SpecError("provenance: deny cannot name the user or every source (what the user said is theirs to send)")
 
     def allows(self, source: Source) -> bool:
-        """Whether a value from ``source`` may be used."""
-        for kind, what in self.patterns:
-            if kind == source.kind and not what:
+        """Whether a value from ``source`` may be used (before :meth:`denies`)."""
+        return self._matches(self.patterns, source)
+
+    def denies(self, source: Source) -> bool:
+        """Whether a value from ``source`` may not be carried, unless the user said it too."""
+        return self._matches(self.denied, source)
+
+    def _matches(self, patterns: tuple[_Pattern, ...], source: Source) -> bool:
+        for kind, what in patterns:
+            if kind == "any" or (kind == source.kind and not what):
                 return True
             if kind == "trusted":
                 if self.trust.trusts(source):
@@ -234,7 +270,7 @@ class Provenance:
         return False
 
     def describe(self) -> str:
-        """The allowed sources, for a refusal: ``you or a trusted tool field``."""
+        """The allowed sources, for a refusal: ``you or a trusted source``."""
         parts = []
         for kind, what in self.patterns:
             if kind == "user":
@@ -243,6 +279,8 @@ class Provenance:
                 parts.append("the application")
             elif kind == "trusted":
                 parts.append("a trusted source")
+            elif kind == "any":
+                parts.append("anyone")
             else:
                 tool, _, path = what.partition(".")
                 src = Source("field" if kind == "field" else "text", tool, path)
@@ -251,8 +289,12 @@ class Provenance:
 
 
 # -- the index --------------------------------------------------------------------------------
+_USER: Final = Source("user")
 _ID_STRIP: Final = STRIP + "*~#"
 _NUMBER_START: Final = frozenset("0123456789-+$€£¥")
+_SEPARATOR: Final = re.compile(r"[/,;:()\[\]{}<>\"'`=|]").search
+_PARTS: Final = re.compile(r"[^/,;:()\[\]{}<>\"'`=|*~#]+").findall
+"""A word's parts between separators (what :func:`~prefixmon.rules.grounding.stated_ids` reads as ids too)."""
 _NAME: Final = re.compile(r"[A-Za-z_]{1,64}").fullmatch
 """A part of a result path that is a field's name (letters and ``_``), not data used as a key."""
 _DATE_HINT: Final = re.compile(r"\d[-/.]\d|\d{4}|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec").search
@@ -309,8 +351,8 @@ class ProvenanceIndex:
         self._places: dict[tuple[str, ...], int] = {}
         """``{(kind, tool, path): bit}``, and ``{(kind, tool, parent path, key): bit}``: a result's leaves find their
         source's bit without making a :class:`Source` or a path."""
-        self._allowed: dict[int, tuple[Provenance, int, int]] = {}
-        """``{id(rule): (rule, mask of the sources it allows, sources judged)}``: each source is judged once per rule."""
+        self._allowed: dict[int, tuple[Provenance, int, int, int]] = {}
+        """``{id(rule): (rule, sources judged, mask allowed, mask denied)}``: each source is judged once per rule."""
         self._recent: dict[int, int] = {}
         """``{number in millionths: sources}`` of the last :data:`_RECENT` numbers seen (operands of derived values)."""
         self.complete = True
@@ -336,17 +378,24 @@ class ProvenanceIndex:
         """The sources of a mask, first met first."""
         return [s for i, s in enumerate(self._sources) if mask >> i & 1]
 
-    def allowed(self, rule: Provenance) -> int:
-        """The mask of the sources met so far that ``rule`` allows (each judged once per rule)."""
+    def judge(self, rule: Provenance) -> tuple[int, int]:
+        """The masks of the sources met so far that ``rule`` allows and denies (each source judged once per rule)."""
         entry = self._allowed.get(id(rule))
-        judged, mask = (entry[2], entry[1]) if entry is not None and entry[0] is rule else (0, 0)
+        judged, allowed, denied = (entry[1], entry[2], entry[3]) if entry is not None and entry[0] is rule else (0, 0, 0)
         sources = self._sources
         if judged < len(sources):
             for i in range(judged, len(sources)):
                 if rule.allows(sources[i]):
-                    mask |= 1 << i
-            self._allowed[id(rule)] = (rule, mask, len(sources))
-        return mask
+                    allowed |= 1 << i
+                if rule.denied and rule.denies(sources[i]):
+                    denied |= 1 << i
+            self._allowed[id(rule)] = (rule, len(sources), allowed, denied)
+        return allowed, denied
+
+    @property
+    def user(self) -> int:
+        """The bit of what the user said (0 before the user said anything)."""
+        return self._bits.get(_USER, 0)
 
     def _add(self, key: Hashable, bit: int) -> None:
         keys = self._keys
@@ -390,10 +439,10 @@ class ProvenanceIndex:
             if n is not None:
                 self._add_number(n, bit)
             elif len(f) >= 8 and c.isdigit():
-                for form in text_date_forms(f):
+                for form in token_date_forms(f):
                     self._add(form, bit)
         elif len(f) >= 5 and c in _MONTH_START:
-            for form in text_date_forms(f):
+            for form in token_date_forms(f):
                 self._add(form, bit)
 
     def add_text(self, text: str, bit: int) -> None:
@@ -409,11 +458,13 @@ class ProvenanceIndex:
         forms: list[Hashable] = [folded.strip(_ID_STRIP) or folded]
         if _DATE_HINT(folded) is not None:  # (the date expression only where a date may be)
             forms.extend(text_date_forms(folded))
-        forms.extend(stated_ids(text))
         previous = ""
-        for word in folded.split(" "):
-            word = word.strip(STRIP)
+        for word in folded.split(" "):  # each word as an id reads it, its parts, pairs of words, numbers
+            word = word.strip(_ID_STRIP)
             if word:
+                forms.append(word)
+                if not word.isalnum() and _SEPARATOR(word) is not None:  # id:W1, a/b: the parts too
+                    forms.extend(p.strip(_ID_STRIP) for p in _PARTS(word))
                 if previous:
                     forms.append(f"{previous} {word}")
                 previous = word
@@ -513,7 +564,7 @@ class ProvenanceIndex:
                 m |= keys.get(form, 0)
             if m:
                 return m
-            words = [w for w in (w.strip(STRIP) for w in fold(value).split(" ")) if w]
+            words = [w for w in (w.strip(_ID_STRIP) for w in fold(value).split(" ")) if w]
             if 1 < len(words) <= _MAX_PHRASE:
                 m = -1
                 for a, b in pairwise(words):

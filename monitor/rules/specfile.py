@@ -122,9 +122,14 @@ class ArgRule(_Model):
     from_: Sources | None = Field(
         default=None,
         alias="from",
-        description="Provenance: the sources the value may come from: user, system, trusted, tool:NAME[.PATH] (a "
-        "value of a tool's result), text:NAME[.PATH] (free text a tool returned); [] for no rule (not even the "
+        description="Provenance: the sources the value may come from: user, system, trusted, any, tool:NAME[.PATH] "
+        "(a value of a tool's result), text:NAME[.PATH] (free text a tool returned); [] for no rule (not even the "
         "file's provenance.writes).",
+    )
+    not_from: Sources = Field(
+        default=(),
+        description="Provenance: sources the value may not carry unless the user said it too (a profile's passport "
+        "number in an email body): tool:NAME[.PATH], text:NAME[.PATH], system.",
     )
     pattern: str | None = Field(
         default=None,
