@@ -15,9 +15,11 @@ logs or records.
 
 What a snapshot does not hold: the tool results seen before it (the information pool is
 rebuilt from the told texts only, and marked incomplete, so a value seen only in an earlier
-result is not an information failure after the resume), observed objects (spec-file
-``observes``), the calls the environment refused since the last write (repeat detection),
-the plan tracker (pass ``plan=`` again) and the live environment (pass ``env=`` again).
+result is not an information failure after the resume), who said what before it (provenance:
+a value seen only in an earlier result has no source after the resume, so a provenance rule
+leaves it undetermined and it passes), observed objects (spec-file ``observes``), the calls
+the environment refused since the last write (repeat detection), the plan tracker (pass
+``plan=`` again) and the live environment (pass ``env=`` again).
 """
 
 from __future__ import annotations

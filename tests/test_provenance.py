@@ -369,3 +369,24 @@ class TestDeny:
         )
         rule = _bank({}).apply_spec(spec)["send_money"].provenance["subject"]
         assert (rule.sources, rule.deny) == (("any",), ("text:read_file",))
+
+
+class TestResume:
+    def test_a_resumed_episode_keeps_what_the_user_said_not_earlier_results(self) -> None:
+        """docs/provenance.md, limits: a snapshot holds no results, so their values are undetermined after a resume."""
+
+        async def run() -> tuple[Any, Any, Any]:
+            monitor = Monitor(_bank(), policy="block")
+            ep = monitor.open_episode()
+            ep.user(f"refund {FRIEND}")
+            await ep.call("read_file", {"file_path": "b"})
+            before = ep.check("send_money", {"recipient": ATTACKER, "amount": 1})
+            async with monitor.resume(ep.snapshot()) as resumed:
+                after = resumed.check("send_money", {"recipient": ATTACKER, "amount": 1})
+                user = resumed.state.provenance.sources(resumed.state.provenance.mask(FRIEND))  # type: ignore[union-attr]
+            return before, after, user
+
+        before, after, user = anyio.run(run)
+        assert before.cause is Cause.PROVENANCE
+        assert after.executable  # no source: undetermined, never refused
+        assert [str(s) for s in user] == ["user"]
