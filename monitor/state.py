@@ -424,8 +424,8 @@ class TrackedState:
                 pattern matches), or a tool's :attr:`~prefixmon.rules.spec.ToolSpec.produce_plan`.
             tool: the producing tool, for messages.
         """
-        if self.provenance is not None:
-            self.provenance.add_result(tool or "", result)
+        if self.provenance is not None and tool is not None:  # (data told by inform() is the application's: add_told)
+            self.provenance.add_result(tool, result)
         plan = None if not produce else produce if isinstance(produce, ProducePlan) else produce_plan(produce)
         raw = result
         t = type(result)

@@ -390,3 +390,13 @@ class TestResume:
         assert before.cause is Cause.PROVENANCE
         assert after.executable  # no source: undetermined, never refused
         assert [str(s) for s in user] == ["user"]
+
+
+def test_informed_data_is_the_applications_only() -> None:
+    """Data the application tells the agent (not text) is indexed once, as ``system``, not also as a nameless tool's result."""
+    ep = Monitor(_bank()).open_episode()
+    ep.inform({"policy": {"max_refund": 500, "desk": "DESK-42"}})
+    index = ep.state.provenance
+    assert index is not None
+    assert [str(s) for s in index.sources(index.mask("DESK-42"))] == ["system"]
+    assert [str(s) for s in index.sources(index.mask(500))] == ["system"]
