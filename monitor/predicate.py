@@ -454,7 +454,7 @@ def _provenance_of(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc
 
 def _tokens_of(index: ProvenanceIndex, spec: ToolSpec, rule: Provenance, loc: str, text: str) -> Failure | None:
     """Free text the agent wrote, by its distinctive tokens that a source said."""
-    for _, m in index.tokens(text):
+    for m in index.token_masks(text):
         failure = _judged(index, spec, rule, loc, m, whole=False)
         if failure is not None:
             return failure

@@ -424,12 +424,12 @@ class TrackedState:
                 pattern matches), or a tool's :attr:`~prefixmon.rules.spec.ToolSpec.produce_plan`.
             tool: the producing tool, for messages.
         """
-        if self.provenance is not None and tool is not None:  # (data told by inform() is the application's: add_told)
-            self.provenance.add_result(tool, result)
         plan = None if not produce else produce if isinstance(produce, ProducePlan) else produce_plan(produce)
         raw = result
         t = type(result)
         if t is int:  # a count or an id: no walk
+            if self.provenance is not None and tool is not None:
+                self.provenance.add_result(tool, result)
             self._pool_number(result)
             if plan is not None and plan.special:
                 self._bind_special(raw, result, plan, tool)
@@ -440,6 +440,8 @@ class TrackedState:
             except ValueError as e:  # a lone surrogate, deep nesting, or not JSON: json.loads decides
                 result = self._parse_refused(result, str(e))
             t = type(result)
+        if self.provenance is not None and tool is not None:  # parsed once, here (inform()'s data is add_told's)
+            self.provenance.add_result(tool, result)
         if t is str or isinstance(result, str):  # plain text (an MCP server's usual answer): its leaf, no walk
             if result not in self._pool:
                 self._pool_text(result)

@@ -302,6 +302,11 @@ _DATE_HINT: Final = re.compile(r"\d[-/.]\d|\d{4}|jan|feb|mar|apr|may|jun|jul|aug
 _MONTH_START: Final = frozenset("jfmasond")
 
 
+def _id_key(folded: str) -> str:
+    """The form an id is indexed and looked up by: folded, without surrounding punctuation, markdown or ``#``."""
+    return folded.strip(_ID_STRIP) or folded
+
+
 def _number_key(n: Number) -> Number:
     return int(n) if isinstance(n, float) and n.is_integer() else n
 
@@ -316,7 +321,7 @@ def value_keys(value: object) -> tuple[Hashable, ...]:
         return (_number_key(value),) if value - value == 0.0 else ()
     if isinstance(value, str):
         f = fold(value)
-        key = f.strip(_ID_STRIP) or f
+        key = _id_key(f)
         n = parse_number(f) if len(f) <= 64 else None
         return (key,) if n is None else (key, _number_key(n))
     return ()
@@ -419,20 +424,10 @@ class ProvenanceIndex:
         if len(recent) > _RECENT:
             del recent[next(iter(recent))]
 
-    def add_value(self, value: object, bit: int) -> None:
-        """One value said by the source of ``bit``; text also gives its words, ids and numbers."""
-        if isinstance(value, str):
-            if _is_text(value):
-                self.add_text(value, bit)
-            else:
-                self._add_token(value, bit)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value - value == 0.0:
-            self._add_number(value, bit)
-
     def _add_token(self, token: str, bit: int) -> None:
         """One value without whitespace (an id, a number, a date): its forms."""
         f = token if token.isascii() and token.islower() else fold(token)
-        self._add(f.strip(_ID_STRIP) or f, bit)
+        self._add(_id_key(f), bit)
         c = f[:1]
         if c in _NUMBER_START:
             n = parse_number(f) if len(f) <= 64 else None
@@ -455,7 +450,7 @@ class ProvenanceIndex:
             self.complete = False
             return
         folded = fold(text)
-        forms: list[Hashable] = [folded.strip(_ID_STRIP) or folded]
+        forms: list[Hashable] = [_id_key(folded)]
         if _DATE_HINT(folded) is not None:  # (the date expression only where a date may be)
             forms.extend(text_date_forms(folded))
         previous = ""
@@ -584,8 +579,8 @@ class ProvenanceIndex:
                     m = self._recent[pair[0]] | self._recent[pair[1]]
         return m
 
-    def tokens(self, text: str) -> Iterator[tuple[str, int]]:
-        """The distinctive tokens of free text the agent wrote that a source said, each with its mask."""
+    def token_masks(self, text: str) -> Iterator[int]:
+        """The masks of the distinctive tokens of free text the agent wrote that a source said."""
         keys = self._keys
         for token in stated_ids(text):
             if _distinctive(token):
@@ -594,4 +589,4 @@ class ProvenanceIndex:
                     n = parse_number(token.strip(STRIP)) if token[:1].isdigit() else None
                     m = keys.get(_number_key(n), 0) if n is not None else 0
                 if m:
-                    yield token, m
+                    yield m
